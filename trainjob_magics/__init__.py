@@ -1,0 +1,1 @@
+"""Interactive Kubeflow Trainer v2 TrainJobs from notebooks."""
