@@ -1,0 +1,1 @@
+"""Benchmark suite for trainjob_magics: `python -m benchmarks [--smoke] [--only NAME]`."""

@@ -1,0 +1,57 @@
+"""Row 2: cell overhead of `%%trainjob true` (widgets on / text fallback) vs session.execute."""
+
+from __future__ import annotations
+
+import time
+
+from benchmarks import fixtures, ipyshell
+from benchmarks.common import Context, Row, Stats, med_range, ms, yes_no
+
+NAME = "cell"
+
+
+def run(ctx: Context) -> list[Row]:
+    """Interleave cell(widgets on), cell(text) and session.execute on the same session."""
+    n = 5 if ctx.smoke else 40
+    shell = ipyshell.make_shell(ctx.kubeconfig, "off")
+    ipyshell.connect(shell)
+    sess = ipyshell.current_session(shell)
+    if sess is None:
+        raise fixtures.Unavailable("cannot find the magics' current session")
+    samples: dict[str, list[float]] = {"on": [], "off": [], "exec": []}
+
+    def once(kind: str) -> float:
+        if kind == "exec":
+            t0 = time.perf_counter()
+            r = sess.execute("true")
+            dt = time.perf_counter() - t0
+            assert r.returncode == 0
+            return dt
+        ipyshell.set_widgets(shell, kind)
+        t0 = time.perf_counter()
+        ipyshell.cell(shell, "true")
+        return time.perf_counter() - t0
+
+    for kind in samples:  # warm-up
+        once(kind)
+    for _ in range(n):
+        for kind in samples:
+            samples[kind].append(once(kind))
+    ipyshell.close(shell)
+    base = Stats(samples["exec"])
+    rows = []
+    for kind, label in (("on", "widgets on"), ("off", "text fallback")):
+        st = Stats(samples[kind])
+        added = st.median - base.median
+        rows.append(
+            Row(
+                f"Cell overhead `%%trainjob true`, {label} (n={n})",
+                med_range(st),
+                f"`session.execute('true')`: {med_range(base)}",
+                f"+{ms(added)} added",
+                "<= 5 ms added",
+                yes_no(added <= 0.005),
+                bench=NAME,
+            )
+        )
+    return rows

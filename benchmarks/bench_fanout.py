@@ -1,0 +1,83 @@
+"""Row 6: fan-out of one command to 8/32/64 pods vs the same commands one after another."""
+
+from __future__ import annotations
+
+import time
+
+from benchmarks import baselines, fixtures, k8s
+from benchmarks.common import NOT_AVAILABLE, Context, Row, Stats, secs, yes_no
+
+NAME = "fanout"
+CMD = ["sh", "-c", "sleep 0.1; hostname"]
+
+
+def _job(ctx: Context, n: int) -> tuple[str, list[str]]:
+    name = k8s.new_name(f"fan{n}")
+    k8s.create_trainjob(ctx.kubeconfig, ctx.namespace, name, num_nodes=n)
+    ctx.shared.setdefault("jobs", []).append(name)
+    return name, k8s.wait_pods_running(ctx.kubeconfig, ctx.namespace, name, count=n, timeout=120)
+
+
+def run(ctx: Context) -> list[Row]:
+    """Sequential stock-client baseline always; ours only once execute(..., pods=) exists."""
+    sizes = [2, 4] if ctx.smoke else [8, 32, 64]
+    reps = 1 if ctx.smoke else 3
+    core = k8s.core_api(ctx.kubeconfig)
+    why = ""
+    tm = None
+    try:
+        tm = fixtures.engine_api()
+        if not fixtures.supports_kwarg(tm.TrainJobSession.execute, "pods"):
+            why = "`session.execute(..., pods=)` not built yet (issue 6)"
+    except fixtures.Unavailable as e:
+        why = str(e)
+    seq: dict[int, Stats] = {}
+    ours: dict[int, Stats] = {}
+    for n in sizes:
+        name, pods = _job(ctx, n)
+        seq_s = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for pod in pods:
+                r = baselines.stock_exec(core, pod, ctx.namespace, CMD)
+                assert r.status and r.status["returncode"] == 0
+            seq_s.append(time.perf_counter() - t0)
+        seq[n] = Stats(seq_s)
+        if not why and tm is not None:
+            sess = tm.attach(name, namespace=ctx.namespace, config_file=ctx.kubeconfig)
+            sess.execute(CMD, pods="all")  # warm-up
+            our_s = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                sess.execute(CMD, pods="all")
+                our_s.append(time.perf_counter() - t0)
+            ours[n] = Stats(our_s)
+        k8s.delete_trainjob(ctx.kubeconfig, ctx.namespace, name)
+    base_txt = ", ".join(f"{n}: {secs(seq[n].median)}" for n in sizes)
+    what = f"Fan-out `{' '.join(CMD[2:])}` to {'/'.join(map(str, sizes))} pods (n={reps})"
+    if not ours:
+        return [
+            Row(
+                what,
+                f"{NOT_AVAILABLE}: {why}",
+                f"one after another: {base_txt}",
+                "-",
+                "near-constant wall time",
+                "n/a",
+                bench=NAME,
+            )
+        ]
+    our_txt = ", ".join(f"{n}: {secs(ours[n].median)}" for n in sizes)
+    growth = ours[sizes[-1]].median / ours[sizes[0]].median
+    speed = ", ".join(f"{seq[n].median / ours[n].median:.1f}x" for n in sizes)
+    return [
+        Row(
+            what,
+            our_txt,
+            f"one after another: {base_txt}",
+            f"{speed}; ours {sizes[-1]}/{sizes[0]} pods: {growth:.2f}x",
+            f"near-constant: {sizes[-1]} pods <= 2x the time of {sizes[0]}",
+            yes_no(growth <= 2.0),
+            bench=NAME,
+        )
+    ]

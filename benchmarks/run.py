@@ -1,0 +1,198 @@
+"""Run the benchmark suite against a fresh local cluster and write a markdown table.
+
+python -m benchmarks [--smoke] [--only NAME[,NAME]] [--output benchmarks/results.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python benchmarks/run.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import fixtures
+from benchmarks.common import Context, Row, fmt_table, machine_info
+
+# name -> module, in table order
+BENCHMARKS: dict[str, str] = {
+    "roundtrip": "benchmarks.bench_roundtrip",
+    "cell": "benchmarks.bench_cell_overhead",
+    "large": "benchmarks.bench_large_output",
+    "memory": "benchmarks.bench_memory",
+    "readiness": "benchmarks.bench_readiness",
+    "fanout": "benchmarks.bench_fanout",
+    "widgets": "benchmarks.bench_widgets",
+}
+DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results.md"
+
+
+@contextlib.contextmanager
+def cluster_for(
+    kubeconfig: str | None, workdir: Path, mode: str
+) -> Iterator[tuple[object, str, str]]:
+    """Yield (in-process cluster or None, kubeconfig path, namespace).
+
+    mode "process" (default) runs the local cluster in its own process, as a real API server
+    would be: the client under test then does not share a GIL with the server.
+    """
+    if kubeconfig:
+        yield None, kubeconfig, os.environ.get("BENCH_NAMESPACE", "default")
+        return
+    path = workdir / "kubeconfig"
+    if mode == "process":
+        with cluster_process(path, workdir / "pods"):
+            yield None, str(path), "default"
+        return
+    from trainjob_magics.localcluster import LocalCluster
+
+    with LocalCluster(kubeconfig_path=str(path), root_dir=str(workdir / "pods")) as cluster:
+        yield cluster, str(cluster.kubeconfig_path), cluster.namespace
+
+
+@contextlib.contextmanager
+def cluster_process(kubeconfig: Path, root: Path) -> Iterator[None]:
+    """Run LocalCluster in a child process until the block ends."""
+    code = (
+        "import signal, sys, threading\n"
+        "from trainjob_magics.localcluster import LocalCluster\n"
+        "stop = threading.Event()\n"
+        "signal.signal(signal.SIGTERM, lambda *a: stop.set())\n"
+        "with LocalCluster(kubeconfig_path=sys.argv[1], root_dir=sys.argv[2]):\n"
+        "    print('ready', flush=True)\n"
+        "    stop.wait()\n"
+    )
+    root.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(kubeconfig), str(root)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        if line.strip() != "ready":
+            raise RuntimeError(f"local cluster process did not start (exit {proc.poll()})")
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def render(
+    rows: list[Row], info: dict[str, str], notes: list[str], args: argparse.Namespace
+) -> str:
+    """The markdown document: title, machine, table, notes."""
+    mode = "smoke (tiny sizes, not meaningful)" if args.smoke else "full"
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Run: {info['date']} · mode: {mode} · command: `python -m benchmarks"
+        + (" --smoke" if args.smoke else "")
+        + (f" --only {args.only}" if args.only else "")
+        + "`",
+        "",
+        f"Machine: {info['cpu']}, {info['cores']} cores, {info['memory']} RAM, "
+        f"Python {info['python']}, Linux {info['kernel']}",
+        "",
+        "Times are median (min-max) over the repetitions unless a row says otherwise; "
+        "ratios are baseline / ours (higher is better for us) unless the goal says otherwise. "
+        "Every baseline runs in the same process against the same local cluster.",
+        "",
+        fmt_table(rows),
+    ]
+    if notes:
+        lines += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, run the selected benchmarks, print and write the table."""
+    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, few repetitions (CI)")
+    ap.add_argument("--only", default="", help=f"comma-separated subset of {list(BENCHMARKS)}")
+    ap.add_argument("--output", default=None, help=f"markdown file (default {DEFAULT_OUTPUT})")
+    ap.add_argument("--kubeconfig", default=None, help="use this cluster instead of a new one")
+    ap.add_argument(
+        "--cluster",
+        choices=("process", "inprocess"),
+        default="process",
+        help="run the local cluster in a child process (default) or in this process",
+    )
+    ap.add_argument("--json", default=None, help="also write the rows as JSON here")
+    args = ap.parse_args(argv)
+
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        ap.error(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
+    output = Path(args.output) if args.output else DEFAULT_OUTPUT
+    info = machine_info()
+    rows: list[Row] = []
+    t_start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="tjm-bench-") as tmp:
+        workdir = Path(tmp)
+        with cluster_for(args.kubeconfig, workdir, args.cluster) as (
+            cluster,
+            kubeconfig,
+            namespace,
+        ):
+            os.environ["KUBECONFIG"] = kubeconfig
+            ctx = Context(
+                cluster=cluster,
+                kubeconfig=kubeconfig,
+                namespace=namespace,
+                smoke=args.smoke,
+                workdir=workdir,
+                reps=3 if args.smoke else 5,
+            )
+            try:
+                for name in names:
+                    t0 = time.monotonic()
+                    print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+                    try:
+                        mod = importlib.import_module(BENCHMARKS[name])
+                        got = mod.run(ctx)
+                    except fixtures.Unavailable as e:
+                        got = [Row(name, f"not available: {e}", "-", "-", "-", "n/a", bench=name)]
+                    except Exception as e:
+                        traceback.print_exc()
+                        msg = f"error: {type(e).__name__}: {e}".replace("|", "/")[:200]
+                        got = [Row(name, msg, "-", "-", "-", "n/a", bench=name)]
+                    rows += got
+                    print(
+                        f"[bench] {name} done in {time.monotonic() - t0:.1f}s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            finally:
+                fixtures.cleanup(ctx)
+    ctx.note(f"Whole run took {time.monotonic() - t_start:.0f} s.")
+    doc = render(rows, info, ctx.notes, args)
+    print(doc)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(doc)
+    print(f"[bench] wrote {output}", file=sys.stderr)
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"machine": info, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Quick start from a fresh clone: install what is needed, start the local cluster, execute
+# notebooks/quickstart.ipynb against it and print each cell's output.
+# The executed notebook (with widget state) is saved to artifacts/quickstart.executed.ipynb.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec python -m trainjob_magics.devtools.notebook_run notebooks/quickstart.ipynb \
+  --output artifacts/quickstart.executed.ipynb "$@"

@@ -1,0 +1,229 @@
+"""notebooks/quickstart.ipynb under nbclient (widget state stored) against the local cluster."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainjob_magics.devtools.notebook_run import (
+    WIDGET_VIEW_MIME,
+    cell_texts,
+    extract_widget_texts,
+    run_notebook,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = REPO / "notebooks" / "quickstart.ipynb"
+RUNNER = [sys.executable, "-m", "trainjob_magics.devtools.notebook_run"]
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _trainjobs(kubeconfig: str | Path) -> list[str]:
+    """Names of the TrainJobs in the default namespace, read through the API server."""
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        items = client.CustomObjectsApi(api).list_namespaced_custom_object(
+            "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs"
+        )["items"]
+    finally:
+        api.close()
+    return [item["metadata"]["name"] for item in items]
+
+
+def _cell_index(nb: Any, first_line: str, after: int = -1) -> int:
+    """Index of the first code cell after ``after`` whose source starts with ``first_line``."""
+    for index, cell in enumerate(nb.cells):
+        if index > after and cell.cell_type == "code" and cell.source.startswith(first_line):
+            return index
+    raise AssertionError(f"no code cell starting with {first_line!r}")
+
+
+def _widget_texts_of_cell(nb: Any, index: int) -> list[str]:
+    """Texts of the cell's widget views, resolved through the saved widget state only."""
+    texts = extract_widget_texts(nb)
+    found = []
+    for output in nb.cells[index].get("outputs", []):
+        view = (output.get("data") or {}).get(WIDGET_VIEW_MIME)
+        if view:
+            assert view["model_id"] in texts, f"cell {index}: widget {view} not in the saved state"
+            found.append(texts[view["model_id"]])
+    return found
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path, Any]]:
+    """Run the quickstart once against a local cluster; (notebook, saved path, cluster)."""
+    from trainjob_magics.localcluster import LocalCluster
+
+    out = tmp_path_factory.mktemp("quickstart") / "quickstart.executed.ipynb"
+    with LocalCluster() as cluster:
+        result = run_notebook(QUICKSTART, out, kubeconfig=cluster.kubeconfig_path, timeout=180)
+        assert result.error is None, (
+            f"cell {result.failed_cell} failed: {result.error}\n" + "\n".join(cell_texts(result.nb))
+        )
+        yield result.nb, out, cluster
+
+
+@pytest.fixture(scope="module")
+def job_name(executed: tuple[Any, Path, Any]) -> str:
+    """The TrainJob name, as the connect cell's status widget shows it."""
+    nb, _, _ = executed
+    connect = _cell_index(nb, "%trainjob_connect")
+    text = "\n".join(_widget_texts_of_cell(nb, connect))
+    match = re.search(r"TrainJob ([a-z][a-z0-9-]*)", text)
+    assert match, f"no TrainJob name in the connect widget: {text!r}"
+    return match.group(1)
+
+
+def test_connect_widget_shows_the_trainjob_running(
+    executed: tuple[Any, Path, Any], job_name: str
+) -> None:
+    nb, _, _ = executed
+    text = "\n".join(_widget_texts_of_cell(nb, _cell_index(nb, "%trainjob_connect")))
+    assert "mpi-interactive" in text
+    assert "Running" in text
+    assert "namespace default" in text
+
+
+def test_mpirun_hostname_shows_four_hostnames(
+    executed: tuple[Any, Path, Any], job_name: str
+) -> None:
+    nb, _, _ = executed
+    index = _cell_index(nb, "%%trainjob\nmpirun hostname")
+    widgets = _widget_texts_of_cell(nb, index)
+    assert widgets, "the mpirun cell shows no widget"
+    text = "\n".join(widgets)
+    expected = {
+        f"{job_name}-launcher-0-0",
+        f"{job_name}-node-0-0",
+        f"{job_name}-node-0-1",
+        f"{job_name}-node-0-2",
+    }
+    shown = {line.strip() for line in text.splitlines() if line.strip().startswith(job_name)}
+    assert shown == expected, text
+    assert sum(line.strip() in expected for line in text.splitlines()) == 4, text
+    assert re.search(r"exit code 0\b", text), text
+
+
+def test_multiline_cell_streams_stdout_and_stderr(executed: tuple[Any, Path, Any]) -> None:
+    nb, _, _ = executed
+    index = _cell_index(nb, '%%trainjob\necho "Running on')
+    text = "\n".join(_widget_texts_of_cell(nb, index))
+    steps = [text.find(f"step {n} of 3") for n in (1, 2, 3)]
+    assert all(pos >= 0 for pos in steps) and steps == sorted(steps), text
+    assert "a warning on stderr" in text
+    assert re.search(r"exit code 0\b", text), text
+    # stderr is styled apart: the saved HTML wraps it in its own span
+    models = nb.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
+    html_values = [m["state"].get("value", "") for m in models.values()]
+    assert any(
+        "a warning on stderr" in v and "tjm-stderr" in v for v in html_values if isinstance(v, str)
+    )
+
+
+def test_failing_command_shows_its_exit_code(executed: tuple[Any, Path, Any]) -> None:
+    nb, _, _ = executed
+    index = _cell_index(nb, "%%trainjob --no-raise-error")
+    cell = nb.cells[index]
+    assert not [o for o in cell.outputs if o.output_type == "error"]
+    text = "\n".join(_widget_texts_of_cell(nb, index))
+    assert "looking for a file that is not there" in text
+    assert "/no/such/file" in text  # ls's message on stderr
+    assert re.search(r"exit code 3\b", text), text
+    after = nb.cells[_cell_index(nb, "failed.returncode")]
+    assert after.outputs[0]["data"]["text/plain"] == "3"
+
+
+def test_status_shows_every_pod_running(executed: tuple[Any, Path, Any], job_name: str) -> None:
+    nb, _, _ = executed
+    text = "\n".join(_widget_texts_of_cell(nb, _cell_index(nb, "%trainjob_status")))
+    assert f"TrainJob {job_name}" in text
+    rows = [line for line in text.splitlines() if line.startswith(f"{job_name}-")]
+    roles = sorted(row.split()[0].removeprefix(f"{job_name}-").split("-")[0] for row in rows)
+    assert roles == ["launcher", "node", "node", "node"], text
+    for row in rows:
+        assert " Running " in f" {row} ", row
+    header = next(line for line in text.splitlines() if line.startswith("Name"))
+    assert "Phase" in header and "Role" in header
+
+
+def test_close_deletes_the_trainjob(executed: tuple[Any, Path, Any], job_name: str) -> None:
+    nb, _, cluster = executed
+    close = nb.cells[_cell_index(nb, "%trainjob_close")]
+    assert not [o for o in close.outputs if o.output_type == "error"]
+    assert job_name in "\n".join(cell_texts(nb))
+    assert job_name not in _trainjobs(cluster.kubeconfig_path)
+
+
+def test_token_not_in_saved_notebook(executed: tuple[Any, Path, Any]) -> None:
+    _, path, cluster = executed
+    saved = path.read_text()
+    assert cluster.token and cluster.token not in saved
+    assert "Bearer" not in saved
+
+
+def test_notebook_in_git_has_no_outputs() -> None:
+    import nbformat
+
+    nb = nbformat.read(str(QUICKSTART), as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None
+    assert "widgets" not in nb.metadata
+
+
+def test_quickstart_command_prints_each_cell(tmp_path: Path) -> None:
+    """The README quick-start runner: own local cluster, exit 0, every cell's output printed."""
+    out = tmp_path / "qs.ipynb"
+    proc = subprocess.run(
+        [*RUNNER, str(QUICKSTART), "--output", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    stdout = proc.stdout
+    assert out.is_file()
+    assert ">>> mpirun hostname" in stdout
+    assert len(re.findall(r"^\S+-(?:launcher|node)-0-\d$", stdout, re.M)) >= 4, stdout
+    assert re.search(r"exit code 3\b", stdout), stdout
+    assert "step 3 of 3" in stdout
+    assert stdout.find(">>> %trainjob_status") < stdout.rfind("Running")
+
+
+def test_runner_exits_non_zero_on_a_failing_cell(tmp_path: Path) -> None:
+    """A cell that fails (no --no-raise-error) stops the run; the error line is printed."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("print('first')"),
+            nbformat.v4.new_code_cell("raise RuntimeError('cell went wrong')"),
+            nbformat.v4.new_code_cell("print('never printed')"),
+        ]
+    )
+    path = tmp_path / "bad.ipynb"
+    nbformat.write(nb, str(path))
+    proc = subprocess.run(
+        [*RUNNER, str(path), "--no-cluster"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "KUBECONFIG": str(tmp_path / "unused")},
+    )
+    assert proc.returncode == 1
+    assert "first" in proc.stdout
+    assert "never printed" not in proc.stdout.replace(">>> print('never printed')", "")
+    assert "RuntimeError: cell went wrong" in proc.stderr
+    assert (tmp_path / "bad.executed.ipynb").is_file()

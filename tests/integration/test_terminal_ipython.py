@@ -1,0 +1,210 @@
+"""Terminal IPython (a real ``ipython`` in a pseudo-terminal) shows the plain-text fallback."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.timeout(240)
+
+IPYTHON = [
+    sys.executable,
+    "-m",
+    "IPython",
+    "--simple-prompt",
+    "--colors=NoColor",
+    "--no-banner",
+    "--no-confirm-exit",
+    "--HistoryManager.enabled=False",
+]
+
+
+class TerminalIPython:
+    """``ipython --simple-prompt`` on a pty; every chunk it writes is kept with its arrival time."""
+
+    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+        master, slave = pty.openpty()
+        self.master = master
+        self.proc = subprocess.Popen(
+            IPYTHON,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
+        )
+        os.close(slave)
+        self.chunks: list[tuple[float, str]] = []
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            with self._lock:
+                self.chunks.append((time.monotonic(), data.decode("utf-8", "replace")))
+
+    def text(self) -> str:
+        """Everything the terminal showed so far (``\\r\\n`` as ``\\n``)."""
+        with self._lock:
+            return "".join(c for _, c in self.chunks).replace("\r\n", "\n")
+
+    def when(self, needle: str, start: int = 0) -> float | None:
+        """Monotonic time at which ``needle`` had fully arrived (searching from char ``start``)."""
+        with self._lock:
+            chunks = list(self.chunks)
+        seen = ""
+        for at, chunk in chunks:
+            seen += chunk.replace("\r\n", "\n")
+            if seen.find(needle, start) >= 0:
+                return at
+        return None
+
+    def wait_for(self, pattern: str | re.Pattern[str], timeout: float, start: int = 0) -> Any:
+        """Wait until ``pattern`` (regex) matches the output after char ``start``."""
+        regex = re.compile(pattern) if isinstance(pattern, str) else pattern
+        deadline = time.monotonic() + timeout
+        while True:
+            match = regex.search(self.text(), start)
+            if match:
+                return match
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"{regex.pattern!r} not seen; terminal showed:\n{self.text()}")
+            time.sleep(0.05)
+
+    def run(self, source: str, timeout: float = 120) -> str:
+        """Type a cell, wait for the next prompt, and return what the cell printed."""
+        start = len(self.text())
+        count = int(self.wait_for(r"In \[(\d+)\]: ", 60).group(1))
+        lines = source.rstrip("\n").split("\n")
+        body = "\n".join(lines) + ("\n\n\n" if len(lines) > 1 or source.startswith("%%") else "\n")
+        os.write(self.master, body.encode())
+        self.wait_for(rf"In \[{count + 1}\]: ", timeout, start)
+        return self.text()[start:]
+
+    def exit(self, timeout: float = 120) -> int:
+        """Type ``exit`` and wait for the process to end."""
+        os.write(self.master, b"exit\n")
+        return self.proc.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        """Kill the process group if it is still running and close the pty."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        os.close(self.master)
+
+
+def _trainjobs(kubeconfig: str | Path) -> list[str]:
+    """Names of the TrainJobs in the default namespace, read through the API server."""
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        items = client.CustomObjectsApi(api).list_namespaced_custom_object(
+            "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs"
+        )["items"]
+    finally:
+        api.close()
+    return [item["metadata"]["name"] for item in items]
+
+
+@pytest.fixture
+def cluster() -> Iterator[Any]:
+    """A local cluster of its own, so the TrainJob list is this test's alone."""
+    from trainjob_magics.localcluster import LocalCluster
+
+    with LocalCluster() as c:
+        yield c
+
+
+@pytest.fixture
+def terminal(cluster: Any, tmp_path: Path) -> Iterator[TerminalIPython]:
+    """Terminal IPython with KUBECONFIG of the local cluster and a private IPYTHONDIR."""
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig_path),
+        "IPYTHONDIR": str(tmp_path / "ipython"),
+        "TERM": "dumb",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("JPY_PARENT_PID", None)
+    term = TerminalIPython(env, tmp_path)
+    try:
+        yield term
+    finally:
+        term.kill()
+
+
+def test_terminal_ipython_text_fallback(terminal: TerminalIPython, cluster: Any) -> None:
+    out = terminal.run("%load_ext trainjob_magics")
+    assert "Error" not in out, out
+
+    out = terminal.run("%trainjob_connect mpi-interactive --nodes 2", timeout=120)
+    names = _trainjobs(cluster.kubeconfig_path)
+    assert len(names) == 1, names
+    job = names[0]
+    assert re.search(rf"Session 'default' ready: TrainJob {job}\b", out), out
+    # the status streamed as text while waiting: one line per change, ending Running
+    assert re.search(rf"\] {job}: Running, 2/2 pods running", out), out
+
+    out = terminal.run("%trainjob_status")
+    assert f"TrainJob {job}" in out and "mpi-interactive" in out, out
+    rows = [line.strip() for line in out.splitlines() if line.strip().startswith(f"{job}-")]
+    assert len(rows) == 2, out
+    assert all(" Running " in row for row in rows), out
+    assert any(" launcher " in row for row in rows) and any(" node " in row for row in rows)
+    assert re.search(r"NAME\s+ROLE\s+PHASE\s+READY", out), out
+
+    start = len(terminal.text())
+    out = terminal.run(
+        "%%trainjob\n"
+        'for i in 1 2 3; do echo "tick-$i"; sleep 1; done\n'
+        'echo "to-stderr" >&2\n'
+        'echo "all-$((1+1))-done"',
+        timeout=60,
+    )
+    for needle in ("tick-1\n", "tick-2\n", "tick-3\n", "to-stderr\n", "all-2-done\n"):
+        assert needle in out, out
+    footer = re.search(r"exit code 0 · (\d+\.\d+) s", out)
+    assert footer, out
+    assert float(footer.group(1)) >= 2.5
+    at = {n: terminal.when(n, start) for n in ("tick-1\n", "tick-2\n", "tick-3\n", "exit code 0")}
+    assert None not in at.values(), at
+    # streamed live: each line arrived about a second apart, well before the command ended
+    assert at["tick-1\n"] < at["tick-2\n"] < at["tick-3\n"] < at["exit code 0"], at
+    assert at["exit code 0"] - at["tick-1\n"] >= 1.5, at
+    assert at["tick-2\n"] - at["tick-1\n"] >= 0.5, at
+
+    out = terminal.run("%%trainjob\necho before-fail\nexit 7", timeout=60)
+    assert "before-fail\n" in out, out
+    assert re.search(r"exit code 7 · ", out), out
+    assert "TrainJobCellError" in out and "exited with code 7" in out, out
+    assert "Traceback" not in out, out
+
+    out = terminal.run("_trainjob.returncode, _trainjob.stdout")
+    assert "(7, 'before-fail\\n')" in out, out
+
+    assert job in _trainjobs(cluster.kubeconfig_path)
+    assert terminal.exit() == 0, terminal.text()
+    assert job not in _trainjobs(cluster.kubeconfig_path), "the TrainJob outlived the shell"
+    assert cluster.token not in terminal.text()

@@ -1,0 +1,105 @@
+"""TrainJob bodies: v2.3-valid (checked against the real CRD), labelled, keep-alive injected."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from trainjob_magics.engine import trainjob_body as tb
+
+crd_schema = pytest.importorskip("tests.crd_schema")
+
+
+@pytest.fixture(scope="module")
+def validator():
+    return crd_schema.crd_validator("trainjobs")
+
+
+def _errors(validator, body):
+    return sorted(e.message for e in validator.iter_errors(body))
+
+
+def test_default_body_injects_keep_alive_and_labels(validator) -> None:
+    body = tb.build_trainjob("abc", "default", "mpi-interactive")
+    assert body["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
+    assert body["kind"] == "TrainJob"
+    assert body["spec"]["trainer"]["command"] == tb.KEEP_ALIVE_COMMAND == ["sleep", "infinity"]
+    assert body["spec"]["runtimeRef"] == {
+        "name": "mpi-interactive",
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "ClusterTrainingRuntime",
+    }
+    labels = body["metadata"]["labels"]
+    assert labels["app.kubernetes.io/managed-by"] == "trainjob-magics"
+    assert labels["trainjob-magics/session"] == "true"
+    ann = body["metadata"]["annotations"]
+    assert ann["trainjob-magics/owner-pid"] == str(os.getpid())
+    assert ann["trainjob-magics/owner-host"]
+    assert ann["trainjob-magics/created-by"]
+    assert _errors(validator, body) == []
+
+
+def test_keep_alive_is_a_copy() -> None:
+    body = tb.build_trainjob("abc", "default", "torch-distributed")
+    body["spec"]["trainer"]["command"].append("x")
+    assert tb.KEEP_ALIVE_COMMAND == ["sleep", "infinity"]
+
+
+def test_full_body_validates(validator) -> None:
+    body = tb.build_trainjob(
+        "full-job",
+        "team-a",
+        "torch-distributed",
+        runtime_kind="TrainingRuntime",
+        image="pytorch/pytorch:2",
+        num_nodes=4,
+        command=["python", "-c", "print(1)"],
+        args=["--x"],
+        cpu="4",
+        memory="16Gi",
+        gpu="8",
+        env={"A": "1", "B": "two"},
+        labels={"kueue.x-k8s.io/queue-name": "user-queue"},
+    )
+    trainer = body["spec"]["trainer"]
+    # The caller's command is used, nothing injected.
+    assert trainer["command"] == ["python", "-c", "print(1)"]
+    assert trainer["numNodes"] == 4
+    assert trainer["image"] == "pytorch/pytorch:2"
+    assert trainer["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "two"}]
+    res = trainer["resourcesPerNode"]
+    assert res["limits"] == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "8"}
+    assert res["requests"] == res["limits"]
+    assert body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "user-queue"
+    assert body["spec"]["runtimeRef"]["kind"] == "TrainingRuntime"
+    assert _errors(validator, body) == []
+
+
+def test_no_removed_fields() -> None:
+    body = tb.build_trainjob("abc", "default", "x", env={"A": "1"}, cpu="1")
+    for removed in ("labels", "annotations", "podSpecOverrides", "podTemplateOverrides"):
+        assert removed not in body["spec"]
+
+
+def test_validator_would_catch_a_bad_body(validator) -> None:
+    """The CRD check is real: a removed v2.1 field or a bad name type fails it."""
+    body = tb.build_trainjob("abc", "default", "x")
+    body["spec"]["trainer"]["numNodes"] = "four"
+    assert _errors(validator, body)
+
+
+def test_generated_names_look_like_the_sdk() -> None:
+    names = {tb.generate_name() for _ in range(200)}
+    assert len(names) == 200
+    for name in names:
+        assert re.fullmatch(r"[a-z][0-9a-f]{11}", name)
+
+
+def test_runtime_ref_defaults() -> None:
+    assert tb.runtime_ref({"spec": {"runtimeRef": {"name": "r"}}}) == (
+        "r",
+        "ClusterTrainingRuntime",
+    )
+    assert tb.trainjob_path("ns", "j") == "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/j"

@@ -1,0 +1,173 @@
+"""Text rendering: terminal-like buffer, throttle, streamed text output, status tables."""
+
+from __future__ import annotations
+
+import io
+from datetime import datetime, timedelta, timezone
+
+from trainjob_magics.engine.result import JobStatus, PodInfo
+from trainjob_magics.magics.text_output import (
+    ScreenBuffer,
+    TextOutputView,
+    Throttle,
+    footer_text,
+    format_age,
+    format_sessions,
+    format_status,
+    hidden_note,
+    status_change_line,
+    strip_ansi,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_buffer_lines_and_partials() -> None:
+    b = ScreenBuffer()
+    assert b.feed("stdout", "a\nb") == [("stdout", "a")]
+    assert b.feed("stdout", "c\n") == [("stdout", "bc")]
+    b.feed("stderr", "warn")
+    assert b.view() == [("stdout", "a"), ("stdout", "bc"), ("stderr", "warn")]
+
+
+def test_carriage_return_overwrites_like_a_terminal() -> None:
+    b = ScreenBuffer()
+    b.feed("stderr", "progress 10%\rprogress 50%\rprogress 100%\n")
+    assert b.view() == [("stderr", "progress 100%")]
+    b.feed("stdout", "abcdef\rXY")
+    assert b.partials() == [("stdout", "XYcdef")]
+    b.feed("stdout", "\r\n")
+    assert b.lines[-1] == ("stdout", "XYcdef")
+    b.feed("stdout", "x\r\ny\n")  # CRLF ends lines
+    assert list(b.lines)[-2:] == [("stdout", "x"), ("stdout", "y")]
+
+
+def test_cr_split_across_chunks() -> None:
+    b = ScreenBuffer()
+    for chunk in ["12", "%\r", "50", "%", "\r10", "0%", "\n"]:
+        b.feed("stdout", chunk)
+    assert b.view() == [("stdout", "100%")]
+
+
+def test_cap_keeps_last_lines_and_counts_hidden() -> None:
+    b = ScreenBuffer(max_lines=3)
+    b.feed("stdout", "".join(f"{i}\n" for i in range(10)))
+    assert [t for _, t in b.view()] == ["7", "8", "9"]
+    assert b.hidden == 7 and b.total == 10
+
+
+def test_long_line_is_cut() -> None:
+    b = ScreenBuffer(max_line_chars=5)
+    b.feed("stdout", "x" * 12 + "\n")
+    assert b.lines[0] == ("stdout", "xxxxx … [7 more characters]")
+
+
+def test_throttle_limits_rate() -> None:
+    clock = Clock()
+    t = Throttle(0.1, clock)
+    assert t.ready()
+    assert not t.ready()
+    clock.t = 0.05
+    assert not t.ready()
+    clock.t = 0.11
+    assert t.ready()
+
+
+def test_hidden_note_and_footer() -> None:
+    assert hidden_note(1234, "r.stdout") == "[… 1,234 lines hidden; the full output is in r.stdout]"
+    assert footer_text(0, 1.234, "p-0") == "exit code 0 · 1.23 s · pod p-0"
+    assert footer_text(None, 2, extra="interrupted") == "no exit code · 2.00 s · interrupted"
+
+
+def test_strip_ansi() -> None:
+    assert strip_ansi("\x1b[31mred\x1b[0m \x1b]0;title\x07ok") == "red ok"
+
+
+def _view(max_lines: int = 1000) -> tuple[TextOutputView, io.StringIO, io.StringIO, Clock]:
+    out, err, clock = io.StringIO(), io.StringIO(), Clock()
+    v = TextOutputView(max_lines=max_lines, interval=0.1, where="res.stdout", stdout=out, stderr=err, clock=clock)
+    return v, out, err, clock
+
+
+def test_text_view_streams_lines_live_to_their_streams() -> None:
+    v, out, err, _ = _view()
+    v.write("stdout", "hello\n")
+    assert out.getvalue() == "hello\n"
+    v.write("stderr", "oops\n")
+    assert err.getvalue() == "oops\n"
+    v.finish("exit code 0 · 0.10 s")
+    assert out.getvalue().endswith("exit code 0 · 0.10 s\n")
+
+
+def test_text_view_progress_bar_is_throttled_and_overwritten() -> None:
+    v, _, err, clock = _view()
+    for i in range(100):
+        v.write("stderr", f"\r{i:3d}%")
+    shown = err.getvalue()
+    assert shown.count("\r") <= 2  # first update only; the rest within the same interval
+    clock.t = 1.0
+    v.tick()
+    assert err.getvalue().endswith("\r 99%")
+    v.write("stderr", "\rdone\n")
+    assert err.getvalue().endswith("\rdone\n")
+
+
+def test_text_view_caps_and_prints_tail_with_note() -> None:
+    v, out, _, _ = _view(max_lines=20)
+    v.write("stdout", "".join(f"line {i}\n" for i in range(1000)))
+    v.finish("exit code 0 · 1.00 s")
+    lines = out.getvalue().splitlines()
+    assert lines[:20] == [f"line {i}" for i in range(20)]
+    assert lines[20] == "[… 978 lines hidden; the full output is in res.stdout]"
+    assert lines[21:23] == ["line 998", "line 999"]
+    assert lines[-1] == "exit code 0 · 1.00 s"
+
+
+def test_text_view_unfinished_line_printed_at_finish() -> None:
+    v, out, _, _ = _view()
+    v.write("stdout", "no newline")
+    v.finish()
+    assert out.getvalue().endswith("no newline\n")
+
+
+def _status(state: str = "Running") -> JobStatus:
+    now = datetime.now(timezone.utc)
+    pods = [
+        PodInfo("j-launcher-0", "launcher", "Running", True, "local", 0, now - timedelta(seconds=75), "", True),
+        PodInfo("j-node-0", "node", "Pending", False, "", 2, now, "ContainerCreating", False),
+    ]
+    return JobStatus("j", "default", "mpi-interactive", state, "waiting for pods", pods, "j-launcher-0", 12.5)
+
+
+def test_format_status_table() -> None:
+    text = format_status(_status())
+    lines = text.splitlines()
+    assert lines[0] == "TrainJob j · namespace default · runtime mpi-interactive · Running · elapsed 12s"
+    assert "waiting for pods" in lines[1]
+    assert lines[2].split() == ["NAME", "ROLE", "PHASE", "READY", "NODE", "RESTARTS", "AGE", "WAITING"]
+    assert lines[3].split()[:7] == ["j-launcher-0", "*", "launcher", "Running", "yes", "local", "0"]
+    assert "1m15s" in lines[3] or "1m16s" in lines[3]
+    assert lines[4].split()[-1] == "ContainerCreating"
+
+
+def test_status_change_line() -> None:
+    line = status_change_line(_status("Pending"))
+    assert line == "[12s] j: Pending, 1/2 pods running (ContainerCreating) - waiting for pods"
+
+
+def test_format_age() -> None:
+    now = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    assert format_age(None) == "-"
+    assert format_age(now - timedelta(seconds=5), now) == "5s"
+    assert format_age(now - timedelta(hours=2, minutes=5), now) == "2h05m"
+    assert format_age(now - timedelta(days=3), now) == "3d0h"
+
+
+def test_format_sessions_empty() -> None:
+    assert "%trainjob_connect" in format_sessions([])

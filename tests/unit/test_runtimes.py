@@ -1,0 +1,189 @@
+"""Preloaded runtimes are valid ClusterTrainingRuntimes and the helpers read them right."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.crd_schema import crd_validator, field_path, load_crd_schema, prune, shared_dir
+from trainjob_magics.localcluster.runtimes import (
+    ANCESTOR_LABEL,
+    load_builtin_runtimes,
+    mpi_policy,
+    parse_runtime_yaml,
+    replicated_jobs,
+    runtime_framework,
+    runtime_num_nodes,
+    trainer_replicated_job,
+)
+
+SHARED_RUNTIMES = ["torch", "deepspeed", "jax", "mlx", "xgboost"]
+
+
+def builtin(name: str) -> dict:
+    return {r["metadata"]["name"]: r for r in load_builtin_runtimes()}[name]
+
+
+def shared_runtime(framework: str) -> dict:
+    path = shared_dir() / "k8s/trainer-v2.3.0/runtimes" / f"{framework}_distributed.yaml"
+    [doc] = parse_runtime_yaml(path.read_text())
+    return doc
+
+
+def assert_valid(plural: str, obj: dict) -> None:
+    pruned, warnings = prune(load_crd_schema(plural), obj)
+    assert warnings == [], f"fields the real server would drop: {warnings}"
+    errors = [f"{field_path(e)}: {e.message}" for e in crd_validator(plural).iter_errors(pruned)]
+    assert errors == []
+
+
+def test_builtin_names() -> None:
+    names = [r["metadata"]["name"] for r in load_builtin_runtimes()]
+    assert names == ["deepspeed-distributed", "mpi-interactive", "torch-distributed"]
+
+
+@pytest.mark.parametrize("name", ["torch-distributed", "deepspeed-distributed", "mpi-interactive"])
+def test_builtin_valid_against_real_crd(name: str) -> None:
+    runtime = builtin(name)
+    assert_valid("clustertrainingruntimes", runtime)
+    namespaced = {**copy.deepcopy(runtime), "kind": "TrainingRuntime"}
+    namespaced["metadata"]["namespace"] = "default"
+    assert_valid("trainingruntimes", namespaced)
+
+
+def test_validator_catches_a_broken_runtime() -> None:
+    runtime = builtin("mpi-interactive")
+    runtime["spec"]["mlPolicy"]["mpi"]["mpiImplementation"] = "MPICH"
+    runtime["spec"]["mlPolicy"]["torch"] = {}
+    errors = list(crd_validator("clustertrainingruntimes").iter_errors(runtime))
+    paths = {field_path(e) for e in errors}
+    assert paths == {"spec.mlPolicy.mpi.mpiImplementation", "spec.mlPolicy"}
+
+
+@pytest.mark.parametrize(
+    ("framework", "name"), [("torch", "torch-distributed"), ("deepspeed", "deepspeed-distributed")]
+)
+def test_builtin_faithful_to_trainer_v230(framework: str, name: str) -> None:
+    assert builtin(name) == shared_runtime(framework)
+
+
+@pytest.mark.parametrize(
+    ("name", "trainer", "jobs", "launcher_as_node", "framework"),
+    [
+        ("torch-distributed", "node", ["node"], None, "torch"),
+        ("deepspeed-distributed", "launcher", ["node", "launcher"], True, "deepspeed"),
+        ("mpi-interactive", "launcher", ["node", "launcher"], True, "mpi"),
+    ],
+)
+def test_helpers(
+    name: str, trainer: str, jobs: list[str], launcher_as_node: bool | None, framework: str
+) -> None:
+    runtime = builtin(name)
+    assert trainer_replicated_job(runtime) == trainer
+    assert [j["name"] for j in replicated_jobs(runtime)] == jobs
+    assert runtime_num_nodes(runtime) == 1
+    assert runtime_framework(runtime) == framework
+    policy = mpi_policy(runtime)
+    if launcher_as_node is None:
+        assert policy is None
+    else:
+        assert policy is not None and policy["runLauncherAsNode"] is launcher_as_node
+        assert policy["mpiImplementation"] == "OpenMPI"
+        assert policy["sshAuthMountPath"] == "/home/mpiuser/.ssh"
+
+
+def test_mpi_interactive_layout() -> None:
+    runtime = builtin("mpi-interactive")
+    node, launcher = replicated_jobs(runtime)
+    assert launcher["dependsOn"] == [{"name": "node", "status": "Ready"}]
+    assert launcher["template"]["metadata"]["labels"] == {ANCESTOR_LABEL: "trainer"}
+    assert ANCESTOR_LABEL not in (node["template"].get("metadata") or {}).get("labels", {})
+    for job in (node, launcher):
+        [container] = job["template"]["spec"]["template"]["spec"]["containers"]
+        assert container["name"] == "node"
+    [node_container] = node["template"]["spec"]["template"]["spec"]["containers"]
+    assert node_container["command"] == ["/usr/sbin/sshd"]
+
+
+def test_helpers_on_jobset_and_fallbacks() -> None:
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "spec": copy.deepcopy(builtin("deepspeed-distributed")["spec"]["template"]["spec"]),
+    }
+    assert trainer_replicated_job(jobset) == "launcher"
+    for job in jobset["spec"]["replicatedJobs"]:
+        job["template"].pop("metadata", None)
+    assert trainer_replicated_job(jobset) == "launcher"  # seed PR fallback
+    jobset["spec"]["replicatedJobs"][1]["name"] = "worker"
+    with pytest.raises(ValueError, match="cannot tell"):
+        trainer_replicated_job(jobset)
+    assert runtime_num_nodes({"spec": {"mlPolicy": {"numNodes": 4}}}) == 4
+    assert runtime_num_nodes({"spec": {}}) == 1
+    assert mpi_policy({"spec": {"mlPolicy": {"mpi": {}}}}) == {
+        "numProcPerNode": 1,
+        "mpiImplementation": "OpenMPI",
+        "sshAuthMountPath": "/root/.ssh",
+        "runLauncherAsNode": False,
+    }
+
+
+@pytest.mark.parametrize("framework", SHARED_RUNTIMES)
+def test_parse_real_shared_runtimes(framework: str) -> None:
+    runtime = shared_runtime(framework)
+    assert runtime["kind"] == "ClusterTrainingRuntime"
+    assert runtime["metadata"]["name"] == f"{framework}-distributed"
+    assert trainer_replicated_job(runtime) in {"node", "launcher"}
+    assert_valid("clustertrainingruntimes", runtime)
+
+
+def test_parse_multi_doc_and_builtin_files_round_trip() -> None:
+    text = "\n---\n".join(
+        (shared_dir() / "k8s/trainer-v2.3.0/runtimes" / f"{f}_distributed.yaml").read_text()
+        for f in SHARED_RUNTIMES
+    )
+    docs = parse_runtime_yaml(text + "\n---\n")
+    assert [d["metadata"]["name"] for d in docs] == [f"{f}-distributed" for f in SHARED_RUNTIMES]
+    namespaced = parse_runtime_yaml(
+        "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainingRuntime\n"
+        "metadata: {name: mine, namespace: team}\n"
+        "spec: {template: {spec: {replicatedJobs: [{name: node}]}}}\n"
+    )
+    assert namespaced[0]["kind"] == "TrainingRuntime"
+    assert trainer_replicated_job(namespaced[0]) == "node"
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        (None, r"document 1 is TrainJob \(trainer.kubeflow.org/v1alpha1\); expected"),
+        ("kind: ClusterTrainingRuntime\napiVersion: v1\nmetadata: {name: x}\n", r"\(v1\)"),
+        ("- a\n- b\n", "not a mapping"),
+        ("", "no documents"),
+        ("a: [unclosed\n", "does not parse"),
+        (
+            "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\nspec: {}\n",
+            "no metadata.name",
+        ),
+        (
+            "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\n"
+            "metadata: {name: x}\nspec: {mlPolicy: {numNodes: 1}}\n",
+            "no spec.template.spec.replicatedJobs",
+        ),
+    ],
+)
+def test_parse_rejects_non_runtimes(text: str | None, match: str) -> None:
+    if text is None:
+        text = (
+            shared_dir() / "k8s/trainer-v2.3.0/runtimes/example_flux-interactive-trainjob.yaml"
+        ).read_text()
+    with pytest.raises(ValueError, match=match):
+        parse_runtime_yaml(text)
+
+
+def test_a_runtime_then_a_trainjob_is_rejected_with_its_index() -> None:
+    good = (shared_dir() / "k8s/trainer-v2.3.0/runtimes/torch_distributed.yaml").read_text()
+    bad = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"
+    with pytest.raises(ValueError, match="document 2 is ConfigMap"):
+        parse_runtime_yaml(good + "\n---\n" + bad)

@@ -1,0 +1,1 @@
+"""Developer tools: run notebooks against the local cluster and print what they show."""

@@ -1,0 +1,128 @@
+"""Build TrainJob bodies valid for Kubeflow Trainer v2.3 (trainer.kubeflow.org/v1alpha1).
+
+No removed fields (``spec.labels``, ``spec.annotations``, ``spec.podSpecOverrides``): everything
+the project needs to find its own jobs lives in ``metadata``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import random
+import secrets
+import socket
+import string
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+GROUP = "trainer.kubeflow.org"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+TRAINJOBS = "trainjobs"
+CLUSTER_RUNTIME_KIND = "ClusterTrainingRuntime"
+RUNTIME_KIND = "TrainingRuntime"
+
+# Keeps the trainer pod alive; a later change swaps in the idle-watchdog script.
+KEEP_ALIVE_COMMAND: list[str] = ["sleep", "infinity"]
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "trainjob-magics"
+SESSION_LABEL = "trainjob-magics/session"
+OWNER_HOST_ANNOTATION = "trainjob-magics/owner-host"
+OWNER_PID_ANNOTATION = "trainjob-magics/owner-pid"
+CREATED_BY_ANNOTATION = "trainjob-magics/created-by"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def generate_name() -> str:
+    """Random TrainJob name like the Kubeflow SDK's: a lowercase letter plus 11 hex characters."""
+    return random.choice(string.ascii_lowercase) + secrets.token_hex(6)[:11]
+
+
+def owner_annotations() -> dict[str, str]:
+    """Annotations naming the creating host, user and process (used to find orphans)."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no user database entry (containers with arbitrary uids)
+        user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+    return {
+        OWNER_HOST_ANNOTATION: socket.gethostname(),
+        OWNER_PID_ANNOTATION: str(os.getpid()),
+        CREATED_BY_ANNOTATION: user,
+    }
+
+
+def resources_per_node(
+    cpu: str | None, memory: str | None, gpu: str | None
+) -> dict[str, dict[str, str]] | None:
+    """``ResourceRequirements`` with equal requests and limits (GPUs need limits)."""
+    amounts = {"cpu": cpu, "memory": memory, GPU_RESOURCE: gpu}
+    given = {key: value for key, value in amounts.items() if value is not None}
+    if not given:
+        return None
+    return {"requests": dict(given), "limits": dict(given)}
+
+
+def build_trainjob(
+    name: str,
+    namespace: str,
+    runtime: str,
+    *,
+    runtime_kind: str = CLUSTER_RUNTIME_KIND,
+    image: str | None = None,
+    num_nodes: int | None = None,
+    command: Sequence[str] | None = None,
+    args: Sequence[str] | None = None,
+    cpu: str | None = None,
+    memory: str | None = None,
+    gpu: str | None = None,
+    env: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Return the TrainJob manifest; inputs are assumed validated (see ``validation``).
+
+    ``command=None`` injects :data:`KEEP_ALIVE_COMMAND`.
+    """
+    trainer: dict[str, Any] = {
+        "command": list(command) if command is not None else list(KEEP_ALIVE_COMMAND)
+    }
+    if image:
+        trainer["image"] = image
+    if args:
+        trainer["args"] = list(args)
+    if env:
+        trainer["env"] = [{"name": key, "value": value} for key, value in env.items()]
+    if num_nodes is not None:
+        trainer["numNodes"] = num_nodes
+    resources = resources_per_node(cpu, memory, gpu)
+    if resources:
+        trainer["resourcesPerNode"] = resources
+    metadata_labels = dict(labels or {})
+    metadata_labels[MANAGED_BY_LABEL] = MANAGED_BY_VALUE
+    metadata_labels[SESSION_LABEL] = "true"
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "TrainJob",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": metadata_labels,
+            "annotations": owner_annotations(),
+        },
+        "spec": {
+            "runtimeRef": {"name": runtime, "apiGroup": GROUP, "kind": runtime_kind},
+            "trainer": trainer,
+        },
+    }
+
+
+def trainjob_path(namespace: str, name: str | None = None) -> str:
+    """REST path of the TrainJob collection, or of one TrainJob."""
+    base = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{TRAINJOBS}"
+    return f"{base}/{name}" if name else base
+
+
+def runtime_ref(trainjob: Mapping[str, Any]) -> tuple[str, str]:
+    """``(name, kind)`` of a TrainJob's runtimeRef (kind defaults to ClusterTrainingRuntime)."""
+    ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
+    return str(ref.get("name") or ""), str(ref.get("kind") or CLUSTER_RUNTIME_KIND)

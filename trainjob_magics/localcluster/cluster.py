@@ -1,0 +1,246 @@
+"""LocalCluster: the API server, store and controller in a background thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import signal
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from .apierror import ApiError
+from .controller import Controller
+from .faults import Faults
+from .kubeconfig import write_kubeconfig
+from .resources import (
+    CLUSTER_TRAINING_RUNTIMES,
+    NAMESPACES,
+    TRAINING_RUNTIMES,
+    Registry,
+    default_registry,
+)
+from .server import AdmissionHook, ApiServer, ServerContext, User, new_token
+from .store import Store
+from .tls import make_tls
+
+log = logging.getLogger(__name__)
+ADMIN_USER = "local-admin"
+START_TIMEOUT = 30.0
+
+
+class LocalCluster:
+    """A local Kubernetes-API-compatible cluster for TrainJobs.
+
+    Use as a context manager, or call start()/stop(). run_forever() blocks (for the CLI).
+    """
+
+    def __init__(
+        self,
+        kubeconfig_path: str | Path | None = None,
+        port: int = 0,
+        pending_delay: float = 0.05,
+        start_delay: float = 0.1,
+        delete_grace: float = 0.05,
+        ancestor_label_on_pods: bool = False,
+        root_dir: str | Path | None = None,
+        bookmark_interval: float = 1.0,
+        load_builtin_runtimes: bool = True,
+    ) -> None:
+        self._own_root = root_dir is None
+        self.root = Path(root_dir) if root_dir else Path(tempfile.mkdtemp(prefix="tjm-cluster-"))
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._own_kubeconfig = kubeconfig_path is None
+        self.kubeconfig_path = Path(kubeconfig_path or self.root / "kubeconfig")
+        self.port = port
+        self.namespace = "default"
+        self.token = new_token()
+        self.faults = Faults()
+        self.store = Store()
+        self.registry: Registry = default_registry()
+        self._tls = make_tls(self.root / "tls")
+        self.controller = Controller(
+            self.store,
+            self.root,
+            self.faults,
+            pending_delay=pending_delay,
+            start_delay=start_delay,
+            delete_grace=delete_grace,
+            ancestor_label_on_pods=ancestor_label_on_pods,
+        )
+        self._users: dict[str, User] = {self.token: User(ADMIN_USER)}
+        self.admission_hooks: list[AdmissionHook] = []
+        self._bookmark_interval = bookmark_interval
+        self._load_builtins = load_builtin_runtimes
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._ctx: ServerContext | None = None
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
+        self.url = ""
+        for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
+            self.store.create(NAMESPACES, {"metadata": {"name": ns}, "status": {"phase": "Active"}})
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> LocalCluster:
+        if self._thread is not None:
+            return self
+        if self._load_builtins:
+            from .runtimes import load_builtin_runtimes
+
+            for rt in load_builtin_runtimes():
+                self._store_runtime(rt)
+        self._thread = threading.Thread(target=self._thread_main, name="local-cluster", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(START_TIMEOUT) or self._start_error is not None:
+            raise RuntimeError(f"local cluster failed to start: {self._start_error}")
+        write_kubeconfig(self.kubeconfig_path, self.url, self._tls.ca_pem, self.token, ADMIN_USER)
+        return self
+
+    def _thread_main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as exc:  # report start failures to start()
+            self._start_error = exc
+            self._ready.set()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _serve(self) -> None:
+        self._stop_event = asyncio.Event()
+        ctx = ServerContext(
+            store=self.store,
+            registry=self.registry,
+            controller=self.controller,
+            faults=self.faults,
+            users=self._users,
+            stopping=asyncio.Event(),
+            bookmark_interval=self._bookmark_interval,
+            admission_hooks=self.admission_hooks,
+        )
+        self._ctx = ctx
+        app = ApiServer(ctx).make_app()
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=2.0)
+        await self._runner.setup()
+        site = web.TCPSite(
+            self._runner, "127.0.0.1", self.port, ssl_context=self._tls.server_context()
+        )
+        await site.start()
+        sock = site._server.sockets[0]  # type: ignore[union-attr]
+        self.port = sock.getsockname()[1]
+        self.url = f"https://127.0.0.1:{self.port}"
+        ctx.address = f"127.0.0.1:{self.port}"
+        self.controller.start(asyncio.get_running_loop())
+        self._ready.set()
+        await self._stop_event.wait()
+        ctx.stopping.set()
+        self.store.close_all()
+        await self.controller.shutdown()
+        await self._runner.cleanup()
+
+    def stop(self) -> None:
+        """Stop the server, kill every pod process, remove temporary files."""
+        if self._thread is None or self._loop is None:
+            return
+        loop = self._loop
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._stop_event.set)
+        self._thread.join(timeout=15)
+        self._thread = None
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+        elif self._own_kubeconfig:
+            self.kubeconfig_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def run_forever(self) -> None:
+        """Start (if needed) and block until Ctrl-C or SIGTERM, then stop."""
+        self.start()
+        done = threading.Event()
+
+        def on_signal(signum: int, frame: Any) -> None:
+            done.set()
+
+        old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            while not done.wait(0.5):
+                pass
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            self.stop()
+
+    # -- helpers for tests and the CLI -----------------------------------------------------
+
+    def _store_runtime(self, rt: dict[str, Any]) -> dict[str, Any]:
+        kind = CLUSTER_TRAINING_RUNTIMES
+        if rt.get("kind") == "TrainingRuntime":
+            kind = TRAINING_RUNTIMES
+        ns = (rt.get("metadata") or {}).get("namespace") or self.namespace
+        name = rt["metadata"]["name"]
+        existing = self.store.try_get(kind, ns if kind.namespaced else None, name)
+        if existing is not None:
+            rt = {**rt, "metadata": {**rt["metadata"], "resourceVersion": None}}
+            rt["metadata"].pop("resourceVersion")
+            rt["metadata"]["namespace"] = existing["metadata"].get("namespace")
+            if not kind.namespaced:
+                rt["metadata"].pop("namespace")
+            return self.store.replace(kind, rt, check_rv=False)
+        return self.store.create(kind, rt, ns if kind.namespaced else None)
+
+    def load_runtime_yaml(self, text_or_path: str | Path) -> list[dict[str, Any]]:
+        """Load (create or replace) ClusterTrainingRuntimes/TrainingRuntimes from YAML."""
+        from .runtimes import parse_runtime_yaml
+
+        text = str(text_or_path)
+        if isinstance(text_or_path, Path) or ("\n" not in text and Path(text).exists()):
+            text = Path(text_or_path).read_text()
+        return [self._store_runtime(rt) for rt in parse_runtime_yaml(text)]
+
+    def pod_dir(self, namespace: str, pod_name: str) -> Path:
+        return self.root / "namespaces" / namespace / "pods" / pod_name
+
+    def add_user(
+        self, name: str, token: str | None = None, deny: list[tuple[str, str]] | None = None
+    ) -> str:
+        """Add a user (returns its token); `deny` holds (verb, resource) pairs answered 403."""
+        token = token or new_token()
+        self._users[token] = User(name, set(deny or []))
+        return token
+
+    def write_kubeconfig(self, path: str | Path, token: str | None = None) -> Path:
+        """Write a kubeconfig for this cluster, optionally for another user's token."""
+        token = token or self.token
+        user = self._users.get(token, User(ADMIN_USER)).name
+        return write_kubeconfig(Path(path), self.url, self._tls.ca_pem, token, user)
+
+    def compact(self) -> int:
+        """Drop the watch history: watches from an older resourceVersion get 410 Expired."""
+        return self.store.compact()
+
+    def add_admission_hook(self, hook: AdmissionHook) -> None:
+        """Run `hook(kind, op, obj, old)` on API creates/updates (may mutate or raise ApiError)."""
+        self.admission_hooks.append(hook)
+
+    @property
+    def ca_pem(self) -> bytes:
+        return self._tls.ca_pem
+
+
+__all__ = ["ApiError", "LocalCluster"]

@@ -1,0 +1,149 @@
+"""Fault injection for tests: failing requests, held/delayed/failed pods, dropped execs, 403s.
+
+Thread-safe: tests call these from their own thread while the server runs in its loop.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass
+class RequestFault:
+    method: str  # "*" for any
+    path: re.Pattern[str]
+    code: int
+    remaining: int
+    message: str
+    reason: str | None = None
+
+
+@dataclass
+class PodHold:
+    pattern: re.Pattern[str]
+    reason: str
+    message: str
+
+
+class Faults:
+    """The active faults of one LocalCluster."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: list[RequestFault] = []
+        self._holds: list[PodHold] = []
+        self._delays: list[tuple[re.Pattern[str], float]] = []
+        self._drops: list[tuple[re.Pattern[str], int]] = []
+        self._denies: list[tuple[str, str, str]] = []  # (token, verb, resource)
+        self._pod_failer: Callable[[str, str, int, str], None] | None = None
+        self.request_count = 0
+
+    # -- requests --------------------------------------------------------------------------
+
+    def fail_requests(
+        self,
+        method: str,
+        path_regex: str,
+        code: int = 500,
+        times: int = 1,
+        message: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Fail the next `times` requests whose method and path (regex search) match."""
+        msg = message or f"injected failure ({code})"
+        with self._lock:
+            self._requests.append(
+                RequestFault(method.upper(), re.compile(path_regex), code, times, msg, reason)
+            )
+
+    def take_request_fault(self, method: str, path: str) -> RequestFault | None:
+        """Consume and return the first matching request fault, if any."""
+        with self._lock:
+            self.request_count += 1
+            for f in self._requests:
+                if f.remaining > 0 and f.method in ("*", method.upper()) and f.path.search(path):
+                    f.remaining -= 1
+                    if f.remaining == 0:
+                        self._requests.remove(f)
+                    return f
+        return None
+
+    # -- pods ------------------------------------------------------------------------------
+
+    def hold_pods(
+        self,
+        pod_regex: str,
+        reason: str = "ImagePullBackOff",
+        message: str = 'Back-off pulling image "local"',
+    ) -> None:
+        """Keep matching pods Pending (container waiting with `reason`) until released."""
+        with self._lock:
+            self._holds.append(PodHold(re.compile(pod_regex), reason, message))
+
+    def release_pods(self, pod_regex: str | None = None) -> None:
+        with self._lock:
+            self._holds = [
+                h for h in self._holds if pod_regex is not None and h.pattern.pattern != pod_regex
+            ]
+
+    def pod_hold(self, pod_name: str) -> PodHold | None:
+        with self._lock:
+            return next((h for h in self._holds if h.pattern.search(pod_name)), None)
+
+    def delay_pods(self, pod_regex: str, seconds: float) -> None:
+        """Add `seconds` to the Pending -> Running delay of matching pods."""
+        with self._lock:
+            self._delays.append((re.compile(pod_regex), seconds))
+
+    def pod_delay(self, pod_name: str) -> float:
+        with self._lock:
+            return sum(s for p, s in self._delays if p.search(pod_name))
+
+    def fail_pod(
+        self, namespace: str, name: str, exit_code: int = 1, reason: str = "Error"
+    ) -> None:
+        """Make a pod fail now: its processes are killed and it turns Failed."""
+        if self._pod_failer is None:
+            raise RuntimeError("the local cluster is not running")
+        self._pod_failer(namespace, name, exit_code, reason)
+
+    def set_pod_failer(self, fn: Callable[[str, str, int, str], None] | None) -> None:
+        self._pod_failer = fn
+
+    # -- exec ------------------------------------------------------------------------------
+
+    def drop_exec(self, pod_regex: str, after_bytes: int) -> None:
+        """Drop exec WebSockets into matching pods after `after_bytes` of output."""
+        with self._lock:
+            self._drops.append((re.compile(pod_regex), after_bytes))
+
+    def exec_drop_after(self, pod_name: str) -> int | None:
+        with self._lock:
+            return next((k for p, k in self._drops if p.search(pod_name)), None)
+
+    # -- RBAC ------------------------------------------------------------------------------
+
+    def deny(self, token: str, verb: str, resource: str) -> None:
+        """Answer 403 to `verb` on `resource` (e.g. "create", "pods/exec") for this token.
+
+        verb or resource "*" matches everything."""
+        with self._lock:
+            self._denies.append((token, verb, resource))
+
+    def denied(self, token: str, verb: str, resource: str) -> bool:
+        with self._lock:
+            return any(
+                t == token and v in ("*", verb) and r in ("*", resource) for t, v, r in self._denies
+            )
+
+    def clear(self) -> None:
+        """Remove every fault (the pod failer hook stays)."""
+        with self._lock:
+            self._requests.clear()
+            self._holds.clear()
+            self._delays.clear()
+            self._drops.clear()
+            self._denies.clear()

@@ -1,0 +1,299 @@
+"""In-memory object store: global resourceVersion, per-kind objects, event history, watchers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from .apierror import ApiError, already_exists, conflict, not_found
+from .resources import NAMESPACES, Kind
+from .selectors import Requirement, fields_match, labels_match
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Event:
+    """One change: type ADDED | MODIFIED | DELETED, the object after it and before it."""
+
+    type: str
+    kind_key: str
+    obj: dict[str, Any]
+    old: dict[str, Any] | None
+    rv: int
+
+
+@dataclass
+class Subscription:
+    """A watcher's inbox; filled under the store lock, drained on the watcher's event loop."""
+
+    kind_key: str | None
+    loop: asyncio.AbstractEventLoop
+    pending: deque[Event] = field(default_factory=deque)
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: bool = False
+
+    def drain(self) -> list[Event]:
+        out = list(self.pending)
+        self.pending.clear()
+        return out
+
+
+class ExpiredError(Exception):
+    """The requested resourceVersion is older than the retained history."""
+
+    def __init__(self, requested: int, oldest: int) -> None:
+        super().__init__(f"too old resource version: {requested} ({oldest})")
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.setdefault("metadata", {})
+
+
+class Store:
+    """Thread-safe object store. Objects are dicts; reads and writes copy."""
+
+    def __init__(self, history_limit: int = 5000) -> None:
+        self._lock = threading.RLock()
+        self._objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
+        self._rv = 0
+        self._history: deque[Event] = deque()
+        self._history_limit = history_limit
+        self._compacted = 0
+        self._subs: list[Subscription] = []
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        with self._lock:
+            return self._rv
+
+    def _bucket(self, kind: Kind) -> dict[tuple[str, str], dict[str, Any]]:
+        return self._objects.setdefault(kind.key, {})
+
+    def _emit(
+        self, type_: str, kind: Kind, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
+        ev = Event(type_, kind.key, copy.deepcopy(obj), old, self._rv)
+        self._history.append(ev)
+        while len(self._history) > self._history_limit:
+            self._compacted = self._history.popleft().rv
+        for sub in list(self._subs):
+            if sub.closed or (sub.kind_key is not None and sub.kind_key != kind.key):
+                continue
+            sub.pending.append(ev)
+            try:
+                sub.loop.call_soon_threadsafe(sub.wakeup.set)
+            except RuntimeError:  # loop closed
+                sub.closed = True
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def compact(self) -> int:
+        """Forget all history (like an etcd compaction): older watch RVs then get 410."""
+        with self._lock:
+            self._history.clear()
+            self._compacted = self._rv
+            return self._rv
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
+        with self._lock:
+            obj = self._bucket(kind).get((namespace or "", name))
+            if obj is None:
+                raise not_found(kind.plural, kind.group, name)
+            return copy.deepcopy(obj)
+
+    def try_get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any] | None:
+        try:
+            return self.get(kind, namespace, name)
+        except ApiError:
+            return None
+
+    def list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        labels: list[Requirement] | None = None,
+        fields: list[Requirement] | None = None,
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Matching objects sorted by namespace/name, and the list resourceVersion."""
+        with self._lock:
+            items = [
+                copy.deepcopy(o)
+                for (ns, _), o in sorted(self._bucket(kind).items())
+                if (namespace is None or ns == namespace)
+                and labels_match(labels or [], o)
+                and fields_match(fields or [], o)
+            ]
+            return items, str(self._rv)
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def create(
+        self, kind: Kind, obj: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        """Store a new object, filling uid, creationTimestamp, resourceVersion, generation."""
+        obj = copy.deepcopy(obj)
+        meta = _meta(obj)
+        name = meta.get("name", "")
+        with self._lock:
+            if kind.namespaced:
+                namespace = namespace or meta.get("namespace") or "default"
+                if kind.key != NAMESPACES.key and ("", namespace) not in self._bucket(NAMESPACES):
+                    raise not_found("namespaces", "", namespace)
+                meta["namespace"] = namespace
+            else:
+                meta.pop("namespace", None)
+                namespace = ""
+            key = (namespace, name)
+            if key in self._bucket(kind):
+                raise already_exists(kind.plural, kind.group, name)
+            obj["apiVersion"] = kind.api_version
+            obj["kind"] = kind.kind
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = now_rfc3339()
+            meta.pop("deletionTimestamp", None)
+            if kind.has_generation:
+                meta["generation"] = 1
+            meta["resourceVersion"] = self._next_rv()
+            self._bucket(kind)[key] = obj
+            self._emit("ADDED", kind, obj, None)
+            return copy.deepcopy(obj)
+
+    def replace(self, kind: Kind, obj: dict[str, Any], *, check_rv: bool = True) -> dict[str, Any]:
+        """Replace a stored object (PUT semantics for the whole object)."""
+        obj = copy.deepcopy(obj)
+        meta = _meta(obj)
+        name = meta.get("name", "")
+        with self._lock:
+            key = (meta.get("namespace", "") if kind.namespaced else "", name)
+            old = self._bucket(kind).get(key)
+            if old is None:
+                raise not_found(kind.plural, kind.group, name)
+            old_meta = old["metadata"]
+            sent_rv = meta.get("resourceVersion")
+            if check_rv and sent_rv and sent_rv != old_meta["resourceVersion"]:
+                raise conflict(kind.plural, kind.group, name)
+            for keep in ("uid", "creationTimestamp", "deletionTimestamp", "namespace"):
+                if keep in old_meta:
+                    meta[keep] = old_meta[keep]
+            if "deletionGracePeriodSeconds" in old_meta:
+                meta["deletionGracePeriodSeconds"] = old_meta["deletionGracePeriodSeconds"]
+            obj["apiVersion"], obj["kind"] = kind.api_version, kind.kind
+            if kind.has_generation:
+                gen = old_meta.get("generation", 1)
+                if obj.get("spec") != old.get("spec"):
+                    gen += 1
+                meta["generation"] = gen
+            meta["resourceVersion"] = old_meta["resourceVersion"]
+            if obj == old:
+                return copy.deepcopy(old)  # a no-op update keeps the resourceVersion
+            meta["resourceVersion"] = self._next_rv()
+            self._bucket(kind)[key] = obj
+            self._emit("MODIFIED", kind, obj, copy.deepcopy(old))
+            return copy.deepcopy(obj)
+
+    def mutate(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        fn: Callable[[dict[str, Any]], None],
+    ) -> dict[str, Any]:
+        """Apply fn to a copy of the stored object and store the result atomically."""
+        with self._lock:
+            obj = self.get(kind, namespace, name)
+            fn(obj)
+            return self.replace(kind, obj, check_rv=False)
+
+    def mark_deleting(
+        self, kind: Kind, namespace: str | None, name: str, grace_seconds: int = 30
+    ) -> dict[str, Any]:
+        """Set deletionTimestamp (graceful delete); the owner removes it later."""
+        with self._lock:
+            obj = self.get(kind, namespace, name)
+            if obj["metadata"].get("deletionTimestamp"):
+                return obj
+            old = copy.deepcopy(obj)
+            obj["metadata"]["deletionTimestamp"] = now_rfc3339()
+            obj["metadata"]["deletionGracePeriodSeconds"] = grace_seconds
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+            self._bucket(kind)[(namespace or "" if kind.namespaced else "", name)] = obj
+            self._emit("MODIFIED", kind, obj, old)
+            return copy.deepcopy(obj)
+
+    def remove(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
+        """Delete now: a DELETED event carrying a new resourceVersion."""
+        with self._lock:
+            key = (namespace or "" if kind.namespaced else "", name)
+            obj = self._bucket(kind).pop(key, None)
+            if obj is None:
+                raise not_found(kind.plural, kind.group, name)
+            old = copy.deepcopy(obj)
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+            self._emit("DELETED", kind, obj, old)
+            return copy.deepcopy(obj)
+
+    # -- watching --------------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        kind: Kind | None,
+        since: int | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> tuple[list[Event], int, Subscription]:
+        """Events after `since` (None: synthetic ADDED for current objects), start RV, inbox.
+
+        Raises ExpiredError when `since` is older than the retained history.
+        """
+        with self._lock:
+            sub = Subscription(kind.key if kind else None, loop)
+            if since is None:
+                initial = []
+                if kind is not None:
+                    for (_, _), o in sorted(self._bucket(kind).items()):
+                        initial.append(Event("ADDED", kind.key, copy.deepcopy(o), None, self._rv))
+            else:
+                if since < self._compacted:
+                    raise ExpiredError(since, self._compacted)
+                initial = [
+                    e
+                    for e in self._history
+                    if e.rv > since and (kind is None or e.kind_key == kind.key)
+                ]
+            self._subs.append(sub)
+            return initial, self._rv, sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            sub.closed = True
+            if sub in self._subs:
+                self._subs.remove(sub)
+
+    def idle_rv(self, sub: Subscription) -> int | None:
+        """Current RV if the subscription has nothing pending (safe bookmark point)."""
+        with self._lock:
+            return None if sub.pending else self._rv
+
+    def close_all(self) -> None:
+        with self._lock:
+            for sub in self._subs:
+                sub.closed = True
+                with contextlib.suppress(RuntimeError):
+                    sub.loop.call_soon_threadsafe(sub.wakeup.set)
+            self._subs.clear()

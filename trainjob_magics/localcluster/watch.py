@@ -1,0 +1,144 @@
+"""Chunked watch streams: resourceVersion, selectors, timeoutSeconds, bookmarks, 410 Expired."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from .apierror import status_body
+from .resources import Kind
+from .selectors import Requirement, fields_match, labels_match
+from .store import Event, ExpiredError, Store
+
+
+@dataclass
+class WatchParams:
+    namespace: str | None
+    labels: list[Requirement]
+    fields: list[Requirement]
+    resource_version: str | None
+    timeout: float | None
+    bookmarks: bool
+    bookmark_interval: float
+
+
+def parse_rv(value: str | None) -> int | None:
+    """None for ""/"0"/absent (start with the current state), else the integer RV."""
+    if value in (None, "", "0"):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return -1
+
+
+def _matches(p: WatchParams, obj: dict[str, Any] | None) -> bool:
+    if obj is None:
+        return False
+    ns = obj.get("metadata", {}).get("namespace")
+    if p.namespace is not None and ns != p.namespace:
+        return False
+    return labels_match(p.labels, obj) and fields_match(p.fields, obj)
+
+
+def translate(p: WatchParams, ev: Event) -> tuple[str, dict[str, Any]] | None:
+    """The event as this watcher sees it: objects entering/leaving the selection become
+    ADDED/DELETED, as the apiserver's watch cache does."""
+    now = _matches(p, ev.obj)
+    before = _matches(p, ev.old) if ev.old is not None else False
+    if ev.type == "MODIFIED":
+        if now and before:
+            return "MODIFIED", ev.obj
+        if now:
+            return "ADDED", ev.obj
+        if before:
+            return "DELETED", ev.obj
+        return None
+    if ev.type == "DELETED":
+        return ("DELETED", ev.obj) if (before or now) else None
+    return (ev.type, ev.obj) if now else None
+
+
+def _line(type_: str, obj: dict[str, Any]) -> bytes:
+    return (json.dumps({"type": type_, "object": obj}, separators=(",", ":")) + "\n").encode()
+
+
+async def serve_watch(
+    request: web.Request,
+    store: Store,
+    kind: Kind,
+    params: WatchParams,
+    stopping: asyncio.Event,
+) -> web.StreamResponse:
+    """Answer a ?watch=true request with a chunked stream of JSON event lines."""
+    resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+    resp.enable_chunked_encoding()
+    loop = asyncio.get_running_loop()
+    since = parse_rv(params.resource_version)
+    try:
+        if since == -1:
+            raise ExpiredError(-1, store.resource_version)
+        initial, start_rv, sub = store.subscribe(kind, since, loop)
+    except ExpiredError as exc:
+        await resp.prepare(request)
+        await resp.write(_line("ERROR", status_body(410, str(exc), "Expired")))
+        await resp.write_eof()
+        return resp
+    await resp.prepare(request)
+    sent_rv = since if since is not None else start_rv
+    deadline = None if params.timeout is None else time.monotonic() + params.timeout
+    next_bookmark = time.monotonic() + params.bookmark_interval
+
+    def bookmark(rv: int) -> bytes:
+        obj = {"kind": kind.kind, "apiVersion": kind.api_version}
+        obj["metadata"] = {"resourceVersion": str(rv)}
+        return _line("BOOKMARK", obj)
+
+    try:
+        for ev in initial:
+            out = translate(params, ev)
+            if out:
+                await resp.write(_line(*out))
+        while not stopping.is_set() and not sub.closed:
+            for ev in sub.drain():
+                out = translate(params, ev)
+                sent_rv = ev.rv
+                if out:
+                    await resp.write(_line(*out))
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                break
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                break
+            if params.bookmarks and now >= next_bookmark:
+                rv = store.idle_rv(sub)
+                if rv is not None:
+                    await resp.write(bookmark(max(rv, sent_rv or 0)))
+                    next_bookmark = now + params.bookmark_interval
+            wait = 1.0
+            if deadline is not None:
+                wait = min(wait, deadline - now)
+            if params.bookmarks:
+                wait = min(wait, max(0.0, next_bookmark - now))
+            sub.wakeup.clear()
+            if not sub.pending:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(sub.wakeup.wait(), timeout=max(wait, 0.01))
+        if params.bookmarks and not (request.transport is None or request.transport.is_closing()):
+            rv = store.idle_rv(sub)
+            if rv is not None:
+                await resp.write(bookmark(rv))
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await resp.write_eof()
+    except (ConnectionError, RuntimeError):
+        pass
+    finally:
+        store.unsubscribe(sub)
+    return resp

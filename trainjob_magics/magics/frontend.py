@@ -1,0 +1,55 @@
+"""Front-end detection and widget display helpers (widget view + text fallback)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def has_kernel(shell: Any) -> bool:
+    """True inside a Jupyter kernel (ipykernel), False in terminal IPython or a bare shell."""
+    return getattr(shell, "kernel", None) is not None
+
+
+def ipywidgets_available() -> bool:
+    """True when ipywidgets imports."""
+    try:
+        import ipywidgets  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def use_widgets(shell: Any, mode: str = "auto") -> bool:
+    """Whether to render widgets: ``off`` never, ``on`` if ipywidgets imports, ``auto`` in a kernel.
+
+    Terminal IPython has no widget front end; JupyterLab, Notebook 7, VS Code and nbclient talk
+    to ipykernel. nbconvert without widget state still gets the text through ``text/plain``.
+    """
+    mode = (mode or "auto").lower()
+    if mode == "off":
+        return False
+    if mode == "on":
+        return ipywidgets_available()
+    return has_kernel(shell) and ipywidgets_available()
+
+
+def widget_bundle(widget: Any, text: str) -> dict[str, Any]:
+    """The widget's display bundle with ``text`` as its ``text/plain`` fallback."""
+    bundle = dict(widget._repr_mimebundle_() or {})
+    bundle["text/plain"] = text
+    return bundle
+
+
+class WidgetDisplay:
+    """A widget shown through a display handle, so its text fallback can be updated later."""
+
+    def __init__(self, widget: Any, text: str = "") -> None:
+        from IPython.display import display
+
+        self.widget = widget
+        self.handle = display(widget_bundle(widget, text), raw=True, display_id=True)
+
+    def update_text(self, text: str) -> None:
+        """Replace the ``text/plain`` fallback (the widget view stays the same model)."""
+        if self.handle is not None:
+            self.handle.update(widget_bundle(self.widget, text), raw=True)

@@ -1,0 +1,738 @@
+"""The IPython magics: a thin layer over the session engine.
+
+Engine calls run in a worker thread while the cell's thread renders the events they report
+(status, output chunks) and stays interruptible; so every display update happens in the cell's
+own thread and lands in the right output area.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from . import frontend
+from .config import TrainJobConfig
+from .registry import (
+    Entry,
+    SessionRegistry,
+    install_hooks,
+    session_name,
+    set_exit_timeout,
+    uninstall_hooks,
+)
+from .text_output import (
+    SessionRow,
+    TextOutputView,
+    footer_text,
+    format_sessions,
+    format_status,
+    status_change_line,
+)
+
+# ------------------------------------------------------------------ errors
+
+
+class TrainJobMagicError(Exception):
+    """A magic failed; IPython shows it as one line, without a traceback, and fails the cell."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [one_line(self)]
+
+
+class TrainJobUsageError(UsageError):
+    """Bad magic usage; one line, and (unlike a plain ``UsageError``) a proper error reply."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [one_line(self)]
+
+
+class TrainJobCellError(TrainJobMagicError):
+    """A ``%%trainjob`` cell failed (non-zero exit, timeout, interrupt); ``result`` holds output."""
+
+    def __init__(self, message: str, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def one_line(exc: BaseException) -> str:
+    """``Name: message`` on one line, the name in red (ANSI) as IPython shows errors."""
+    msg = " ".join(str(exc).split())
+    return f"\x1b[0;31m{type(exc).__name__}\x1b[0m: {msg}"
+
+
+def as_one_line(exc: BaseException) -> BaseException:
+    """Make an engine error render as one line (keeps its type for nbclient's ``ename``)."""
+    try:
+        exc._render_traceback_ = lambda: [one_line(exc)]  # type: ignore[attr-defined]
+    except Exception:
+        return TrainJobMagicError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+# ------------------------------------------------------------------ last result
+
+_LAST: list[Any] = [None]
+
+
+def last_result() -> Any:
+    """The ``ExecResult`` of the last ``%%trainjob`` cell in this process (None before)."""
+    return _LAST[0]
+
+
+# ------------------------------------------------------------------ engine access
+
+
+def engine_connect(runtime: str, **kwargs: Any) -> Any:
+    """``trainjob_magics.engine.connect`` (imported late; tests may replace this)."""
+    from trainjob_magics.engine import connect
+
+    return connect(runtime, **kwargs)
+
+
+def engine_attach(name: str, **kwargs: Any) -> Any:
+    """``trainjob_magics.engine.attach``."""
+    from trainjob_magics.engine import attach
+
+    return attach(name, **kwargs)
+
+
+def engine_delete(
+    name: str, namespace: str | None, context: str | None, config_file: str | None
+) -> bool:
+    """Delete a TrainJob whose connect was interrupted, if the engine offers a way (True if so)."""
+    try:
+        from trainjob_magics import engine
+    except Exception:
+        return False
+    delete = getattr(engine, "delete_trainjob", None) or getattr(engine, "delete", None)
+    if delete is None:
+        return False
+    delete(name, namespace=namespace, context=context, config_file=config_file)
+    return True
+
+
+def partial_result(stdout: list[str], stderr: list[str], started: float, pod: str) -> Any:
+    """An ``ExecResult`` without exit code from the output received so far."""
+    from trainjob_magics.engine.result import ExecResult
+
+    out, err = "".join(stdout), "".join(stderr)
+    return ExecResult(
+        stdout=out,
+        stderr=err,
+        returncode=None,
+        duration=time.monotonic() - started,
+        stdout_bytes=out.encode("utf-8", "replace"),
+        stderr_bytes=err.encode("utf-8", "replace"),
+        pod=pod,
+    )
+
+
+# ------------------------------------------------------------------ pump
+
+
+class Pump:
+    """Runs ``fn(emit)`` in a worker thread; the caller's thread handles what ``emit`` sends.
+
+    ``run`` returns ``fn``'s value or raises its exception. A ``KeyboardInterrupt`` in the
+    caller's thread propagates with the worker still running; ``cancel`` then drops its events.
+    """
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self.interval = interval
+        self.cancelled = threading.Event()
+        self.done = threading.Event()
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._box: dict[str, Any] = {}
+        self.thread: threading.Thread | None = None
+
+    def emit(self, *event: Any) -> None:
+        """Queue an event for the caller's thread (dropped after ``cancel``)."""
+        if not self.cancelled.is_set():
+            self._q.put(event)
+
+    def cancel(self) -> None:
+        """Stop delivering events."""
+        self.cancelled.set()
+
+    def run(
+        self,
+        fn: Callable[[Callable[..., None]], Any],
+        handle: Callable[..., None],
+        tick: Callable[[], None] = lambda: None,
+    ) -> Any:
+        """Run ``fn`` and pump its events into ``handle`` until it returns."""
+
+        def work() -> None:
+            try:
+                self._box["value"] = fn(self.emit)
+            except BaseException as exc:  # re-raised in the caller's thread
+                self._box["error"] = exc
+            finally:
+                self.done.set()
+                self._q.put(None)
+
+        self.thread = threading.Thread(target=work, daemon=True, name="trainjob-magics-worker")
+        self.thread.start()
+        while True:
+            try:
+                event = self._q.get(timeout=self.interval)
+            except queue.Empty:
+                event = None
+            while event is not None:
+                handle(*event)
+                try:
+                    event = self._q.get_nowait()
+                except queue.Empty:
+                    event = None
+            tick()
+            if self.done.is_set() and self._q.empty():
+                break
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box.get("value")
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def parse_env(items: list[list[str]] | None) -> dict[str, str] | None:
+    """``[['A=1', 'B=2'], ['C=3']]`` -> ``{'A': '1', ...}``; a bad item is a one-line error."""
+    if not items:
+        return None
+    env: dict[str, str] = {}
+    for group in items:
+        for item in group:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise TrainJobUsageError(f"--env expects KEY=VALUE, got {item!r}")
+            env[key] = value
+    return env
+
+
+def check_var(name: str | None, option: str) -> None:
+    """Variable names of --out/--err/--result must be Python identifiers."""
+    if name is not None and not name.isidentifier():
+        raise TrainJobUsageError(f"{option} expects a Python variable name, got {name!r}")
+
+
+def parse(fn: Callable[..., Any], line: str) -> Any:
+    """``parse_argstring`` with errors turned into one line naming the magic."""
+    try:
+        return parse_argstring(fn, line)
+    except UsageError as exc:
+        msg = " ".join(str(exc).split())
+        raise TrainJobUsageError(f"%{fn.__name__}: {msg}") from None
+
+
+def is_live(session: Any) -> bool:
+    """Whether a session can still run commands (closed, finished or deleted ones cannot)."""
+    if getattr(session, "closed", False):
+        return False
+    try:
+        state = session.status().state
+    except Exception as exc:
+        return type(exc).__name__ not in ("NotFoundError", "SessionClosedError")
+    return state not in ("Complete", "Failed", "Deleted")
+
+
+class _NullView:
+    """Output view of ``--quiet``: shows nothing."""
+
+    def write(self, stream: str, text: str) -> None:
+        pass
+
+    def tick(self) -> None:
+        pass
+
+    def finish(self, footer: str | None = None, ok: bool = True) -> None:
+        pass
+
+
+# ------------------------------------------------------------------ magics
+
+
+@magics_class
+class TrainJobMagics(Magics, TrainJobConfig):
+    """Magics for interactive TrainJobs; settings via ``%config TrainJobMagics``."""
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
+        self.registry = SessionRegistry()
+        set_exit_timeout(self.exit_close_timeout)
+        if shell is not None:
+            install_hooks(shell, self._close_for)
+
+    # -- plumbing
+
+    def _widgets(self) -> bool:
+        return frontend.use_widgets(self.shell, self.widgets)
+
+    def _close_for(self, reason: str) -> None:
+        """Close every session (kernel shutdown/restart, %reset, %unload_ext) and report."""
+        for rep in self.registry.close_all(timeout=self.exit_close_timeout):
+            print(rep.line())
+
+    def _entry(self, alias: str | None) -> Entry:
+        """The session ``alias`` (default when None), or a one-line usage error."""
+        try:
+            return self.registry.get(alias)
+        except UsageError as exc:
+            raise TrainJobUsageError(str(exc)) from None
+
+    def unload(self) -> None:
+        """Close this kernel's sessions and remove the hooks."""
+        self._close_for("unload")
+        if self.shell is not None:
+            uninstall_hooks(self.shell)
+
+    # -- %trainjob_connect
+
+    @magic_arguments()
+    @argument("runtime", nargs="?", help="Runtime name (default: TrainJobMagics.default_runtime).")
+    @argument("--nodes", type=int, help="Number of nodes (default: the runtime's).")
+    @argument("--image", help="Container image of the trainer (default: the runtime's).")
+    @argument("--cpu", help="CPU per node, a Kubernetes quantity (e.g. 2, 500m).")
+    @argument("--memory", help="Memory per node, a Kubernetes quantity (e.g. 8Gi).")
+    @argument("--gpu", type=int, help="GPUs (nvidia.com/gpu) per node.")
+    @argument(
+        "--env",
+        nargs="+",
+        action="append",
+        metavar="K=V",
+        help="Environment variables (repeatable).",
+    )
+    @argument("--name", help="TrainJob name (DNS-1035); default: a random one.")
+    @argument("--namespace", help="Namespace (default: TrainJobMagics.namespace or kubeconfig).")
+    @argument("--context", help="Kubeconfig context (default: the current one).")
+    @argument("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).")
+    @argument("--timeout", type=float, help="Seconds to wait for the trainer pod (default: 600).")
+    @argument(
+        "--as",
+        dest="alias",
+        metavar="ALIAS",
+        help="Session name in this kernel (default: the --attach/--name, else 'default').",
+    )
+    @argument("--attach", metavar="NAME", help="Attach to the existing TrainJob NAME instead.")
+    @argument(
+        "--replace",
+        action="store_true",
+        help="Close a live session with the same alias but other settings, then connect.",
+    )
+    @line_magic
+    def trainjob_connect(self, line: str = "") -> None:
+        """Create (or attach to) an interactive TrainJob and wait until its trainer pod runs.
+
+        Re-running the same line reuses the live session instead of creating a second TrainJob.
+        """
+        args = parse(self.trainjob_connect, line)
+        settings = self._connect_settings(args)
+        alias = args.alias or args.attach or args.name or "default"
+        existing = self.registry.find(alias)
+        if existing is not None:
+            if is_live(existing.session):
+                if existing.settings == settings and not args.replace:
+                    print(
+                        f"Reusing the live session {alias!r} (TrainJob "
+                        f"{session_name(existing.session)}); --replace starts a new one."
+                    )
+                    self._show_status(existing, fetch=True, quiet_errors=True)
+                    return
+                if not args.replace:
+                    raise TrainJobUsageError(
+                        f"session {alias!r} is live with other settings: run "
+                        f"%trainjob_close {alias} first, add --replace, or pick another --as ALIAS"
+                    )
+                print(self.registry.close(alias, timeout=self.close_timeout).line())
+            else:
+                self.registry.remove(alias)
+        timeout = args.timeout if args.timeout is not None else self.connect_timeout
+        session, widget = self._run_connect(settings, timeout)
+        entry = self.registry.add(alias, session, settings)
+        entry.status_widget = widget
+        pod = getattr(session, "trainer_pod", None) or getattr(session, "pod", None) or "?"
+        print(
+            f"Session {alias!r} ready: TrainJob {session_name(session)} in namespace "
+            f"{getattr(session, 'namespace', '?')}, trainer pod {pod}. "
+            "Run commands in %%trainjob cells."
+        )
+
+    def _connect_settings(self, args: Any) -> dict[str, Any]:
+        """The settings that define a session (compared when a connect line is re-run)."""
+        runtime = args.runtime or self.default_runtime or None
+        if args.attach and args.runtime:
+            raise TrainJobUsageError("give either a RUNTIME or --attach NAME, not both")
+        if not args.attach and not runtime:
+            raise TrainJobUsageError(
+                "no runtime: %trainjob_connect RUNTIME (e.g. mpi-interactive), or set "
+                "%config TrainJobMagics.default_runtime = 'NAME'"
+            )
+        if args.nodes is not None and args.nodes < 1:
+            raise TrainJobUsageError(f"--nodes must be at least 1, got {args.nodes}")
+        if args.gpu is not None and args.gpu < 0:
+            raise TrainJobUsageError(f"--gpu must not be negative, got {args.gpu}")
+        if args.timeout is not None and args.timeout <= 0:
+            raise TrainJobUsageError(f"--timeout must be positive, got {args.timeout}")
+        if args.attach:
+            extra = [
+                o
+                for o in ("nodes", "image", "cpu", "memory", "gpu", "env", "name")
+                if getattr(args, o)
+            ]
+            if extra:
+                opts = ", ".join(f"--{o}" for o in extra)
+                raise TrainJobUsageError(
+                    f"--attach takes the existing TrainJob as it is; drop {opts}"
+                )
+        return {
+            "runtime": None if args.attach else runtime,
+            "attach": args.attach,
+            "num_nodes": args.nodes,
+            "image": args.image,
+            "cpu": args.cpu,
+            "memory": args.memory,
+            "gpu": args.gpu,
+            "env": parse_env(args.env),
+            "name": args.name,
+            "namespace": args.namespace or self.namespace or None,
+            "context": args.context or self.context or None,
+            "config_file": args.kubeconfig or self.kubeconfig or None,
+            "command": ["sh", "-c", self.keep_alive_command] if self.keep_alive_command else None,
+        }
+
+    def _run_connect(self, settings: dict[str, Any], timeout: float) -> tuple[Any, Any]:
+        """connect()/attach() in a worker thread with the live status shown here.
+
+        Returns the session and its status widget (None in text mode).
+        """
+        view = _StatusView(self._widgets())
+        seen: dict[str, Any] = {}
+        common = {
+            "namespace": settings["namespace"],
+            "context": settings["context"],
+            "config_file": settings["config_file"],
+            "timeout": timeout,
+        }
+        keys = ("image", "num_nodes", "command", "cpu", "memory", "gpu", "env", "name")
+
+        def work(emit: Callable[..., None]) -> Any:
+            def on_status(status: Any) -> None:
+                emit(status)
+
+            if settings["attach"]:
+                return engine_attach(settings["attach"], on_status=on_status, **common)
+            kw = {k: settings[k] for k in keys}
+            return engine_connect(settings["runtime"], on_status=on_status, **kw, **common)
+
+        def handle(status: Any) -> None:
+            seen["status"] = status
+            view.update(status)
+
+        pump = Pump()
+        try:
+            session = pump.run(work, handle, view.tick)
+        except KeyboardInterrupt:
+            pump.cancel()
+            view.finish(None)
+            self._abandon_connect(pump, settings, seen.get("status"))
+            msg = self._interrupt_message(settings, seen.get("status"))
+            raise TrainJobMagicError(msg) from None
+        except Exception as exc:
+            view.finish(None)
+            raise as_one_line(exc) from None
+        try:
+            final = session.status()
+        except Exception:
+            final = seen.get("status")
+        view.finish(final, refresh=session.status)
+        return session, view.widget_view
+
+    def _abandon_connect(self, pump: Pump, settings: dict[str, Any], status: Any) -> None:
+        """After Ctrl-C while waiting: delete the new TrainJob now, or once connect() returns."""
+        self._deleted_now = False
+        if settings["attach"]:
+            return  # attaching created nothing; leave the existing TrainJob alone
+        name = getattr(status, "name", None) or settings["name"]
+        ns = getattr(status, "namespace", None) or settings["namespace"]
+        if name:
+            try:
+                self._deleted_now = engine_delete(
+                    name, ns, settings["context"], settings["config_file"]
+                )
+            except Exception:
+                self._deleted_now = False
+
+        def close_when_connected() -> None:
+            if pump.thread is not None:
+                pump.thread.join()
+            session = pump._box.get("value")
+            if session is not None:
+                with contextlib.suppress(Exception):
+                    session.close()
+
+        threading.Thread(target=close_when_connected, daemon=True, name="trainjob-abandon").start()
+
+    def _interrupt_message(self, settings: dict[str, Any], status: Any) -> str:
+        if settings["attach"]:
+            return (
+                f"interrupted: stopped waiting for TrainJob {settings['attach']}; it is left as it "
+                "was. Attach again with %trainjob_connect --attach NAME"
+            )
+        name = getattr(status, "name", None) or settings["name"]
+        ns = getattr(status, "namespace", None) or settings["namespace"] or "the default namespace"
+        if not name:
+            return "interrupted before the TrainJob was created; nothing to clean up"
+        how = "deleted" if getattr(self, "_deleted_now", False) else "being deleted"
+        return (
+            f"interrupted: stopped waiting; TrainJob {name} in {ns} is {how} since nothing ran "
+            f"in it yet (if it stays: kubectl delete trainjob {name} -n {ns})"
+        )
+
+    # -- %%trainjob
+
+    @magic_arguments()
+    @argument("alias", nargs="?", help="Session to run in (default: the last connected).")
+    @argument("--container", help="Container of the trainer pod (default: the first).")
+    @argument("--timeout", type=float, help="Seconds before the command is abandoned.")
+    @argument("--out", metavar="VAR", help="Store the stdout text in the Python variable VAR.")
+    @argument("--err", metavar="VAR", help="Store the stderr text in the Python variable VAR.")
+    @argument("--result", metavar="VAR", help="Store the ExecResult in the Python variable VAR.")
+    @argument(
+        "--no-raise-error",
+        action="store_true",
+        help="A non-zero exit code does not fail the cell (TrainJobMagics.raise_on_error).",
+    )
+    @argument("--quiet", action="store_true", help="Do not show the output (still stored).")
+    @cell_magic
+    def trainjob(self, line: str, cell: str) -> None:
+        """Run the cell body as a shell script (``sh -c``) in the session's trainer pod.
+
+        Output streams live; a non-zero exit fails the cell. The result is kept in ``_trainjob``
+        (and ``trainjob_magics.magics.last_result()``).
+        """
+        args = parse(self.trainjob, line)
+        for var, opt in ((args.out, "--out"), (args.err, "--err"), (args.result, "--result")):
+            check_var(var, opt)
+        if args.timeout is not None and args.timeout <= 0:
+            raise TrainJobUsageError(f"--timeout must be positive, got {args.timeout}")
+        if not cell.strip():
+            raise TrainJobUsageError("the cell is empty: write the shell commands below %%trainjob")
+        entry = self._entry(args.alias)
+        raise_on_error = self.raise_on_error and not args.no_raise_error
+        where = f"{args.result or '_trainjob'}.stdout / .stderr"
+        view = _NullView() if args.quiet else self._output_view(where)
+        result, error = self._run_exec(entry, cell, args, view)
+        self._store(result, args)
+        if error is not None:
+            raise error
+        if result.returncode != 0 and raise_on_error:
+            pod = f" (pod {result.pod})" if result.pod else ""
+            if result.returncode is None:
+                msg = f"remote command ended without an exit status{pod}"
+            else:
+                msg = f"remote command exited with code {result.returncode}{pod}"
+            raise TrainJobCellError(msg, result)
+
+    def _output_view(self, where: str) -> Any:
+        kw = {
+            "max_lines": self.display_max_lines,
+            "max_line_chars": self.display_max_line_chars,
+            "interval": self.update_interval,
+            "where": where,
+        }
+        if self._widgets():
+            from .widgets_output import WidgetOutputView
+
+            return WidgetOutputView(**kw)
+        return TextOutputView(**kw)
+
+    def _run_exec(
+        self, entry: Entry, cell: str, args: Any, view: Any
+    ) -> tuple[Any, BaseException | None]:
+        """Run the body; returns (result, error to raise) with the view finished."""
+        session = entry.session
+        started = time.monotonic()
+        got: dict[str, list[str]] = {"stdout": [], "stderr": []}
+
+        def work(emit: Callable[..., None]) -> Any:
+            return session.execute(
+                ["sh", "-c", cell],
+                container=args.container,
+                timeout=args.timeout,
+                on_output=lambda stream, text: emit(stream, text),
+            )
+
+        def handle(stream: str, text: str) -> None:
+            got.setdefault(stream, []).append(text)
+            view.write(stream, text)
+
+        pump = Pump()
+        pod = getattr(session, "trainer_pod", None) or getattr(session, "pod", None) or ""
+        try:
+            result = pump.run(work, handle, view.tick)
+        except KeyboardInterrupt:
+            pump.cancel()
+            sent = self._interrupt_remote(session)
+            partial = partial_result(got["stdout"], got["stderr"], started, str(pod))
+            view.finish(footer_text(None, partial.duration, partial.pod, "interrupted"), ok=False)
+            what = "sent an interrupt to" if sent else "stopped reading; it may still be running in"
+            return partial, TrainJobCellError(
+                f"interrupted: {what} the remote command{f' (pod {pod})' if pod else ''}", partial
+            )
+        except Exception as exc:
+            partial = getattr(exc, "partial", None)
+            if partial is None:
+                partial = partial_result(got["stdout"], got["stderr"], started, str(pod))
+            view.finish(
+                footer_text(None, partial.duration, partial.pod, type(exc).__name__), ok=False
+            )
+            return partial, as_one_line(exc)
+        view.finish(footer_text(result.returncode, result.duration, result.pod), ok=result.ok)
+        return result, None
+
+    @staticmethod
+    def _interrupt_remote(session: Any) -> bool:
+        interrupt = getattr(session, "interrupt", None)
+        if interrupt is None:
+            return False
+        try:
+            interrupt()
+        except Exception:
+            return False
+        return True
+
+    def _store(self, result: Any, args: Any) -> None:
+        """Keep the result reachable: ``_trainjob``, ``last_result()``, --out/--err/--result."""
+        _LAST[0] = result
+        ns = self.shell.user_ns if self.shell is not None else {}
+        ns["_trainjob"] = result
+        if args.out:
+            ns[args.out] = result.stdout
+        if args.err:
+            ns[args.err] = result.stderr
+        if args.result:
+            ns[args.result] = result
+
+    # -- %trainjob_sessions, %trainjob_status, %trainjob_close
+
+    @magic_arguments()
+    @line_magic
+    def trainjob_sessions(self, line: str = "") -> None:
+        """List this kernel's sessions (the default one is marked with *)."""
+        parse(self.trainjob_sessions, line)
+        default = self.registry.default_alias
+        rows = []
+        for e in self.registry.entries():
+            try:
+                st = e.session.status()
+                state, ns, runtime = st.state, st.namespace, st.runtime
+            except Exception as exc:
+                state = f"unknown ({type(exc).__name__})"
+                ns = getattr(e.session, "namespace", "?")
+                runtime = e.settings.get("runtime") or ""
+            rows.append(
+                SessionRow(e.alias, session_name(e.session), ns, runtime, state, e.alias == default)
+            )
+        print(format_sessions(rows))
+
+    @magic_arguments()
+    @argument("alias", nargs="?", help="Session (default: the last connected).")
+    @line_magic
+    def trainjob_status(self, line: str = "") -> None:
+        """Show a session's TrainJob and pods (a widget with a Refresh button, or a text table)."""
+        args = parse(self.trainjob_status, line)
+        self._show_status(self._entry(args.alias), fetch=True)
+
+    def _show_status(self, entry: Entry, fetch: bool, quiet_errors: bool = False) -> None:
+        try:
+            status = entry.session.status()
+        except Exception as exc:
+            if quiet_errors:
+                return
+            raise as_one_line(exc) from None
+        if self._widgets():
+            from .widgets_status import StatusWidget
+
+            entry.status_widget = StatusWidget(status, refresh=entry.session.status)
+        else:
+            print(format_status(status))
+
+    @magic_arguments()
+    @argument("alias", nargs="?", help="Session to close (default: the last connected).")
+    @argument("--all", action="store_true", help="Close every session of this kernel.")
+    @argument("--timeout", type=float, help="Seconds to wait for the pods to go (default: 180).")
+    @line_magic
+    def trainjob_close(self, line: str = "") -> None:
+        """Close a session: delete its TrainJob and wait for its pods to go."""
+        args = parse(self.trainjob_close, line)
+        if args.all and args.alias:
+            raise TrainJobUsageError("give either an ALIAS or --all, not both")
+        timeout = args.timeout if args.timeout is not None else self.close_timeout
+        if args.all:
+            reports = self.registry.close_all(timeout=timeout)
+            if not reports:
+                print("No sessions to close.")
+        else:
+            reports = [self.registry.close(self._entry(args.alias).alias, timeout=timeout)]
+        for rep in reports:
+            print(rep.line())
+        failed = [r for r in reports if r.error]
+        if failed:
+            raise TrainJobMagicError(
+                failed[0].line()
+                if len(failed) == 1
+                else f"{len(failed)} sessions could not be closed"
+            )
+
+
+class _StatusView:
+    """Status while connecting: a live widget, or one text line per change."""
+
+    def __init__(self, widgets: bool) -> None:
+        self.widget_view: Any = None
+        self._widgets = widgets
+        self._last_line = ""
+        self._last_tick = 0.0
+
+    def _widget(self, status: Any) -> Any:
+        if self.widget_view is None:
+            from .widgets_status import StatusWidget
+
+            self.widget_view = StatusWidget(status)
+        return self.widget_view
+
+    def update(self, status: Any) -> None:
+        """Show a status observed while waiting."""
+        if self._widgets:
+            self._widget(status).update(status)
+            return
+        line = status_change_line(status)
+        if line.split("] ", 1)[-1] != self._last_line.split("] ", 1)[-1]:
+            print(line, flush=True)
+        self._last_line = line
+
+    def tick(self) -> None:
+        """Advance the widget's elapsed time once a second."""
+        now = time.monotonic()
+        if self.widget_view is not None and now - self._last_tick >= 1.0:
+            self._last_tick = now
+            self.widget_view.tick()
+
+    def finish(self, status: Any, refresh: Callable[[], Any] | None = None) -> None:
+        """Final state: the widget frozen with a Refresh button, or the text table."""
+        if self._widgets:
+            if status is not None:
+                self._widget(status).update(status)
+            if self.widget_view is not None:
+                if refresh is not None:
+                    self.widget_view.set_refresh(refresh)
+                self.widget_view.freeze()
+        elif status is not None:
+            print(format_status(status), flush=True)

@@ -1,0 +1,217 @@
+"""Per-kernel session registry: named sessions, default = last connected, close on exit/reset."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from IPython.core.error import UsageError
+
+
+@dataclass
+class Entry:
+    """One named session and the settings it was connected with."""
+
+    alias: str
+    session: Any
+    settings: dict[str, Any] = field(default_factory=dict)
+    status_widget: Any = None
+
+
+@dataclass
+class CloseReport:
+    """Outcome of closing one session."""
+
+    alias: str
+    name: str
+    error: str = ""
+
+    def line(self) -> str:
+        """``Closed session 'a' (TrainJob x deleted).`` or why it could not be closed."""
+        if self.error:
+            return f"Could not close session {self.alias!r} (TrainJob {self.name}): {self.error}"
+        return f"Closed session {self.alias!r} (TrainJob {self.name} deleted)."
+
+
+def session_name(session: Any) -> str:
+    """The TrainJob name of a session (``?`` when unknown)."""
+    return str(getattr(session, "name", "") or "?")
+
+
+class SessionRegistry:
+    """Holds this kernel's sessions by alias; the default is the last one connected."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Entry] = {}
+        self._lock = threading.RLock()
+        _ALL.add(self)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, alias: object) -> bool:
+        return alias in self._entries
+
+    def entries(self) -> list[Entry]:
+        """Entries in connection order (the last one is the default)."""
+        with self._lock:
+            return list(self._entries.values())
+
+    @property
+    def default_alias(self) -> str | None:
+        """Alias of the last connected session still open."""
+        with self._lock:
+            return next(reversed(self._entries), None) if self._entries else None
+
+    def add(self, alias: str, session: Any, settings: dict[str, Any] | None = None) -> Entry:
+        """Register (or re-register) a session; it becomes the default."""
+        with self._lock:
+            self._entries.pop(alias, None)
+            entry = Entry(alias, session, dict(settings or {}))
+            self._entries[alias] = entry
+            return entry
+
+    def find(self, alias: str | None = None) -> Entry | None:
+        """The entry for ``alias`` (default session when None), or None."""
+        with self._lock:
+            key = alias if alias is not None else self.default_alias
+            return self._entries.get(key) if key is not None else None
+
+    def get(self, alias: str | None = None) -> Entry:
+        """Like ``find`` but raises a one-line ``UsageError`` naming the known aliases."""
+        entry = self.find(alias)
+        if entry is not None:
+            return entry
+        if not self._entries:
+            raise UsageError(
+                "no TrainJob session in this kernel: start one with %trainjob_connect RUNTIME"
+            )
+        known = ", ".join(self._entries)
+        raise UsageError(f"no session named {alias!r}; open sessions: {known}")
+
+    def remove(self, alias: str) -> Entry | None:
+        """Forget a session without closing it."""
+        with self._lock:
+            return self._entries.pop(alias, None)
+
+    def close(self, alias: str | None = None, timeout: float | None = None) -> CloseReport:
+        """Close one session (default when None) and forget it, even when closing failed."""
+        entry = self.get(alias)
+        self.remove(entry.alias)
+        return _close_entry(entry, timeout)
+
+    def close_all(self, timeout: float | None = None) -> list[CloseReport]:
+        """Close every session concurrently; waits at most about ``timeout`` seconds overall."""
+        with self._lock:
+            entries = list(self._entries.values())
+            self._entries.clear()
+        if not entries:
+            return []
+        reports: dict[str, CloseReport] = {}
+
+        def run(e: Entry) -> None:
+            reports[e.alias] = _close_entry(e, timeout)
+
+        threads = [
+            threading.Thread(target=run, args=(e,), daemon=True, name=f"trainjob-close-{e.alias}")
+            for e in entries
+        ]
+        for t in threads:
+            t.start()
+        wait = None if timeout is None else timeout + 5.0
+        for t in threads:
+            t.join(wait)
+        return [
+            reports.get(e.alias) or CloseReport(e.alias, session_name(e.session), "still closing")
+            for e in entries
+        ]
+
+
+def _close_entry(entry: Entry, timeout: float | None) -> CloseReport:
+    name = session_name(entry.session)
+    try:
+        if timeout is None:
+            entry.session.close()
+        else:
+            entry.session.close(timeout=timeout)
+    except Exception as exc:
+        return CloseReport(entry.alias, name, f"{type(exc).__name__}: {exc}")
+    return CloseReport(entry.alias, name)
+
+
+# ------------------------------------------------------------ process-wide cleanup
+
+_ALL: weakref.WeakSet[SessionRegistry] = weakref.WeakSet()
+_EXIT_TIMEOUT: list[float] = [4.0]
+
+
+def set_exit_timeout(seconds: float) -> None:
+    """Seconds each session may take to close at interpreter exit."""
+    _EXIT_TIMEOUT[0] = seconds
+
+
+def close_all_registries(
+    timeout: float | None = None, report: Callable[[str], Any] | None = None
+) -> None:
+    """Close the sessions of every registry of this process (atexit)."""
+    t = _EXIT_TIMEOUT[0] if timeout is None else timeout
+    for reg in list(_ALL):
+        for rep in reg.close_all(timeout=t):
+            if report is not None:
+                with contextlib.suppress(Exception):
+                    report(rep.line())
+
+
+def _at_exit() -> None:
+    import sys
+
+    close_all_registries(report=lambda line: print(line, file=sys.stderr))
+
+
+atexit.register(_at_exit)
+
+
+# ------------------------------------------------------------ shell / kernel hooks
+
+
+def install_hooks(shell: Any, on_close: Callable[[str], None]) -> None:
+    """Close the shell's sessions on ``shell.reset`` (``%reset``) and kernel shutdown/restart.
+
+    ``on_close(reason)`` does the closing. The wrappers are instance attributes, removed by
+    :func:`uninstall_hooks`.
+    """
+    if "reset" not in vars(shell):
+        original_reset = shell.reset
+
+        def reset(*args: Any, **kwargs: Any) -> Any:
+            on_close("reset")
+            return original_reset(*args, **kwargs)
+
+        reset._trainjob_hook = True  # type: ignore[attr-defined]
+        shell.reset = reset
+    kernel = getattr(shell, "kernel", None)
+    if kernel is not None and "do_shutdown" not in vars(kernel):
+        original_shutdown = kernel.do_shutdown
+
+        def do_shutdown(*args: Any, **kwargs: Any) -> Any:
+            on_close("shutdown")
+            return original_shutdown(*args, **kwargs)
+
+        do_shutdown._trainjob_hook = True  # type: ignore[attr-defined]
+        with contextlib.suppress(Exception):
+            kernel.do_shutdown = do_shutdown
+
+
+def uninstall_hooks(shell: Any) -> None:
+    """Remove the wrappers installed by :func:`install_hooks`."""
+    if getattr(vars(shell).get("reset"), "_trainjob_hook", False):
+        del shell.reset
+    kernel = getattr(shell, "kernel", None)
+    if kernel is not None and getattr(vars(kernel).get("do_shutdown"), "_trainjob_hook", False):
+        with contextlib.suppress(Exception):
+            del kernel.do_shutdown

@@ -1,0 +1,140 @@
+"""Live status widget of a session: TrainJob headline, pod table, refresh button."""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from .text_output import POD_COLUMNS, format_seconds, format_status, pod_rows
+
+_STATE_COLOURS = {
+    "Running": "#1e7b34",
+    "Complete": "#1e7b34",
+    "Failed": "#b3261e",
+    "Deleted": "#777",
+    "Suspended": "#a66300",
+}
+_TABLE = "border-collapse:collapse;font-size:12px;margin-top:4px"
+_CELL = "padding:2px 10px 2px 0;text-align:left;white-space:nowrap"
+
+
+def _badge(state: str) -> str:
+    colour = _STATE_COLOURS.get(state, "#1a5fb4")
+    return (
+        f'<span class="tjm-state" style="color:#fff;background:{colour};border-radius:3px;'
+        f'padding:0 6px">{html.escape(state)}</span>'
+    )
+
+
+def render_status_html(
+    status: Any, elapsed: float | None = None, now: datetime | None = None
+) -> str:
+    """Headline (TrainJob, namespace, runtime, state, elapsed), message and pod table as HTML."""
+    el = status.elapsed if elapsed is None else elapsed
+    e = html.escape
+    head = (
+        f'<div class="tjm-status-head"><b>TrainJob {e(status.name)}</b> · namespace '
+        f"{e(status.namespace)} · runtime {e(status.runtime or '-')} · {_badge(status.state)}"
+        f' · <span class="tjm-elapsed">elapsed {format_seconds(el)}</span></div>'
+    )
+    msg = (
+        f'<div class="tjm-message" style="color:#555">{e(status.message)}</div>'
+        if status.message
+        else ""
+    )
+    pods = list(status.pods or [])
+    if not pods:
+        return (
+            f'<div class="tjm-status">{head}{msg}<div style="color:#777">(no pods yet)</div></div>'
+        )
+    th = "".join(f'<th style="{_CELL}">{c.title()}</th>' for c in POD_COLUMNS)
+    rows = []
+    for row in pod_rows(pods, now):
+        cells = "".join(f'<td style="{_CELL}">{e(c)}</td>' for c in row)
+        rows.append(f"<tr>{cells}</tr>")
+    tbl = (
+        f'<table class="tjm-pods" style="{_TABLE}"><thead><tr>{th}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+    return f'<div class="tjm-status">{head}{msg}{tbl}</div>'
+
+
+class StatusWidget:
+    """Shows a ``JobStatus`` live; the refresh button (when given ``refresh``) fetches a new one."""
+
+    def __init__(
+        self,
+        status: Any = None,
+        refresh: Callable[[], Any] | None = None,
+        show: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        import ipywidgets as w
+
+        self.clock = clock
+        self.status = status
+        self._refresh = refresh
+        self._base: tuple[float, float] | None = None  # (status.elapsed, clock at update)
+        self.html = w.HTML(value="")
+        self.error = w.HTML(value="")
+        self.button = w.Button(description="Refresh", icon="refresh", tooltip="Fetch the status")
+        self.button.layout.display = "" if refresh else "none"
+        self.button.on_click(lambda _b: self.refresh())
+        self.widget = w.VBox([self.html, self.button, self.error])
+        self.widget.add_class("trainjob-status")
+        self.display: Any = None
+        if status is not None:
+            self.update(status)
+        if show:
+            from .frontend import WidgetDisplay
+
+            self.display = WidgetDisplay(self.widget, self.text())
+
+    def set_refresh(self, refresh: Callable[[], Any] | None) -> None:
+        """Enable (or hide) the refresh button."""
+        self._refresh = refresh
+        self.button.layout.display = "" if refresh else "none"
+
+    def update(self, status: Any) -> None:
+        """Show a new status snapshot."""
+        self.status = status
+        self._base = (float(status.elapsed), self.clock())
+        self.html.value = render_status_html(status)
+
+    def elapsed(self) -> float:
+        """Elapsed seconds, ticking between snapshots."""
+        if self._base is None:
+            return 0.0
+        return self._base[0] + (self.clock() - self._base[1])
+
+    def tick(self) -> None:
+        """Advance the elapsed time shown (called while waiting)."""
+        if self.status is not None:
+            self.html.value = render_status_html(self.status, elapsed=self.elapsed())
+
+    def freeze(self) -> None:
+        """Stop the elapsed clock at the last snapshot and update the text fallback."""
+        if self.status is not None:
+            self.html.value = render_status_html(self.status)
+        if self.display is not None:
+            self.display.update_text(self.text())
+
+    def text(self) -> str:
+        """The status as plain text."""
+        return format_status(self.status) if self.status is not None else "(no status yet)"
+
+    def refresh(self) -> None:
+        """Fetch and show the current status; errors are shown in one line below."""
+        if self._refresh is None:
+            return
+        try:
+            self.update(self._refresh())
+            self.error.value = ""
+        except Exception as exc:  # shown in the widget, never raised into the comm handler
+            self.error.value = (
+                f'<span style="color:#b3261e">{html.escape(type(exc).__name__)}: '
+                f"{html.escape(str(exc))}</span>"
+            )
