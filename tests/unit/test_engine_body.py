@@ -7,14 +7,13 @@ import re
 
 import pytest
 
+from tests.crd_schema import crd_validator
 from trainjob_magics.engine import trainjob_body as tb
-
-crd_schema = pytest.importorskip("tests.crd_schema")
 
 
 @pytest.fixture(scope="module")
 def validator():
-    return crd_schema.crd_validator("trainjobs")
+    return crd_validator("trainjobs")
 
 
 def _errors(validator, body):
@@ -102,4 +101,7 @@ def test_runtime_ref_defaults() -> None:
         "r",
         "ClusterTrainingRuntime",
     )
-    assert tb.trainjob_path("ns", "j") == "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/j"
+    assert (
+        tb.trainjob_path("ns", "j")
+        == "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/j"
+    )

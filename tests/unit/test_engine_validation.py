@@ -24,7 +24,7 @@ def test_invalid_names(name: object) -> None:
 
 
 def test_long_name_message_says_length() -> None:
-    with pytest.raises(InvalidInputError, match="64 characters.*at most 63"):
+    with pytest.raises(InvalidInputError, match=r"64 characters.*at most 63"):
         v.validate_name("a" * 64)
 
 
@@ -72,7 +72,11 @@ def test_gpu() -> None:
 
 
 def test_env() -> None:
-    assert v.validate_env({"A_B": "1", "x.y-z": "2", "N": 3}) == {"A_B": "1", "x.y-z": "2", "N": "3"}
+    assert v.validate_env({"A_B": "1", "x.y-z": "2", "N": 3}) == {
+        "A_B": "1",
+        "x.y-z": "2",
+        "N": "3",
+    }
     for bad in ({"1A": "x"}, {"A B": "x"}, {"": "x"}, {"A": None}, ["A"]):
         with pytest.raises(InvalidInputError):
             v.validate_env(bad)

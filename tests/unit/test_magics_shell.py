@@ -69,10 +69,13 @@ class FakeEngine:
         self.deleted: list[str] = []
         self.n = 0
 
+    def new_name(self) -> str:
+        self.n += 1
+        return f"job{self.n}"
+
     def connect(self, runtime: str, on_status: Any = None, **kw: Any) -> FakeSession:
         self.kwargs.append({"runtime": runtime, **kw})
-        self.n += 1
-        s = FakeSession(kw.get("name") or f"job{self.n}", kw.get("namespace") or "default", runtime)
+        s = FakeSession(kw["name"], kw.get("namespace") or "default", runtime)
         for state in ("Creating", "Pending", "Running"):
             st = s.status()
             st.state = state
@@ -101,6 +104,7 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
     fake = FakeEngine()
     monkeypatch.setattr(mm, "engine_connect", fake.connect)
     monkeypatch.setattr(mm, "engine_attach", fake.attach)
+    monkeypatch.setattr(mm, "new_job_name", fake.new_name)
     monkeypatch.setattr(mm, "engine_delete", lambda name, *a, **k: fake.delete(name))
     return fake
 

@@ -107,16 +107,24 @@ def engine_attach(name: str, **kwargs: Any) -> Any:
 def engine_delete(
     name: str, namespace: str | None, context: str | None, config_file: str | None
 ) -> bool:
-    """Delete a TrainJob whose connect was interrupted, if the engine offers a way (True if so)."""
+    """Delete a TrainJob whose connect was interrupted; False when it does not exist (yet)."""
+    from trainjob_magics.engine import kubeconfig
+    from trainjob_magics.engine.session import delete_trainjob
+
+    api, default_namespace = kubeconfig.load(config_file, context)
     try:
-        from trainjob_magics import engine
-    except Exception:
-        return False
-    delete = getattr(engine, "delete_trainjob", None) or getattr(engine, "delete", None)
-    if delete is None:
-        return False
-    delete(name, namespace=namespace, context=context, config_file=config_file)
-    return True
+        return delete_trainjob(api, namespace or default_namespace, name)
+    finally:
+        close = getattr(api, "close", None)
+        if close is not None:
+            close()
+
+
+def new_job_name() -> str:
+    """A random TrainJob name, chosen here so an interrupted connect can delete its job."""
+    from trainjob_magics.engine.trainjob_body import generate_name
+
+    return generate_name()
 
 
 def partial_result(stdout: list[str], stderr: list[str], started: float, pod: str) -> Any:
@@ -420,7 +428,8 @@ class TrainJobMagics(Magics, TrainJobConfig):
             "config_file": settings["config_file"],
             "timeout": timeout,
         }
-        keys = ("image", "num_nodes", "command", "cpu", "memory", "gpu", "env", "name")
+        keys = ("image", "num_nodes", "command", "cpu", "memory", "gpu", "env")
+        job_name = None if settings["attach"] else settings["name"] or new_job_name()
 
         def work(emit: Callable[..., None]) -> Any:
             def on_status(status: Any) -> None:
@@ -429,6 +438,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
             if settings["attach"]:
                 return engine_attach(settings["attach"], on_status=on_status, **common)
             kw = {k: settings[k] for k in keys}
+            kw["name"] = job_name
             return engine_connect(settings["runtime"], on_status=on_status, **kw, **common)
 
         def handle(status: Any) -> None:
@@ -441,8 +451,8 @@ class TrainJobMagics(Magics, TrainJobConfig):
         except KeyboardInterrupt:
             pump.cancel()
             view.finish(None)
-            self._abandon_connect(pump, settings, seen.get("status"))
-            msg = self._interrupt_message(settings, seen.get("status"))
+            deleted = self._abandon_connect(pump, settings, job_name)
+            msg = self._interrupt_message(settings, job_name, seen.get("status"), deleted)
             raise TrainJobMagicError(msg) from None
         except Exception as exc:
             view.finish(None)
@@ -454,20 +464,17 @@ class TrainJobMagics(Magics, TrainJobConfig):
         view.finish(final, refresh=session.status)
         return session, view.widget_view
 
-    def _abandon_connect(self, pump: Pump, settings: dict[str, Any], status: Any) -> None:
-        """After Ctrl-C while waiting: delete the new TrainJob now, or once connect() returns."""
-        self._deleted_now = False
-        if settings["attach"]:
-            return  # attaching created nothing; leave the existing TrainJob alone
-        name = getattr(status, "name", None) or settings["name"]
-        ns = getattr(status, "namespace", None) or settings["namespace"]
-        if name:
-            try:
-                self._deleted_now = engine_delete(
-                    name, ns, settings["context"], settings["config_file"]
-                )
-            except Exception:
-                self._deleted_now = False
+    def _abandon_connect(self, pump: Pump, settings: dict[str, Any], name: str | None) -> bool:
+        """After Ctrl-C while waiting: delete the new TrainJob now, and close it if connect()
+        still returns a session later. True when the delete request was accepted now."""
+        if settings["attach"] or not name:
+            return False  # attaching created nothing; leave the existing TrainJob alone
+        try:
+            deleted = engine_delete(
+                name, settings["namespace"], settings["context"], settings["config_file"]
+            )
+        except Exception:
+            deleted = False
 
         def close_when_connected() -> None:
             if pump.thread is not None:
@@ -478,21 +485,26 @@ class TrainJobMagics(Magics, TrainJobConfig):
                     session.close()
 
         threading.Thread(target=close_when_connected, daemon=True, name="trainjob-abandon").start()
+        return bool(deleted)
 
-    def _interrupt_message(self, settings: dict[str, Any], status: Any) -> str:
+    @staticmethod
+    def _interrupt_message(
+        settings: dict[str, Any], name: str | None, status: Any, deleted: bool
+    ) -> str:
         if settings["attach"]:
             return (
                 f"interrupted: stopped waiting for TrainJob {settings['attach']}; it is left as it "
                 "was. Attach again with %trainjob_connect --attach NAME"
             )
-        name = getattr(status, "name", None) or settings["name"]
         ns = getattr(status, "namespace", None) or settings["namespace"] or "the default namespace"
-        if not name:
-            return "interrupted before the TrainJob was created; nothing to clean up"
-        how = "deleted" if getattr(self, "_deleted_now", False) else "being deleted"
+        if deleted:
+            return (
+                f"interrupted: stopped waiting; TrainJob {name} in {ns} is deleted since nothing "
+                f"ran in it yet (if it stays: kubectl delete trainjob {name} -n {ns})"
+            )
         return (
-            f"interrupted: stopped waiting; TrainJob {name} in {ns} is {how} since nothing ran "
-            f"in it yet (if it stays: kubectl delete trainjob {name} -n {ns})"
+            f"interrupted: stopped waiting; TrainJob {name} was not found in {ns}; if it still "
+            f"gets created it is deleted once it is up (check: kubectl get trainjob {name} -n {ns})"
         )
 
     # -- %%trainjob

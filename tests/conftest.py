@@ -1,0 +1,47 @@
+"""Shared fixtures: a session-wide LocalCluster and kubernetes clients bound to it."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from trainjob_magics.localcluster import LocalCluster
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A started LocalCluster (ancestor-step label only on the Job templates)."""
+    root = tmp_path_factory.mktemp("local-cluster")
+    with LocalCluster(root_dir=root, bookmark_interval=0.5) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def local_cluster_ancestor_on_pods(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LocalCluster]:
+    """A second cluster that also puts trainjob-ancestor-step on the pods."""
+    root = tmp_path_factory.mktemp("local-cluster-ancestor")
+    with LocalCluster(root_dir=root, ancestor_label_on_pods=True, bookmark_interval=0.5) as c:
+        yield c
+
+
+@pytest.fixture
+def cluster(local_cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """The session cluster with no faults active before and after the test."""
+    local_cluster.faults.clear()
+    yield local_cluster
+    local_cluster.faults.clear()
+
+
+@pytest.fixture
+def unique_name() -> Callable[[str], str]:
+    """Random DNS-1035 names, so tests sharing the session cluster never collide."""
+
+    def make(prefix: str = "t") -> str:
+        return f"{prefix}{secrets.token_hex(5)}"
+
+    return make
+
