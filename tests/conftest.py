@@ -44,4 +44,3 @@ def unique_name() -> Callable[[str], str]:
         return f"{prefix}{secrets.token_hex(5)}"
 
     return make
-

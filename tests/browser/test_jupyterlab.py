@@ -83,7 +83,7 @@ def _trainjobs(kubeconfig: str | Path) -> list[str]:
 
 
 @pytest.fixture
-def cluster() -> Iterator[Any]:
+def own_cluster() -> Iterator[Any]:
     """A local cluster of this test's own."""
     from trainjob_magics.localcluster import LocalCluster
 
@@ -93,7 +93,7 @@ def cluster() -> Iterator[Any]:
 
 def test_quickstart_runs_in_jupyterlab(
     tmp_path: Path,
-    cluster: Any,
+    own_cluster: Any,
     jupyterlab_factory: Any,
     open_notebook: Any,
     screenshot_path: Any,
@@ -103,7 +103,7 @@ def test_quickstart_runs_in_jupyterlab(
     root = tmp_path / "notebooks"
     shutil.copytree(REPO / "notebooks", root)
     nb = nbformat.read(str(root / "quickstart.ipynb"), as_version=4)
-    lab = jupyterlab_factory(root, {"KUBECONFIG": str(cluster.kubeconfig_path)})
+    lab = jupyterlab_factory(root, {"KUBECONFIG": str(own_cluster.kubeconfig_path)})
     nbp = open_notebook(lab, "quickstart.ipynb")
     nbp.run_all()
     shots: list[Path] = []
@@ -131,7 +131,7 @@ def test_quickstart_runs_in_jupyterlab(
 
     page_text = nbp.page.locator(".jp-NotebookPanel").inner_text()
     assert "Error displaying widget" not in page_text
-    assert cluster.token not in nbp.page.content()
+    assert own_cluster.token not in nbp.page.content()
 
     # the status widget of the connect cell rendered, with the TrainJob running
     cells = nbp.cells()
@@ -174,4 +174,4 @@ def test_quickstart_runs_in_jupyterlab(
         assert cols[2] == "Running", cols
 
     # %trainjob_close deleted the TrainJob
-    assert job not in _trainjobs(cluster.kubeconfig_path)
+    assert job not in _trainjobs(own_cluster.kubeconfig_path)

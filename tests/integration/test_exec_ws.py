@@ -25,7 +25,7 @@ from aiohttp import web
 from kubernetes.client import Configuration
 from kubernetes.stream.ws_client import WSClient, get_websocket_url
 
-from trainjob_magics.localcluster.exec_ws import handle_exec
+from trainjob_magics.localcluster.exec_ws import handle_exec, shutdown
 from trainjob_magics.localcluster.processes import (
     PodSandbox,
     kill_all,
@@ -88,6 +88,7 @@ class ExecServer:
     def stop(self) -> None:
         for sandbox in self.sandboxes.values():
             kill_all(sandbox)
+        asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(10)
         if self.runner is not None:
             fut = asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop)
             fut.result(10)
@@ -271,6 +272,14 @@ def test_unsupported_protocol_is_rejected_with_status(server: ExecServer) -> Non
     assert "not supported" in body["message"]
 
 
+def test_no_stream_requested_is_bad_request(server: ExecServer) -> None:
+    url = server.url("pod-a", ["true"]).replace("stdout=true", "stdout=false")
+    url = url.replace("stderr=true", "stderr=false")
+    with pytest.raises(websocket.WebSocketBadStatusException) as info:
+        websocket.create_connection(url, subprotocols=[V5], timeout=10)
+    assert info.value.status_code == 400
+
+
 def test_tty_runs_on_a_terminal(server: ExecServer) -> None:
     out = run_exec(server, ["sh", "-c", "test -t 1 && echo tty; echo err >&2"], tty="true")
     assert out.stdout.replace(b"\r\n", b"\n") == b"tty\nerr\n"
@@ -369,7 +378,9 @@ def test_disconnect_does_not_kill_process(server: ExecServer) -> None:
     workdir = server.sandboxes["pod-a"].workdir
     marker = workdir / "after-disconnect.txt"
     marker.unlink(missing_ok=True)
-    script = "echo started; head -c 5000000 /dev/zero; sleep 0.5; echo finished > after-disconnect.txt"
+    script = (
+        "echo started; head -c 5000000 /dev/zero; sleep 0.5; echo finished > after-disconnect.txt"
+    )
     conn = websocket.create_connection(server.url("pod-a", ["sh", "-c", script]), subprotocols=[V5])
     assert conn.recv_data_frame()[1].data == b"\x01"
     assert conn.recv_data_frame()[1].data.startswith(b"\x01")
@@ -466,7 +477,9 @@ def test_hostfile_format(server: ExecServer) -> None:
     assert hostfile is not None
     assert hostfile.read_text() == "".join(f"{h} slots=1\n" for h in MPI_HOSTS)
     sidecar = json.loads(Path(f"{hostfile}.json").read_text())
-    assert sidecar[MPI_HOSTS[1]]["workdir"] == str(server.sandboxes[f"{MPI_HOSTS[1]}-x1y2z"].workdir)
+    assert sidecar[MPI_HOSTS[1]]["workdir"] == str(
+        server.sandboxes[f"{MPI_HOSTS[1]}-x1y2z"].workdir
+    )
 
 
 def test_mpirun_hostname_prints_every_pod(server: ExecServer) -> None:
@@ -484,7 +497,7 @@ def test_mpirun_ranks_run_in_their_pods(server: ExecServer) -> None:
     )
     rows = sorted(line.split() for line in out.stdout.decode().splitlines())
     assert len(rows) == 4
-    for rank, (host, row) in enumerate(zip(MPI_HOSTS, rows)):
+    for rank, (host, row) in enumerate(zip(MPI_HOSTS, rows, strict=True)):
         workdir = server.sandboxes[f"{host}-x1y2z"].workdir
         assert row == [f"{rank}/4", host, str(workdir), host.split("-")[1], str(rank)]
 
@@ -518,6 +531,17 @@ def test_mpirun_too_many_ranks_and_oversubscribe(server: ExecServer) -> None:
         server, ["mpirun", "-np", "5", "--oversubscribe", "hostname"], pod=launcher(server)
     )
     assert sorted(out.stdout.decode().split()) == sorted([*MPI_HOSTS, MPI_HOSTS[0]])
+
+
+def test_mpirun_host_option(server: ExecServer) -> None:
+    out = run_exec(
+        server,
+        ["mpirun", "-H", f"{MPI_HOSTS[1]},{MPI_HOSTS[2]}", "sh", "-c", "hostname; pwd"],
+        pod=launcher(server),
+    )
+    lines = sorted(out.stdout.decode().splitlines())
+    dirs = [str(server.sandboxes[f"{h}-x1y2z"].workdir) for h in MPI_HOSTS[1:3]]
+    assert lines == sorted([*MPI_HOSTS[1:3], *dirs])
 
 
 def test_mpirun_without_hostfile_runs_locally(server: ExecServer) -> None:

@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,17 +60,15 @@ def _widget_texts_of_cell(nb: Any, index: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path, Any]]:
-    """Run the quickstart once against a local cluster; (notebook, saved path, cluster)."""
-    from trainjob_magics.localcluster import LocalCluster
-
+def executed(tmp_path_factory: pytest.TempPathFactory, local_cluster: Any) -> tuple[Any, Path, Any]:
+    """Run the quickstart once against the local cluster; (notebook, saved path, cluster)."""
+    local_cluster.faults.clear()
     out = tmp_path_factory.mktemp("quickstart") / "quickstart.executed.ipynb"
-    with LocalCluster() as cluster:
-        result = run_notebook(QUICKSTART, out, kubeconfig=cluster.kubeconfig_path, timeout=180)
-        assert result.error is None, (
-            f"cell {result.failed_cell} failed: {result.error}\n" + "\n".join(cell_texts(result.nb))
-        )
-        yield result.nb, out, cluster
+    result = run_notebook(QUICKSTART, out, kubeconfig=local_cluster.kubeconfig_path, timeout=180)
+    assert result.error is None, f"cell {result.failed_cell} failed: {result.error}\n" + "\n".join(
+        cell_texts(result.nb)
+    )
+    return result.nb, out, local_cluster
 
 
 @pytest.fixture(scope="module")

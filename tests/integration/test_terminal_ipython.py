@@ -94,7 +94,8 @@ class TerminalIPython:
     def run(self, source: str, timeout: float = 120) -> str:
         """Type a cell, wait for the next prompt, and return what the cell printed."""
         start = len(self.text())
-        count = int(self.wait_for(r"In \[(\d+)\]: ", 60).group(1))
+        self.wait_for(r"In \[\d+\]: ", 60)
+        count = int(re.findall(r"In \[(\d+)\]: ", self.text())[-1])
         lines = source.rstrip("\n").split("\n")
         body = "\n".join(lines) + ("\n\n\n" if len(lines) > 1 or source.startswith("%%") else "\n")
         os.write(self.master, body.encode())
@@ -129,7 +130,7 @@ def _trainjobs(kubeconfig: str | Path) -> list[str]:
 
 
 @pytest.fixture
-def cluster() -> Iterator[Any]:
+def own_cluster() -> Iterator[Any]:
     """A local cluster of its own, so the TrainJob list is this test's alone."""
     from trainjob_magics.localcluster import LocalCluster
 
@@ -138,11 +139,11 @@ def cluster() -> Iterator[Any]:
 
 
 @pytest.fixture
-def terminal(cluster: Any, tmp_path: Path) -> Iterator[TerminalIPython]:
+def terminal(own_cluster: Any, tmp_path: Path) -> Iterator[TerminalIPython]:
     """Terminal IPython with KUBECONFIG of the local cluster and a private IPYTHONDIR."""
     env = {
         **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig_path),
+        "KUBECONFIG": str(own_cluster.kubeconfig_path),
         "IPYTHONDIR": str(tmp_path / "ipython"),
         "TERM": "dumb",
         "PYTHONUNBUFFERED": "1",
@@ -155,12 +156,12 @@ def terminal(cluster: Any, tmp_path: Path) -> Iterator[TerminalIPython]:
         term.kill()
 
 
-def test_terminal_ipython_text_fallback(terminal: TerminalIPython, cluster: Any) -> None:
+def test_terminal_ipython_text_fallback(terminal: TerminalIPython, own_cluster: Any) -> None:
     out = terminal.run("%load_ext trainjob_magics")
     assert "Error" not in out, out
 
     out = terminal.run("%trainjob_connect mpi-interactive --nodes 2", timeout=120)
-    names = _trainjobs(cluster.kubeconfig_path)
+    names = _trainjobs(own_cluster.kubeconfig_path)
     assert len(names) == 1, names
     job = names[0]
     assert re.search(rf"Session 'default' ready: TrainJob {job}\b", out), out
@@ -204,7 +205,7 @@ def test_terminal_ipython_text_fallback(terminal: TerminalIPython, cluster: Any)
     out = terminal.run("_trainjob.returncode, _trainjob.stdout")
     assert "(7, 'before-fail\\n')" in out, out
 
-    assert job in _trainjobs(cluster.kubeconfig_path)
+    assert job in _trainjobs(own_cluster.kubeconfig_path)
     assert terminal.exit() == 0, terminal.text()
-    assert job not in _trainjobs(cluster.kubeconfig_path), "the TrainJob outlived the shell"
-    assert cluster.token not in terminal.text()
+    assert job not in _trainjobs(own_cluster.kubeconfig_path), "the TrainJob outlived the shell"
+    assert own_cluster.token not in terminal.text()

@@ -30,10 +30,18 @@ class FakeSession:
     def status(self) -> JobStatus:
         pod = PodInfo(self.trainer_pod, "launcher", "Running", True, "local", 0, None, "", True)
         state = "Deleted" if self.closed else "Running"
-        return JobStatus(self.name, self.namespace, self.runtime, state, "", [pod], self.trainer_pod, 0.5)
+        return JobStatus(
+            self.name, self.namespace, self.runtime, state, "", [pod], self.trainer_pod, 0.5
+        )
 
-    def execute(self, command: Any, container: Any = None, stdin: Any = None,
-                timeout: Any = None, on_output: Any = None) -> ExecResult:
+    def execute(
+        self,
+        command: Any,
+        container: Any = None,
+        stdin: Any = None,
+        timeout: Any = None,
+        on_output: Any = None,
+    ) -> ExecResult:
         self.calls.append((command, container, timeout))
         t0 = time.monotonic()
         p = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -45,16 +53,25 @@ class FakeSession:
                 if on_output:
                     on_output(name, chunk.decode())
 
-        ts = [threading.Thread(target=read, args=(p.stdout, "stdout")),
-              threading.Thread(target=read, args=(p.stderr, "stderr"))]
+        ts = [
+            threading.Thread(target=read, args=(p.stdout, "stdout")),
+            threading.Thread(target=read, args=(p.stderr, "stderr")),
+        ]
         for t in ts:
             t.start()
         p.wait()
         for t in ts:
             t.join()
         out, err = b"".join(got["stdout"]), b"".join(got["stderr"])
-        return ExecResult(out.decode(), err.decode(), p.returncode, time.monotonic() - t0,
-                          out, err, self.trainer_pod)
+        return ExecResult(
+            out.decode(),
+            err.decode(),
+            p.returncode,
+            time.monotonic() - t0,
+            out,
+            err,
+            self.trainer_pod,
+        )
 
     def close(self, timeout: float = 180) -> None:
         self.closed = True
@@ -130,21 +147,44 @@ def test_load_twice_is_harmless(shell: InteractiveShell) -> None:
 
 def test_help_documents_every_option(shell: InteractiveShell) -> None:
     doc = shell.find_line_magic("trainjob_connect").__doc__
-    for opt in ("--nodes", "--image", "--cpu", "--memory", "--gpu", "--env", "--name",
-                "--namespace", "--context", "--kubeconfig", "--timeout", "--as", "--attach",
-                "--replace"):
+    for opt in (
+        "--nodes",
+        "--image",
+        "--cpu",
+        "--memory",
+        "--gpu",
+        "--env",
+        "--name",
+        "--namespace",
+        "--context",
+        "--kubeconfig",
+        "--timeout",
+        "--as",
+        "--attach",
+        "--replace",
+    ):
         assert opt in doc
     doc = shell.find_cell_magic("trainjob").__doc__
-    for opt in ("--container", "--timeout", "--out", "--err", "--result", "--no-raise-error",
-                "--quiet"):
+    for opt in (
+        "--container",
+        "--timeout",
+        "--out",
+        "--err",
+        "--result",
+        "--no-raise-error",
+        "--quiet",
+    ):
         assert opt in doc
     assert "--all" in shell.find_line_magic("trainjob_close").__doc__
 
 
-def test_connect_maps_options_and_reuses(shell: InteractiveShell, engine: FakeEngine,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
-    line = ("mpi-interactive --nodes 4 --image img:1 --cpu 2 --memory 1Gi --gpu 1 "
-            "--env A=1 B=x=y --env C= --namespace ns1 --timeout 30")
+def test_connect_maps_options_and_reuses(
+    shell: InteractiveShell, engine: FakeEngine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = (
+        "mpi-interactive --nodes 4 --image img:1 --cpu 2 --memory 1Gi --gpu 1 "
+        "--env A=1 B=x=y --env C= --namespace ns1 --timeout 30"
+    )
     shell.run_line_magic("trainjob_connect", line)
     kw = engine.kwargs[-1]
     assert kw["runtime"] == "mpi-interactive" and kw["num_nodes"] == 4 and kw["image"] == "img:1"
@@ -176,22 +216,27 @@ def test_config_changes_behaviour(shell: InteractiveShell, engine: FakeEngine) -
     assert last_result().returncode == 4
 
 
-def test_exec_streams_live_and_stores_results(shell: InteractiveShell, engine: FakeEngine,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_exec_streams_live_and_stores_results(
+    shell: InteractiveShell, engine: FakeEngine, capsys: pytest.CaptureFixture[str]
+) -> None:
     shell.run_line_magic("trainjob_connect", "mpi-interactive")
-    shell.run_cell_magic("trainjob", "--out o --err e --result r",
-                         "echo \"it's \\\"quoted\\\" $((1+1))\"; echo warn >&2")
+    shell.run_cell_magic(
+        "trainjob",
+        "--out o --err e --result r",
+        'echo "it\'s \\"quoted\\" $((1+1))"; echo warn >&2',
+    )
     assert engine.sessions[0].calls[-1][0][:2] == ["sh", "-c"]
     ns = shell.user_ns
-    assert ns["o"] == "it's \"quoted\" 2\n" and ns["e"] == "warn\n"
+    assert ns["o"] == 'it\'s "quoted" 2\n' and ns["e"] == "warn\n"
     assert ns["r"].returncode == 0 and ns["_trainjob"] is ns["r"] is last_result()
     captured = capsys.readouterr()
-    assert "it's \"quoted\" 2" in captured.out and "warn" in captured.err
+    assert 'it\'s "quoted" 2' in captured.out and "warn" in captured.err
     assert "exit code 0" in captured.out
 
 
-def test_nonzero_exit_raises_one_line(shell: InteractiveShell, engine: FakeEngine,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_nonzero_exit_raises_one_line(
+    shell: InteractiveShell, engine: FakeEngine, capsys: pytest.CaptureFixture[str]
+) -> None:
     shell.run_line_magic("trainjob_connect", "mpi-interactive")
     with pytest.raises(TrainJobCellError, match=r"exited with code 3 \(pod job1-launcher-0\)"):
         shell.run_cell_magic("trainjob", "--result r", "echo before; exit 3")
@@ -215,8 +260,9 @@ def test_quiet_shows_nothing(shell: InteractiveShell, capsys: pytest.CaptureFixt
     assert capsys.readouterr().out == "" and shell.user_ns["o"] == "secret-ish\n"
 
 
-def test_two_sessions_side_by_side(shell: InteractiveShell, engine: FakeEngine,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_two_sessions_side_by_side(
+    shell: InteractiveShell, engine: FakeEngine, capsys: pytest.CaptureFixture[str]
+) -> None:
     shell.run_line_magic("trainjob_connect", "mpi-interactive --as a")
     shell.run_line_magic("trainjob_connect", "torch-distributed --as b")
     shell.run_cell_magic("trainjob", "a", "echo in-a")
@@ -250,18 +296,22 @@ def test_attach(shell: InteractiveShell, engine: FakeEngine) -> None:
         shell.run_line_magic("trainjob_connect", "--attach x --nodes 2")
 
 
-@pytest.mark.parametrize("magic,line,cell,match", [
-    ("trainjob_connect", "mpi-interactive --nodes 0", None, "--nodes must be at least 1"),
-    ("trainjob_connect", "mpi-interactive --env NOEQ", None, "--env expects KEY=VALUE"),
-    ("trainjob_connect", "", None, "no runtime"),
-    ("trainjob_connect", "mpi-interactive --bogus", None, "unrecognized arguments: --bogus"),
-    ("trainjob", "--out 1x", "echo", "--out expects a Python variable name"),
-    ("trainjob", "", "   \n  ", "the cell is empty"),
-    ("trainjob", "", "echo", "no TrainJob session in this kernel"),
-    ("trainjob_close", "a --all", None, "either an ALIAS or --all"),
-])
-def test_usage_errors(shell: InteractiveShell, engine: FakeEngine, magic: str, line: str,
-                      cell: str | None, match: str) -> None:
+@pytest.mark.parametrize(
+    "magic,line,cell,match",
+    [
+        ("trainjob_connect", "mpi-interactive --nodes 0", None, "--nodes must be at least 1"),
+        ("trainjob_connect", "mpi-interactive --env NOEQ", None, "--env expects KEY=VALUE"),
+        ("trainjob_connect", "", None, "no runtime"),
+        ("trainjob_connect", "mpi-interactive --bogus", None, "unrecognized arguments: --bogus"),
+        ("trainjob", "--out 1x", "echo", "--out expects a Python variable name"),
+        ("trainjob", "", "   \n  ", "the cell is empty"),
+        ("trainjob", "", "echo", "no TrainJob session in this kernel"),
+        ("trainjob_close", "a --all", None, "either an ALIAS or --all"),
+    ],
+)
+def test_usage_errors(
+    shell: InteractiveShell, engine: FakeEngine, magic: str, line: str, cell: str | None, match: str
+) -> None:
     with pytest.raises(TrainJobUsageError, match=match):
         if cell is None:
             shell.run_line_magic(magic, line)
@@ -286,7 +336,9 @@ def test_interrupt_during_cell_fails_with_one_line(shell: InteractiveShell) -> N
     assert info.value.result.stdout == "started\n" and shell.user_ns["r"].returncode is None
 
 
-def test_interrupt_while_connecting_deletes_the_job(shell: InteractiveShell, engine: FakeEngine) -> None:
+def test_interrupt_while_connecting_deletes_the_job(
+    shell: InteractiveShell, engine: FakeEngine
+) -> None:
     engine.blocking = True
     _sigint_after(0.5)
     with pytest.raises(mm.TrainJobMagicError, match="TrainJob job1 in default is deleted"):
@@ -307,8 +359,9 @@ def test_reset_and_unload_close_sessions(shell: InteractiveShell, engine: FakeEn
     shell.run_line_magic("load_ext", "trainjob_magics.magics")
 
 
-def test_widgets_on_in_plain_shell(shell: InteractiveShell, engine: FakeEngine,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_widgets_on_in_plain_shell(
+    shell: InteractiveShell, engine: FakeEngine, capsys: pytest.CaptureFixture[str]
+) -> None:
     shell.run_line_magic("config", "TrainJobMagics.widgets = 'on'")
     shell.run_line_magic("trainjob_connect", "mpi-interactive")
     shell.run_cell_magic("trainjob", "", "echo hello-widget")

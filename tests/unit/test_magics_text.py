@@ -91,7 +91,9 @@ def test_strip_ansi() -> None:
 
 def _view(max_lines: int = 1000) -> tuple[TextOutputView, io.StringIO, io.StringIO, Clock]:
     out, err, clock = io.StringIO(), io.StringIO(), Clock()
-    v = TextOutputView(max_lines=max_lines, interval=0.1, where="res.stdout", stdout=out, stderr=err, clock=clock)
+    v = TextOutputView(
+        max_lines=max_lines, interval=0.1, where="res.stdout", stdout=out, stderr=err, clock=clock
+    )
     return v, out, err, clock
 
 
@@ -139,18 +141,42 @@ def test_text_view_unfinished_line_printed_at_finish() -> None:
 def _status(state: str = "Running") -> JobStatus:
     now = datetime.now(timezone.utc)
     pods = [
-        PodInfo("j-launcher-0", "launcher", "Running", True, "local", 0, now - timedelta(seconds=75), "", True),
+        PodInfo(
+            "j-launcher-0",
+            "launcher",
+            "Running",
+            True,
+            "local",
+            0,
+            now - timedelta(seconds=75),
+            "",
+            True,
+        ),
         PodInfo("j-node-0", "node", "Pending", False, "", 2, now, "ContainerCreating", False),
     ]
-    return JobStatus("j", "default", "mpi-interactive", state, "waiting for pods", pods, "j-launcher-0", 12.5)
+    return JobStatus(
+        "j", "default", "mpi-interactive", state, "waiting for pods", pods, "j-launcher-0", 12.5
+    )
 
 
 def test_format_status_table() -> None:
     text = format_status(_status())
     lines = text.splitlines()
-    assert lines[0] == "TrainJob j · namespace default · runtime mpi-interactive · Running · elapsed 12s"
+    assert (
+        lines[0]
+        == "TrainJob j · namespace default · runtime mpi-interactive · Running · elapsed 12s"
+    )
     assert "waiting for pods" in lines[1]
-    assert lines[2].split() == ["NAME", "ROLE", "PHASE", "READY", "NODE", "RESTARTS", "AGE", "WAITING"]
+    assert lines[2].split() == [
+        "NAME",
+        "ROLE",
+        "PHASE",
+        "READY",
+        "NODE",
+        "RESTARTS",
+        "AGE",
+        "WAITING",
+    ]
     assert lines[3].split()[:7] == ["j-launcher-0", "*", "launcher", "Running", "yes", "local", "0"]
     assert "1m15s" in lines[3] or "1m16s" in lines[3]
     assert lines[4].split()[-1] == "ContainerCreating"

@@ -66,16 +66,34 @@ def test_100k_lines_bounded_updates_and_capped() -> None:
 
 def _status(state: str, phase: str = "Running") -> JobStatus:
     pods = [
-        PodInfo("j-launcher-0", "launcher", phase, phase == "Running", "n1", 0,
-                datetime.now(timezone.utc), "" if phase == "Running" else "ImagePullBackOff", True),
+        PodInfo(
+            "j-launcher-0",
+            "launcher",
+            phase,
+            phase == "Running",
+            "n1",
+            0,
+            datetime.now(timezone.utc),
+            "" if phase == "Running" else "ImagePullBackOff",
+            True,
+        ),
     ]
     return JobStatus("j", "ns1", "mpi-interactive", state, "", pods, "j-launcher-0", 3.0)
 
 
 def test_status_html_has_headline_and_pod_table() -> None:
     h = render_status_html(_status("Pending", "Pending"))
-    for text in ("TrainJob j", "ns1", "mpi-interactive", "Pending", "elapsed 3s", "ImagePullBackOff",
-                 "<th", "Restarts", "Waiting"):
+    for text in (
+        "TrainJob j",
+        "ns1",
+        "mpi-interactive",
+        "Pending",
+        "elapsed 3s",
+        "ImagePullBackOff",
+        "<th",
+        "Restarts",
+        "Waiting",
+    ):
         assert text in h
 
 
@@ -107,9 +125,15 @@ def test_status_widget_refresh_error_is_one_line() -> None:
     assert "RuntimeError: api down" in w.error.value
 
 
-@pytest.mark.parametrize("mode,kernel,expected", [
-    ("auto", False, False), ("auto", True, True), ("off", True, False), ("on", False, True),
-])
+@pytest.mark.parametrize(
+    "mode,kernel,expected",
+    [
+        ("auto", False, False),
+        ("auto", True, True),
+        ("off", True, False),
+        ("on", False, True),
+    ],
+)
 def test_use_widgets(mode: str, kernel: bool, expected: bool) -> None:
     from trainjob_magics.magics.frontend import use_widgets
 

@@ -210,12 +210,12 @@ class Controller:
                 self._reconcile_safe(ns, name)
         elif ev.kind_key == PODS.key:
             key = (ns, name)
+            owner = self._pod_owner.get(key)
             if ev.type == "DELETED":
                 self._forget_pod(key)
             elif meta.get("deletionTimestamp") and key not in self._finalizing:
                 self._finalizing.add(key)
                 self._spawn(self._finalize_pod(key, meta.get("deletionGracePeriodSeconds")))
-            owner = self._pod_owner.get(key)
             st = self._jobs.get(owner or "")
             if st is not None:
                 self._reconcile_safe(st.namespace, st.name)

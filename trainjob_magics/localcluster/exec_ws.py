@@ -178,6 +178,21 @@ async def handle_exec(
     return ws
 
 
+async def shutdown(timeout: float = 2.0) -> None:
+    """Server shutdown: wait briefly for running exec sessions, then cancel them.
+
+    Call after ``kill_all`` on every sandbox so their processes are already ending.
+    """
+    tasks = list(_background)
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=timeout)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending, timeout=1.0)
+
+
 class _ExecSession:
     """One exec: a process plus the WebSocket that streams it."""
 

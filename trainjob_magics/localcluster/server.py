@@ -49,6 +49,7 @@ VERSION = {
     "compiler": "gc",
     "platform": "linux/amd64",
 }
+USER_KEY = web.RequestKey("user", tuple)
 PUBLIC_PATHS = {"/version", "/healthz", "/livez", "/readyz"}
 NOT_FOUND = "the server could not find the requested resource"
 
@@ -136,7 +137,7 @@ class ApiServer:
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         try:
             if request.path not in PUBLIC_PATHS:
-                request["user"] = self._authenticate(request)
+                request[USER_KEY] = self._authenticate(request)
             fault = self.ctx.faults.take_request_fault(request.method, request.path_qs)
             if fault is not None:
                 raise ApiError(fault.code, fault.message, fault.reason)
@@ -156,7 +157,7 @@ class ApiServer:
         return token, user
 
     def _authorize(self, request: web.Request, verb: str, t: Target) -> None:
-        token, user = request["user"]
+        token, user = request[USER_KEY]
         resource = t.resource
         if (
             (verb, resource) in user.deny
@@ -552,7 +553,7 @@ class ApiServer:
         )
 
     async def _exec(self, request: web.Request, t: Target) -> web.StreamResponse:
-        _, _user = request["user"]
+        _, _user = request[USER_KEY]
         for verb in ("create", "get"):
             self._authorize(request, verb, t)
         q = request.query

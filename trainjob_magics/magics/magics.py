@@ -29,13 +29,14 @@ from .registry import (
     uninstall_hooks,
 )
 from .text_output import (
+    NullOutputView,
     SessionRow,
     TextOutputView,
     footer_text,
     format_sessions,
     format_status,
-    status_change_line,
 )
+from .widgets_status import ConnectStatusView
 
 # ------------------------------------------------------------------ errors
 
@@ -251,17 +252,66 @@ def is_live(session: Any) -> bool:
     return state not in ("Complete", "Failed", "Deleted")
 
 
-class _NullView:
-    """Output view of ``--quiet``: shows nothing."""
+# ------------------------------------------------------------------ shared options
+# Argument groups shared by magics (as ipyparallel's exec_args): later magics
+# (%%trainjob_writefile, %trainjob_logs, --pod targets, Kueue options) reuse or extend them.
 
-    def write(self, stream: str, text: str) -> None:
-        pass
 
-    def tick(self) -> None:
-        pass
+def _apply(f: Callable[..., Any], decorators: list[Callable[..., Any]]) -> Callable[..., Any]:
+    for d in reversed(decorators):
+        f = d(f)
+    return f
 
-    def finish(self, footer: str | None = None, ok: bool = True) -> None:
-        pass
+
+def cluster_args(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--namespace, --context, --kubeconfig."""
+    return _apply(
+        f,
+        [
+            argument(
+                "--namespace", help="Namespace (default: TrainJobMagics.namespace or kubeconfig)."
+            ),
+            argument("--context", help="Kubeconfig context (default: the current one)."),
+            argument(
+                "--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG or ~/.kube/config)."
+            ),
+        ],
+    )
+
+
+def exec_args(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--container, --timeout of a command in the trainer pod."""
+    return _apply(
+        f,
+        [
+            argument("--container", help="Container of the trainer pod (default: the trainer's)."),
+            argument("--timeout", type=float, help="Seconds before the command is abandoned."),
+        ],
+    )
+
+
+def output_args(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--out, --err, --result, --no-raise-error, --quiet: where a command's result goes."""
+    return _apply(
+        f,
+        [
+            argument(
+                "--out", metavar="VAR", help="Store the stdout text in the Python variable VAR."
+            ),
+            argument(
+                "--err", metavar="VAR", help="Store the stderr text in the Python variable VAR."
+            ),
+            argument(
+                "--result", metavar="VAR", help="Store the ExecResult in the Python variable VAR."
+            ),
+            argument(
+                "--no-raise-error",
+                action="store_true",
+                help="A non-zero exit code does not fail the cell (TrainJobMagics.raise_on_error).",
+            ),
+            argument("--quiet", action="store_true", help="Do not show the output (still stored)."),
+        ],
+    )
 
 
 # ------------------------------------------------------------------ magics
@@ -318,9 +368,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         help="Environment variables (repeatable).",
     )
     @argument("--name", help="TrainJob name (DNS-1035); default: a random one.")
-    @argument("--namespace", help="Namespace (default: TrainJobMagics.namespace or kubeconfig).")
-    @argument("--context", help="Kubeconfig context (default: the current one).")
-    @argument("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).")
+    @cluster_args
     @argument("--timeout", type=float, help="Seconds to wait for the trainer pod (default: 600).")
     @argument(
         "--as",
@@ -420,7 +468,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
 
         Returns the session and its status widget (None in text mode).
         """
-        view = _StatusView(self._widgets())
+        view = ConnectStatusView(self._widgets())
         seen: dict[str, Any] = {}
         common = {
             "namespace": settings["namespace"],
@@ -511,17 +559,8 @@ class TrainJobMagics(Magics, TrainJobConfig):
 
     @magic_arguments()
     @argument("alias", nargs="?", help="Session to run in (default: the last connected).")
-    @argument("--container", help="Container of the trainer pod (default: the first).")
-    @argument("--timeout", type=float, help="Seconds before the command is abandoned.")
-    @argument("--out", metavar="VAR", help="Store the stdout text in the Python variable VAR.")
-    @argument("--err", metavar="VAR", help="Store the stderr text in the Python variable VAR.")
-    @argument("--result", metavar="VAR", help="Store the ExecResult in the Python variable VAR.")
-    @argument(
-        "--no-raise-error",
-        action="store_true",
-        help="A non-zero exit code does not fail the cell (TrainJobMagics.raise_on_error).",
-    )
-    @argument("--quiet", action="store_true", help="Do not show the output (still stored).")
+    @exec_args
+    @output_args
     @cell_magic
     def trainjob(self, line: str, cell: str) -> None:
         """Run the cell body as a shell script (``sh -c``) in the session's trainer pod.
@@ -539,7 +578,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         entry = self._entry(args.alias)
         raise_on_error = self.raise_on_error and not args.no_raise_error
         where = f"{args.result or '_trainjob'}.stdout / .stderr"
-        view = _NullView() if args.quiet else self._output_view(where)
+        view = NullOutputView() if args.quiet else self._output_view(where)
         result, error = self._run_exec(entry, cell, args, view)
         self._store(result, args)
         if error is not None:
@@ -702,49 +741,3 @@ class TrainJobMagics(Magics, TrainJobConfig):
                 if len(failed) == 1
                 else f"{len(failed)} sessions could not be closed"
             )
-
-
-class _StatusView:
-    """Status while connecting: a live widget, or one text line per change."""
-
-    def __init__(self, widgets: bool) -> None:
-        self.widget_view: Any = None
-        self._widgets = widgets
-        self._last_line = ""
-        self._last_tick = 0.0
-
-    def _widget(self, status: Any) -> Any:
-        if self.widget_view is None:
-            from .widgets_status import StatusWidget
-
-            self.widget_view = StatusWidget(status)
-        return self.widget_view
-
-    def update(self, status: Any) -> None:
-        """Show a status observed while waiting."""
-        if self._widgets:
-            self._widget(status).update(status)
-            return
-        line = status_change_line(status)
-        if line.split("] ", 1)[-1] != self._last_line.split("] ", 1)[-1]:
-            print(line, flush=True)
-        self._last_line = line
-
-    def tick(self) -> None:
-        """Advance the widget's elapsed time once a second."""
-        now = time.monotonic()
-        if self.widget_view is not None and now - self._last_tick >= 1.0:
-            self._last_tick = now
-            self.widget_view.tick()
-
-    def finish(self, status: Any, refresh: Callable[[], Any] | None = None) -> None:
-        """Final state: the widget frozen with a Refresh button, or the text table."""
-        if self._widgets:
-            if status is not None:
-                self._widget(status).update(status)
-            if self.widget_view is not None:
-                if refresh is not None:
-                    self.widget_view.set_refresh(refresh)
-                self.widget_view.freeze()
-        elif status is not None:
-            print(format_status(status), flush=True)

@@ -229,6 +229,19 @@ class TextOutputView:
             self._emit("stdout", footer + "\n")
 
 
+class NullOutputView:
+    """Output view of ``--quiet``: shows nothing."""
+
+    def write(self, stream: str, text: str) -> None:
+        pass
+
+    def tick(self) -> None:
+        pass
+
+    def finish(self, footer: str | None = None, ok: bool = True) -> None:
+        pass
+
+
 # ---------------------------------------------------------------- status as text
 
 

@@ -8,7 +8,13 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from .text_output import POD_COLUMNS, format_seconds, format_status, pod_rows
+from .text_output import (
+    POD_COLUMNS,
+    format_seconds,
+    format_status,
+    pod_rows,
+    status_change_line,
+)
 
 _STATE_COLOURS = {
     "Running": "#1e7b34",
@@ -138,3 +144,47 @@ class StatusWidget:
                 f'<span style="color:#b3261e">{html.escape(type(exc).__name__)}: '
                 f"{html.escape(str(exc))}</span>"
             )
+
+
+class ConnectStatusView:
+    """Status while connecting: a live widget, or one text line per change."""
+
+    def __init__(self, widgets: bool) -> None:
+        self.widget_view: Any = None
+        self._widgets = widgets
+        self._last_line = ""
+        self._last_tick = 0.0
+
+    def _widget(self, status: Any) -> Any:
+        if self.widget_view is None:
+            self.widget_view = StatusWidget(status)
+        return self.widget_view
+
+    def update(self, status: Any) -> None:
+        """Show a status observed while waiting."""
+        if self._widgets:
+            self._widget(status).update(status)
+            return
+        line = status_change_line(status)
+        if line.split("] ", 1)[-1] != self._last_line.split("] ", 1)[-1]:
+            print(line, flush=True)
+        self._last_line = line
+
+    def tick(self) -> None:
+        """Advance the widget's elapsed time once a second."""
+        now = time.monotonic()
+        if self.widget_view is not None and now - self._last_tick >= 1.0:
+            self._last_tick = now
+            self.widget_view.tick()
+
+    def finish(self, status: Any, refresh: Callable[[], Any] | None = None) -> None:
+        """Final state: the widget frozen with a Refresh button, or the text table."""
+        if self._widgets:
+            if status is not None:
+                self._widget(status).update(status)
+            if self.widget_view is not None:
+                if refresh is not None:
+                    self.widget_view.set_refresh(refresh)
+                self.widget_view.freeze()
+        elif status is not None:
+            print(format_status(status), flush=True)

@@ -1,0 +1,117 @@
+"""Kueue kinds served by the local cluster (kueue.x-k8s.io v1beta2) and the visibility group."""
+
+from __future__ import annotations
+
+from ..resources import Kind, Registry
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+VISIBILITY_VERSIONS = ("v1beta1", "v1beta2")
+PENDING_WORKLOADS = "pendingworkloads"
+
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+MAX_EXEC_TIME_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+PODSET_LABEL = "kueue.x-k8s.io/podset"
+MANAGER = "kueue.x-k8s.io/manager"
+
+WORKLOADS = Kind(
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "Workload",
+    "workloads",
+    singular="workload",
+    short_names=("wl",),
+    categories=("kueue",),
+    subresources=("status",),
+    printer_columns=(
+        {"jsonPath": ".spec.queueName", "name": "Queue", "type": "string"},
+        {"jsonPath": ".status.admission.clusterQueue", "name": "Reserved in", "type": "string"},
+        {
+            "jsonPath": ".status.conditions[?(@.type=='Admitted')].status",
+            "name": "Admitted",
+            "type": "string",
+        },
+        {"jsonPath": ".metadata.creationTimestamp", "name": "Age", "type": "date"},
+    ),
+)
+LOCAL_QUEUES = Kind(
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "LocalQueue",
+    "localqueues",
+    singular="localqueue",
+    short_names=("queue", "queues", "lq"),
+    categories=("kueue",),
+    subresources=("status",),
+    printer_columns=(
+        {"jsonPath": ".spec.clusterQueue", "name": "ClusterQueue", "type": "string"},
+        {"jsonPath": ".status.pendingWorkloads", "name": "Pending Workloads", "type": "integer"},
+        {"jsonPath": ".status.admittedWorkloads", "name": "Admitted Workloads", "type": "integer"},
+    ),
+)
+CLUSTER_QUEUES = Kind(
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "ClusterQueue",
+    "clusterqueues",
+    namespaced=False,
+    singular="clusterqueue",
+    short_names=("cq",),
+    categories=("kueue",),
+    subresources=("status",),
+    printer_columns=(
+        {"jsonPath": ".spec.cohortName", "name": "Cohort", "type": "string"},
+        {"jsonPath": ".status.pendingWorkloads", "name": "Pending Workloads", "type": "integer"},
+        {"jsonPath": ".status.admittedWorkloads", "name": "Admitted Workloads", "type": "integer"},
+    ),
+)
+RESOURCE_FLAVORS = Kind(
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "ResourceFlavor",
+    "resourceflavors",
+    namespaced=False,
+    singular="resourceflavor",
+    short_names=("flavor", "flavors", "rf"),
+    categories=("kueue",),
+)
+
+
+def visibility_kinds(version: str) -> tuple[Kind, Kind]:
+    """The visibility API's localqueues / clusterqueues (only their pendingworkloads is served)."""
+    verbs = ("get",)
+    lq = Kind(
+        VISIBILITY_GROUP,
+        version,
+        "LocalQueue",
+        "localqueues",
+        verbs=verbs,
+        subresources=(PENDING_WORKLOADS,),
+        has_generation=False,
+    )
+    cq = Kind(
+        VISIBILITY_GROUP,
+        version,
+        "ClusterQueue",
+        "clusterqueues",
+        namespaced=False,
+        verbs=verbs,
+        subresources=(PENDING_WORKLOADS,),
+        has_generation=False,
+    )
+    return lq, cq
+
+
+KUEUE_KINDS = (WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES, RESOURCE_FLAVORS)
+
+
+def register_kinds(registry: Registry) -> None:
+    """Serve the Kueue kinds and the visibility group (discovery included)."""
+    for kind in KUEUE_KINDS:
+        registry.register(kind)
+    for version in VISIBILITY_VERSIONS:
+        for kind in visibility_kinds(version):
+            registry.register(kind)

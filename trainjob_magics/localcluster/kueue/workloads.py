@@ -1,0 +1,143 @@
+"""Build the Workload Kueue creates for a TrainJob, and sum its resource requests."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from fractions import Fraction
+from typing import Any
+
+from ..podspec import build_jobset_spec
+from ..resources import TRAINJOBS
+from .kinds import (
+    JOB_UID_LABEL,
+    MAX_EXEC_TIME_LABEL,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_NAME_LABEL,
+)
+from .quantity import format_quantity, parse_quantity
+
+WORKLOAD_PREFIX = "trainjob"
+MAX_NAME = 253
+_POD_SPEC_KEYS = (
+    "containers",
+    "initContainers",
+    "nodeSelector",
+    "tolerations",
+    "affinity",
+    "restartPolicy",
+    "serviceAccountName",
+    "volumes",
+    "subdomain",
+    "priorityClassName",
+)
+
+
+def workload_name(trainjob: dict[str, Any]) -> str:
+    """``trainjob-<name>-<5 hex>``: the hash covers name, UID and GVK, as in Kueue."""
+    meta = trainjob["metadata"]
+    digest = hashlib.sha1(
+        f"{meta['name']}\x00{meta['uid']}\x00{TRAINJOBS.api_version}, Kind=TrainJob".encode()
+    ).hexdigest()[:5]
+    prefix = f"{WORKLOAD_PREFIX}-{meta['name']}"[: MAX_NAME - 6]
+    return f"{prefix}-{digest}"
+
+
+def _pod_requests(pod_spec: dict[str, Any]) -> dict[str, Fraction]:
+    """Effective per-pod requests: containers summed (limits stand in for missing requests)."""
+    total: dict[str, Fraction] = {}
+    for c in pod_spec.get("containers") or []:
+        res = c.get("resources") or {}
+        merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        for name, value in merged.items():
+            try:
+                total[name] = total.get(name, Fraction(0)) + parse_quantity(value)
+            except ValueError:
+                continue
+    return total
+
+
+def _pod_set(rjob: dict[str, Any]) -> dict[str, Any]:
+    job_spec = rjob["template"]["spec"]
+    pod_tpl = job_spec.get("template") or {}
+    spec = {k: copy.deepcopy(v) for k, v in (pod_tpl.get("spec") or {}).items() if k in _POD_SPEC_KEYS}
+    for c in spec.get("containers") or []:
+        c.pop("env", None)  # keep the Workload small: env does not matter for quota
+    count = int(rjob.get("replicas", 1)) * int(job_spec.get("parallelism") or 1)
+    labels = dict((pod_tpl.get("metadata") or {}).get("labels") or {})
+    template: dict[str, Any] = {"spec": spec}
+    if labels:
+        template["metadata"] = {"labels": labels}
+    return {"name": rjob["name"], "count": count, "template": template}
+
+
+def build_workload(
+    trainjob: dict[str, Any], runtime: dict[str, Any], priority_classes: dict[str, int]
+) -> dict[str, Any]:
+    """The Workload body for a TrainJob: podSets from the runtime with spec.trainer applied."""
+    meta = trainjob["metadata"]
+    labels = meta.get("labels") or {}
+    jobset_spec = build_jobset_spec(runtime, trainjob)
+    pod_sets = [_pod_set(rj) for rj in jobset_spec.get("replicatedJobs") or []]
+    spec: dict[str, Any] = {
+        "active": True,
+        "queueName": labels.get(QUEUE_NAME_LABEL, ""),
+        "podSets": pod_sets,
+    }
+    pclass = labels.get(PRIORITY_CLASS_LABEL)
+    if pclass and pclass in priority_classes:
+        spec["priorityClassRef"] = {
+            "group": "kueue.x-k8s.io",
+            "kind": "WorkloadPriorityClass",
+            "name": pclass,
+        }
+        spec["priority"] = int(priority_classes[pclass])
+    else:
+        spec["priority"] = 0
+    max_exec = labels.get(MAX_EXEC_TIME_LABEL)
+    if max_exec and str(max_exec).isdigit() and int(max_exec) > 0:
+        spec["maximumExecutionTimeSeconds"] = int(max_exec)
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": workload_name(trainjob),
+            "namespace": meta["namespace"],
+            "labels": {JOB_UID_LABEL: meta["uid"]},
+            "ownerReferences": [
+                {
+                    "apiVersion": TRAINJOBS.api_version,
+                    "kind": "TrainJob",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }
+
+
+def pod_set_requests(pod_set: dict[str, Any]) -> dict[str, Fraction]:
+    """Total requests of a pod set (per-pod requests times count)."""
+    per_pod = _pod_requests(((pod_set.get("template") or {}).get("spec")) or {})
+    count = int(pod_set.get("count", 1))
+    out = {name: value * count for name, value in per_pod.items() if value}
+    out["pods"] = Fraction(count)
+    return out
+
+
+def resource_requests(workload: dict[str, Any]) -> list[dict[str, Any]]:
+    """status.resourceRequests of a pending workload."""
+    rows = []
+    for ps in (workload.get("spec") or {}).get("podSets") or []:
+        req = pod_set_requests(ps)
+        req.pop("pods", None)
+        rows.append(
+            {
+                "name": ps.get("name", "main"),
+                "resources": {k: format_quantity(v, k) for k, v in sorted(req.items())},
+            }
+        )
+    return rows
