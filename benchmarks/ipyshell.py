@@ -75,17 +75,12 @@ def cell(shell: Any, body: str, line: str = "") -> Any:
 
 
 def current_session(shell: Any) -> Any:
-    """The engine session behind the magics (for the session.execute baseline), or None."""
-    for mod_name in ("trainjob_magics.magics.registry", "trainjob_magics.magics"):
-        mod = sys.modules.get(mod_name)
-        for attr in ("current", "current_session", "get_current"):
-            fn = getattr(mod, attr, None)
-            if callable(fn):
-                with contextlib.suppress(Exception):
-                    s = fn()
-                    if s is not None:
-                        return s
-    return None
+    """The engine session behind the magics' default alias (for the session.execute baseline)."""
+    from trainjob_magics.magics.extension import loaded_magics
+
+    magics = loaded_magics(shell)
+    entry = magics.registry.find() if magics is not None else None
+    return entry.session if entry is not None else None
 
 
 def count_widget_messages() -> tuple[list[int], Any]:

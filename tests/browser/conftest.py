@@ -273,9 +273,10 @@ def _screenshot_path(test_name: str, label: str) -> Path:
     return SCREENSHOT_DIR / f"{safe}.png"
 
 
-_ALL_CELLS_RAN = """() => {
-  const prompts = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')];
-  return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent || ''));
+_RUN_FINISHED = """() => {
+  const prompts = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')]
+    .map(p => p.textContent || '');
+  return prompts.some(t => /\\[\\d+\\]/.test(t)) && !prompts.some(t => t.includes('*'));
 }"""
 
 
@@ -304,13 +305,23 @@ class NotebookPage:
         self.page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
 
     def wait_all_ran(self, timeout: float = 240) -> None:
-        """Wait until every code cell shows an execution count and the kernel is idle."""
-        self.page.wait_for_function(_ALL_CELLS_RAN, timeout=timeout * 1000, polling=500)
+        """Wait until the run is over (no ``[*]`` prompt, kernel idle); fail unless every code
+        cell ran, naming the first cell that did not and the error shown above it."""
+        self.page.wait_for_function(_RUN_FINISHED, timeout=timeout * 1000, polling=500)
         deadline = time.monotonic() + 30
         while self.lab.kernel_state(self.notebook) != "idle":
-            assert time.monotonic() < deadline, "kernel still busy after all cells ran"
+            assert time.monotonic() < deadline, "kernel still busy after the run finished"
             time.sleep(0.5)
         self.page.wait_for_timeout(1000)  # let the last widget updates render
+        prompts = self.page.locator(".jp-Notebook .jp-CodeCell .jp-InputPrompt").all_inner_texts()
+        missing = [i for i, text in enumerate(prompts) if not re.search(r"\[\d+\]", text)]
+        if missing:
+            errors = self.page.locator(
+                '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
+            ).all_inner_texts()
+            raise AssertionError(
+                f"code cell #{missing[0]} did not run (prompts {prompts}); errors shown: {errors}"
+            )
 
     def output_text(self, index: int) -> str:
         """The rendered text of cell ``index``'s output area ('' when it has none)."""

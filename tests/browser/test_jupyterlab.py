@@ -113,11 +113,16 @@ def test_quickstart_runs_in_jupyterlab(
         nbp.page.screenshot(path=str(screenshot_path("quickstart", "page")), full_page=True)
         shots.append(screenshot_path("quickstart", "page"))
 
+    cells = nbp.cells()
     connect = _index(nb, "%trainjob_connect")
     mpirun = _index(nb, "%%trainjob\nmpirun hostname")
     multiline = _index(nb, '%%trainjob\necho "Running on')
     failing = _index(nb, "%%trainjob --no-raise-error")
     status = _index(nb, "%trainjob_status")
+    # the last comm messages may still be rendering: wait for the footers and the pod table
+    for index in (mpirun, multiline, failing):
+        cells.nth(index).locator(".tjm-footer").wait_for(timeout=30_000)
+    cells.nth(status).locator("table.tjm-pods tbody tr").nth(3).wait_for(timeout=30_000)
     for label, index in [
         ("connect", connect),
         ("mpirun", mpirun),
@@ -134,7 +139,6 @@ def test_quickstart_runs_in_jupyterlab(
     assert own_cluster.token not in nbp.page.content()
 
     # the status widget of the connect cell rendered, with the TrainJob running
-    cells = nbp.cells()
     assert cells.nth(connect).locator(".trainjob-status").count() == 1
     text = nbp.output_text(connect)
     match = re.search(r"TrainJob ([a-z][a-z0-9-]*)", text)

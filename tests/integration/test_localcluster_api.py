@@ -843,3 +843,36 @@ def test_cli_local_cluster_runs_until_sigterm(tmp_path: Any) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_extension_kinds_and_subresource_getter(
+    cluster: LocalCluster, kube: Kube, tmp_path: Any, unique_name: Callable[[str], str]
+) -> None:
+    """Other modules (the Kueue simulation) add kinds and read-only subresources."""
+    from trainjob_magics.localcluster.resources import Kind
+
+    group = f"{unique_name('g')}.example.com"
+    cluster.registry.register(
+        Kind(group, "v1beta2", "Queue", "queues", subresources=("pending",), has_generation=False)
+    )
+    calls: list[tuple[Any, ...]] = []
+
+    def pending(version: str, plural: str, ns: str | None, name: str, query: dict) -> dict:
+        calls.append((version, plural, ns, name, query.get("limit")))
+        return {"kind": "PendingList", "items": [name]}
+
+    cluster.add_subresource_getter(group, "queues", "pending", pending)
+    created = kube.co.create_namespaced_custom_object(
+        group, "v1beta2", "default", "queues", {"metadata": {"name": "q1"}, "spec": {"a": 1}}
+    )
+    assert created["kind"] == "Queue" and created["apiVersion"] == f"{group}/v1beta2"
+    path = f"/apis/{group}/v1beta2/namespaces/default/queues/q1/pending"
+    status, _, body = kube.raw("GET", path, query_params=[("limit", "5")])
+    assert (status, json.loads(body)["items"]) == (200, ["q1"])
+    assert calls == [("v1beta2", "queues", "default", "q1", "5")]
+    token = cluster.add_user("bob", deny=[("get", "queues/pending")])
+    bob = Kube(str(cluster.write_kubeconfig(tmp_path / "bob", token=token)))
+    status, _, body = bob.raw("GET", path)
+    assert status == 403 and 'cannot get resource "queues/pending"' in json.loads(body)["message"]
+    groups = [g.name for g in client.ApisApi(kube.api).get_api_versions().groups]
+    assert group in groups

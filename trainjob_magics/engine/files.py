@@ -513,9 +513,7 @@ def check_member(member: tarfile.TarInfo, root: str, names: set[str]) -> str | N
     return None
 
 
-def scan_archive(
-    archive: BinaryIO, root: str
-) -> tuple[list[tarfile.TarInfo], dict[str, FileInfo]]:
+def scan_archive(archive: BinaryIO, root: str) -> tuple[list[tarfile.TarInfo], dict[str, FileInfo]]:
     """Check every member (raise :class:`UnsafeArchiveError` on the first bad one) and hash the
     regular files; nothing is written."""
     archive.seek(0)
@@ -661,7 +659,7 @@ def local_manifest(path: Path, arcname: str) -> dict[str, FileInfo]:
             key = arcname if rel == "." else f"{arcname}/{rel}"
             sha = hashlib.sha256()
             with open(p, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):  # noqa: B023
+                for block in iter(lambda: fh.read(1 << 20), b""):
                     sha.update(block)
             out[key] = FileInfo(st.st_size, sha.hexdigest())
     return out

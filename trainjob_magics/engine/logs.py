@@ -85,9 +85,9 @@ def read_log(
             if stop is not None and stop.is_set():
                 break
     except Exception as exc:  # closed by stop, or the stream broke
-        if stop is None or not stop.is_set():
-            if not _is_timeout(exc):
-                raise connection_failure(exc, host) from None
+        stopped = stop is not None and stop.is_set()
+        if not stopped and not _is_timeout(exc):
+            raise connection_failure(exc, host) from None
     finally:
         if closer is not None:
             closer.set()

@@ -25,7 +25,14 @@ from .resources import (
     Registry,
     default_registry,
 )
-from .server import AdmissionHook, ApiServer, ServerContext, User, new_token
+from .server import (
+    AdmissionHook,
+    ApiServer,
+    ServerContext,
+    SubresourceGetter,
+    User,
+    new_token,
+)
 from .store import Store
 from .tls import make_tls
 
@@ -75,6 +82,7 @@ class LocalCluster:
         )
         self._users: dict[str, User] = {self.token: User(ADMIN_USER)}
         self.admission_hooks: list[AdmissionHook] = []
+        self.subresource_getters: dict[tuple[str, str, str], SubresourceGetter] = {}
         self._bookmark_interval = bookmark_interval
         self._load_builtins = load_builtin_runtimes
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -128,6 +136,7 @@ class LocalCluster:
             stopping=asyncio.Event(),
             bookmark_interval=self._bookmark_interval,
             admission_hooks=self.admission_hooks,
+            subresource_getters=self.subresource_getters,
         )
         self._ctx = ctx
         app = ApiServer(ctx).make_app()
@@ -237,6 +246,12 @@ class LocalCluster:
     def add_admission_hook(self, hook: AdmissionHook) -> None:
         """Run `hook(kind, op, obj, old)` on API creates/updates (may mutate or raise ApiError)."""
         self.admission_hooks.append(hook)
+
+    def add_subresource_getter(
+        self, group: str, plural: str, sub: str, fn: SubresourceGetter
+    ) -> None:
+        """Serve GET .../PLURAL/NAME/SUB with fn(version, plural, namespace, name, query)."""
+        self.subresource_getters[(group, plural, sub)] = fn
 
     @property
     def ca_pem(self) -> bytes:

@@ -57,6 +57,8 @@ NOT_FOUND = "the server could not find the requested resource"
 # warnings; may mutate the new object or raise ApiError to deny.
 AdmissionHook = Callable[[Kind, str, dict[str, Any], "dict[str, Any] | None"], "list[str] | None"]
 
+SubresourceGetter = Callable[[str, str, "str | None", str, dict[str, str]], dict[str, Any]]
+
 
 @dataclass
 class User:
@@ -75,6 +77,9 @@ class ServerContext:
     address: str = "127.0.0.1:0"
     bookmark_interval: float = 1.0
     admission_hooks: list[AdmissionHook] = field(default_factory=list)
+    # (group, plural, subresource) -> fn(version, plural, namespace, name, query) -> JSON body;
+    # served for GET after authz ("get" on "plural/sub"), e.g. Kueue's pendingworkloads.
+    subresource_getters: dict[tuple[str, str, str], SubresourceGetter] = field(default_factory=dict)
 
 
 def _json(obj: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
@@ -228,6 +233,10 @@ class ApiServer:
         q = request.query
         if t.sub == "exec" and m in ("GET", "POST"):
             return await self._exec(request, t)
+        getter = self.ctx.subresource_getters.get((t.kind.group, t.kind.plural, t.sub or ""))
+        if getter is not None and t.name and m == "GET":
+            self._authorize(request, "get", t)
+            return _json(getter(t.kind.version, t.kind.plural, t.namespace, t.name, dict(q)))
         if t.sub == "log" and m == "GET":
             self._authorize(request, "get", t)
             return await self._log(request, t)

@@ -354,7 +354,12 @@ class TrainJobMagics(Magics, TrainJobConfig):
     # -- %trainjob_connect
 
     @magic_arguments()
-    @argument("runtime", nargs="?", help="Runtime name (default: TrainJobMagics.default_runtime).")
+    @argument(
+        "runtime",
+        nargs="?",
+        metavar="RUNTIME",
+        help="Runtime name (default: TrainJobMagics.default_runtime).",
+    )
     @argument("--nodes", type=int, help="Number of nodes (default: the runtime's).")
     @argument("--image", help="Container image of the trainer (default: the runtime's).")
     @argument("--cpu", help="CPU per node, a Kubernetes quantity (e.g. 2, 500m).")
@@ -558,7 +563,9 @@ class TrainJobMagics(Magics, TrainJobConfig):
     # -- %%trainjob
 
     @magic_arguments()
-    @argument("alias", nargs="?", help="Session to run in (default: the last connected).")
+    @argument(
+        "alias", nargs="?", metavar="ALIAS", help="Session to run in (default: the last connected)."
+    )
     @exec_args
     @output_args
     @cell_magic
@@ -694,7 +701,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         print(format_sessions(rows))
 
     @magic_arguments()
-    @argument("alias", nargs="?", help="Session (default: the last connected).")
+    @argument("alias", nargs="?", metavar="ALIAS", help="Session (default: the last connected).")
     @line_magic
     def trainjob_status(self, line: str = "") -> None:
         """Show a session's TrainJob and pods (a widget with a Refresh button, or a text table)."""
@@ -716,7 +723,9 @@ class TrainJobMagics(Magics, TrainJobConfig):
             print(format_status(status))
 
     @magic_arguments()
-    @argument("alias", nargs="?", help="Session to close (default: the last connected).")
+    @argument(
+        "alias", nargs="?", metavar="ALIAS", help="Session to close (default: the last connected)."
+    )
     @argument("--all", action="store_true", help="Close every session of this kernel.")
     @argument("--timeout", type=float, help="Seconds to wait for the pods to go (default: 180).")
     @line_magic

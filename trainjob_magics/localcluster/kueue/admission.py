@@ -128,13 +128,14 @@ def fit(workload: dict[str, Any], cq: dict[str, Any], used: Usage) -> Assignment
                 return Assignment(
                     False,
                     reason=EXCEEDS_MAX_QUOTA if exceeds else WAITING_FOR_QUOTA,
-                    message=f"couldn't assign flavors to pod set {ps_name}: "
-                    + "; ".join(problems),
+                    message=f"couldn't assign flavors to pod set {ps_name}: " + "; ".join(problems),
                 )
             for res in members:
                 flavors[res] = chosen
                 taken[(chosen, res)] = taken.get((chosen, res), Fraction(0)) + requests[res]
-        usage = {res: format_quantity(v, res) for res, v in sorted(requests.items()) if res in flavors}
+        usage = {
+            res: format_quantity(v, res) for res, v in sorted(requests.items()) if res in flavors
+        }
         pod_sets.append(
             {
                 "name": ps_name,

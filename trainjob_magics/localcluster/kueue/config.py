@@ -31,3 +31,5 @@ class KueueConfig:
     queueing_strategy: str = "BestEffortFIFO"
     priority_classes: dict[str, int] = field(default_factory=dict)
     requeue_backoff: float = 0.0  # seconds an evicted workload waits before it is requeued
+    # seconds between QuotaReserved and Admitted (as if admission checks ran); 0 = at once
+    admission_check_delay: float = 0.0

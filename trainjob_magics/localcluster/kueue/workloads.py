@@ -60,7 +60,9 @@ def _pod_requests(pod_spec: dict[str, Any]) -> dict[str, Fraction]:
 def _pod_set(rjob: dict[str, Any]) -> dict[str, Any]:
     job_spec = rjob["template"]["spec"]
     pod_tpl = job_spec.get("template") or {}
-    spec = {k: copy.deepcopy(v) for k, v in (pod_tpl.get("spec") or {}).items() if k in _POD_SPEC_KEYS}
+    spec = {
+        k: copy.deepcopy(v) for k, v in (pod_tpl.get("spec") or {}).items() if k in _POD_SPEC_KEYS
+    }
     for c in spec.get("containers") or []:
         c.pop("env", None)  # keep the Workload small: env does not matter for quota
     count = int(rjob.get("replicas", 1)) * int(job_spec.get("parallelism") or 1)

@@ -1,0 +1,160 @@
+"""Output fidelity of execute() over the real exec WebSocket of the local cluster: large output,
+UTF-8 split across frames, stream separation and order, stdin, byte-exact command bodies,
+timeouts and dropped connections."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from trainjob_magics import TrainJobSession, connect
+from trainjob_magics.engine import errors as E
+from trainjob_magics.localcluster import LocalCluster
+
+pytestmark = pytest.mark.timeout(120)
+
+SIZE_64MB = 64 * 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def session(local_cluster: LocalCluster) -> Iterator[TrainJobSession]:
+    s = connect("torch-distributed", config_file=str(local_cluster.kubeconfig_path))
+    yield s
+    s.close(timeout=30)
+
+
+def test_64mb_stdout_is_complete_and_byte_exact(local_cluster, session) -> None:
+    # Random bytes: every byte value, invalid UTF-8 included, must survive untouched.
+    prep = session.execute(f"head -c {SIZE_64MB} /dev/urandom > big.bin")
+    assert prep.ok, prep.stderr
+    expected = hashlib.sha256(
+        (local_cluster.pod_dir("default", session.pod) / "big.bin").read_bytes()
+    ).hexdigest()
+    started = time.monotonic()
+    res = session.execute(["cat", "big.bin"])
+    elapsed = time.monotonic() - started
+    assert res.ok
+    assert len(res.stdout_bytes) == SIZE_64MB
+    assert hashlib.sha256(res.stdout_bytes).hexdigest() == expected
+    assert len(res.stdout) >= 1  # decoded with replacement, no exception
+    # Linear-time capture: the stock WSClient loop needs about a minute for this.
+    assert elapsed < 15, f"64 MB took {elapsed:.1f}s"
+    (local_cluster.pod_dir("default", session.pod) / "big.bin").unlink()
+
+
+def test_large_multibyte_output_with_on_output(session) -> None:
+    text = "é" * 3_000_000 + "ü€𝄞" * 300_000 + "\n"
+    chunks: list[str] = []
+    res = session.execute(
+        [
+            "python3",
+            "-c",
+            "import sys; sys.stdout.write('é' * 3_000_000 + 'ü€𝄞' * 300_000 + '\\n')",
+        ],
+        on_output=lambda stream, chunk: chunks.append(chunk),
+    )
+    assert res.ok, res.stderr
+    assert res.stdout == text
+    assert "".join(chunks) == text
+    assert len(chunks) > 10
+
+
+def test_multibyte_utf8_split_across_frames(session) -> None:
+    # Separate writes with pauses make separate frames, splitting the characters.
+    script = (
+        "printf '\\342\\202'; sleep 0.1; printf '\\254 \\360\\235'; sleep 0.1; "
+        "printf '\\204\\236 '; sleep 0.1; printf '\\346\\227\\245\\n'"
+    )
+    chunks: list[str] = []
+    res = session.execute(script, on_output=lambda stream, text: chunks.append(text))
+    assert res.stdout == "€ 𝄞 日\n"
+    assert res.stdout_bytes == "€ 𝄞 日\n".encode()
+    assert "".join(chunks) == "€ 𝄞 日\n"
+    assert "\ufffd" not in "".join(chunks)
+    assert len(chunks) >= 3  # it really arrived in pieces
+
+
+def test_stderr_is_separate_and_on_output_keeps_order(session) -> None:
+    events: list[tuple[str, str]] = []
+    res = session.execute(
+        "echo a; sleep 0.1; echo b >&2; sleep 0.1; echo c; sleep 0.1; echo d >&2; exit 5",
+        on_output=lambda stream, text: events.append((stream, text)),
+    )
+    assert (res.stdout, res.stderr, res.returncode) == ("a\nc\n", "b\nd\n", 5)
+    assert events == [("stdout", "a\n"), ("stderr", "b\n"), ("stdout", "c\n"), ("stderr", "d\n")]
+
+
+def test_output_arrives_live(session) -> None:
+    arrivals: list[float] = []
+    started = time.monotonic()
+    session.execute(
+        "echo first; sleep 0.5; echo second",
+        on_output=lambda stream, text: arrivals.append(time.monotonic() - started),
+    )
+    assert len(arrivals) == 2 and arrivals[0] < 0.4 <= arrivals[1]
+
+
+def test_stdin_round_trip(session) -> None:
+    data = bytes(range(256)) * 16 + b"\x00end"
+    res = session.execute(["cat"], stdin=data)
+    assert res.ok and res.stdout_bytes == data
+    assert session.execute("cat", stdin="héllo\n").stdout == "héllo\n"
+    assert session.execute("wc -c", stdin=b"").stdout.strip() == "0"
+
+
+def test_large_stdin_while_output_flows(session) -> None:
+    """4 MB in, 4 MB out at the same time: the sender thread keeps both directions moving."""
+    data = bytes(range(256)) * (4 * 4096)
+    res = session.execute(["cat"], stdin=data, timeout=60)
+    assert res.ok and res.stdout_bytes == data
+
+
+BODIES = [
+    'echo "it\'s" \'a "quoted" word\' $(echo sub) `echo bt` \\$HOME',
+    "cat <<'EOF'\n$(not run) `nor this` \\n \\\\ \"x\"\nEOF\ncat <<EOF\n$((1 + 2)) \\$x\nEOF",
+    "printf '%s|' a\\ b 'c  d' \"e\\tf\"; echo",
+    "x='multi\nline'; echo \"$x\"; echo ünïcödé €",
+    "for i in 1 2 3; do printf '%s;' \"$i\"; done && echo ' & | > < ; # done'",
+]
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_cell_bodies_reach_the_pod_byte_exact(local_cluster, session, body: str) -> None:
+    # 1. The body is one argv element: the pod receives exactly these bytes.
+    res = session.execute(["sh", "-c", 'printf %s "$1" > body.txt', "sh", body])
+    assert res.ok, res.stderr
+    pod_file = local_cluster.pod_dir("default", session.pod) / "body.txt"
+    assert pod_file.read_bytes() == body.encode()
+    # 2. Run as a string it behaves exactly like `sh -c BODY` does locally.
+    local = subprocess.run(["sh", "-c", body], capture_output=True, check=False)
+    remote = session.execute(body)
+    assert remote.stdout_bytes == local.stdout
+    assert remote.returncode == local.returncode
+
+
+def test_exec_timeout_keeps_partial_output(session) -> None:
+    started = time.monotonic()
+    with pytest.raises(E.ExecTimeoutError) as info:
+        session.execute("echo before; sleep 30", timeout=0.5)
+    assert time.monotonic() - started < 5
+    assert isinstance(info.value, TimeoutError)
+    assert info.value.partial is not None and info.value.partial.stdout == "before\n"
+    assert "may still be running" in str(info.value)
+    session.execute("pkill -f 'sleep 30' || true")
+
+
+def test_dropped_connection_keeps_partial_output(cluster, session) -> None:
+    cluster.faults.drop_exec(session.pod, after_bytes=100_000)
+    with pytest.raises(E.ConnectionLostError) as info:
+        session.execute("head -c 1000000 /dev/zero")
+    partial = info.value.partial
+    assert partial is not None
+    assert 0 < len(partial.stdout_bytes) < 1_000_000
+    assert set(partial.stdout_bytes) == {0}
+    assert "may still be running" in str(info.value)
+    cluster.faults.clear()
+    assert session.execute("true").ok
