@@ -72,7 +72,7 @@ else:
     emit({"kind": "other"})
 """
 MANIFEST_SH = (
-    'cd -- "$1" || exit 3; '
+    'cd -- "$1" 2>/dev/null || { echo missing; exit 0; }; '
     'if command -v python3 >/dev/null 2>&1; then exec python3 -c "$3" "$2"; fi; '
     'if [ ! -e "$2" ]; then echo "missing"; exit 0; fi; '
     'if [ -d "$2" ]; then echo "dir"; else echo "file"; fi; '

@@ -18,6 +18,7 @@ from .apierror import ApiError
 from .controller import Controller
 from .faults import Faults
 from .kubeconfig import write_kubeconfig
+from .kueue import KueueConfig, KueueSimulation
 from .resources import (
     CLUSTER_TRAINING_RUNTIMES,
     NAMESPACES,
@@ -58,6 +59,7 @@ class LocalCluster:
         root_dir: str | Path | None = None,
         bookmark_interval: float = 1.0,
         load_builtin_runtimes: bool = True,
+        kueue: bool | KueueConfig = False,
     ) -> None:
         self._own_root = root_dir is None
         self.root = Path(root_dir) if root_dir else Path(tempfile.mkdtemp(prefix="tjm-cluster-"))
@@ -94,6 +96,9 @@ class LocalCluster:
         self.url = ""
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.store.create(NAMESPACES, {"metadata": {"name": ns}, "status": {"phase": "Active"}})
+        self.kueue: KueueSimulation | None = None
+        if kueue:
+            self._enable_kueue(kueue if isinstance(kueue, KueueConfig) else KueueConfig())
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -151,10 +156,14 @@ class LocalCluster:
         self.url = f"https://127.0.0.1:{self.port}"
         ctx.address = f"127.0.0.1:{self.port}"
         self.controller.start(asyncio.get_running_loop())
+        if self.kueue is not None:
+            self.kueue.start(asyncio.get_running_loop())
         self._ready.set()
         await self._stop_event.wait()
         ctx.stopping.set()
         self.store.close_all()
+        if self.kueue is not None:
+            await self.kueue.shutdown()
         await self.controller.shutdown()
         await self._runner.cleanup()
 
@@ -252,6 +261,19 @@ class LocalCluster:
     ) -> None:
         """Serve GET .../PLURAL/NAME/SUB with fn(version, plural, namespace, name, query)."""
         self.subresource_getters[(group, plural, sub)] = fn
+
+    def _enable_kueue(self, config: KueueConfig) -> None:
+        """Kueue simulation: its kinds, the TrainJob webhook, the visibility endpoints."""
+        from .kueue.kinds import PENDING_WORKLOADS, VISIBILITY_GROUP
+
+        self.kueue = KueueSimulation(
+            self.store, self.registry, config, self.controller.resolve_runtime
+        )
+        self.add_admission_hook(self.kueue.webhook)
+        for plural in ("localqueues", "clusterqueues"):
+            self.add_subresource_getter(
+                VISIBILITY_GROUP, plural, PENDING_WORKLOADS, self.kueue.pending_workloads
+            )
 
     @property
     def ca_pem(self) -> bytes:

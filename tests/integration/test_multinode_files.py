@@ -1,0 +1,180 @@
+"""upload / download / write_file through exec + tar streams, byte-exact, and safe unpacking."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainjob_magics.engine import connect, files
+from trainjob_magics.engine.errors import InvalidInputError
+from trainjob_magics.engine.files import TransferError, UnsafeArchiveError
+from trainjob_magics.localcluster import LocalCluster
+
+pytestmark = pytest.mark.timeout(180)
+
+EVIL_PY = r"""
+import io, sys, tarfile
+kind = sys.argv[1]
+def add(tar, name, data=b"pwned", **kw):
+    info = tarfile.TarInfo(name)
+    for k, v in kw.items():
+        setattr(info, k, v)
+    if info.type == tarfile.REGTYPE:
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    else:
+        tar.addfile(info)
+with tarfile.open(f"evil-{kind}.tar", "w") as tar:
+    add(tar, "out", type=tarfile.DIRTYPE, mode=0o755)
+    add(tar, "out/ok.txt", b"fine")
+    if kind == "dotdot":
+        add(tar, "out/../../x")
+    elif kind == "absolute":
+        add(tar, sys.argv[2])
+    elif kind == "symlink":
+        add(tar, "out/esc", type=tarfile.SYMTYPE, linkname="../../..")
+        add(tar, "out/esc/x")
+"""
+
+
+@pytest.fixture(scope="module")
+def session(local_cluster: LocalCluster) -> Iterator[Any]:
+    s = connect("torch-distributed", num_nodes=2, config_file=str(local_cluster.kubeconfig_path))
+    yield s
+    s.close(timeout=30)
+
+
+def pod_dir(cluster: LocalCluster, session: Any, label: str) -> Path:
+    (ref,) = session.pods(label)
+    return Path(cluster.pod_dir(session.namespace, ref.name))
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    out = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            out[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def make_tree(root: Path, count: int = 1000) -> None:
+    rng = random.Random(6)
+    for i in range(count):
+        sub = root / f"d{i % 10}" / f"e{i % 7}"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"file {i:04d}.bin").write_bytes(rng.randbytes(rng.randint(0, 3000)))
+
+
+def test_tree_of_1000_files_round_trip(
+    session: Any, local_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    src = tmp_path / "tree"
+    make_tree(src)
+    original = tree_digest(src)
+    assert len(original) == 1000
+    seen: list[tuple[int, int]] = []
+    result = session.upload(
+        str(src), "work/tree", pods="all", progress=lambda d, t: seen.append((d, t))
+    )
+    assert result.ok and result.files == 1000 and result.verified == "sha256"
+    assert len(result.pods) == 2
+    assert seen and seen[-1][0] == seen[-1][1]  # progress reached its total
+    for label in ("node-0", "node-1"):  # landed byte-exact in each pod's own directory
+        assert tree_digest(pod_dir(local_cluster, session, label) / "work" / "tree") == original
+    back = tmp_path / "back"
+    got = session.download("work/tree", str(back), pod="node-1")
+    assert got.files == 1000 and got.verified == "sha256"
+    assert tree_digest(back) == original
+
+
+def test_100mb_file_round_trip(session: Any, tmp_path: Path) -> None:
+    big = tmp_path / "big.bin"
+    with open(big, "wb") as fh:
+        for _ in range(100):
+            fh.write(os.urandom(1 << 20))
+    digest = hashlib.sha256(big.read_bytes()).hexdigest()
+    up: list[tuple[int, int]] = []
+    session.upload(str(big), "big/", pods="node-0", progress=lambda d, t: up.append((d, t)))
+    assert up[-1][0] == up[-1][1] >= 100 << 20
+    assert [d for d, _ in up] == sorted(d for d, _ in up)
+    check = session.execute("sha256sum big/big.bin")
+    assert check.stdout.split()[0] == digest
+    down: list[tuple[int, int]] = []
+    out = tmp_path / "dl"
+    out.mkdir()
+    res = session.download("big/big.bin", str(out), progress=lambda d, t: down.append((d, t)))
+    assert res.bytes == 100 << 20
+    assert hashlib.sha256((out / "big.bin").read_bytes()).hexdigest() == digest
+    assert down[-1] == (100 << 20, 100 << 20)
+    print(f"\nBENCH files: 100 MiB up {up and len(up)} progress calls, down {len(down)}")
+
+
+@pytest.mark.parametrize("kind", ["dotdot", "absolute", "symlink"])
+def test_malicious_archive_refused(
+    session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A compromised pod answers the download's tar with a crafted archive (the kubectl cp CVE)."""
+    abs_target = str(tmp_path / "abs-pwned")
+    session.write_file("evil.py", EVIL_PY)
+    made = session.execute(["python3", "evil.py", kind, abs_target])
+    assert made.ok, made.stderr
+    session.execute("mkdir -p out && echo fine > out/ok.txt")
+    monkeypatch.setattr(files, "archive_argv", lambda parent, name: ["cat", f"evil-{kind}.tar"])
+    dest = tmp_path / "target" / "out"
+    with pytest.raises(UnsafeArchiveError, match="refused to unpack") as info:
+        session.download("out", str(dest))
+    assert "\n" not in str(info.value)
+    assert {"dotdot": "'..'", "absolute": "absolute path", "symlink": "symlink escaping"}[
+        kind
+    ] in str(info.value)
+    assert not dest.exists()
+    assert not (tmp_path / "x").exists() and not Path(abs_target).exists()
+    assert list((tmp_path / "target").iterdir()) == []  # no staging leftovers
+
+
+def test_integrity_mismatch_detected(
+    session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session.execute(
+        "mkdir -p integ fake/integ && echo original > integ/a.txt && "
+        "echo forged > fake/integ/a.txt"
+    )
+    monkeypatch.setattr(
+        files, "archive_argv", lambda parent, name: ["tar", "cf", "-", "-C", "fake", name]
+    )
+    with pytest.raises(TransferError, match=r"integrity check failed .*integ/a.txt differs"):
+        session.download("integ", str(tmp_path / "integ"))
+    assert not (tmp_path / "integ").exists()
+
+
+def test_write_file_all_pods_and_odd_paths(session: Any, local_cluster: LocalCluster) -> None:
+    name = "dir with space/it's $HOME;`x`.py"
+    text = "print('héllo')\n" * 100
+    res = session.write_file(name, text, pods="all")
+    assert res.ok and len(res.pods) == 2
+    for label in ("node-0", "node-1"):
+        assert (pod_dir(local_cluster, session, label) / name).read_text() == text
+    listing = session.execute(["cat", name], pods="all")
+    assert all(r.stdout == text for r in listing.values())
+
+
+def test_errors_are_one_line(session: Any, tmp_path: Path) -> None:
+    with pytest.raises(TransferError, match="does not exist in pod"):
+        session.download("no/such/thing", str(tmp_path / "x"))
+    with pytest.raises(InvalidInputError, match="does not exist"):
+        session.upload(str(tmp_path / "missing"), "x")
+    with pytest.raises(InvalidInputError, match="exactly one pod"):
+        session.download("x", str(tmp_path / "x"), pod="all")
+    session.execute("mkdir -p ro && chmod 555 ro")
+    src = tmp_path / "f.txt"
+    src.write_text("x")
+    if os.geteuid() != 0:
+        with pytest.raises(TransferError, match="unpacking into ro/sub failed") as info:
+            session.upload(str(src), "ro/sub/f.txt")
+        assert "\n" not in str(info.value)

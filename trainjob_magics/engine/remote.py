@@ -1,0 +1,222 @@
+"""Fixed POSIX-sh scripts the engine runs in pods: command wrapper, stopper, heartbeat, watchdog.
+
+Every script is a constant passed as ONE argv element to ``sh -c``; user data only ever travels
+as further argv elements (``"$@"``), never spliced into script text. The scripts need nothing but
+a POSIX ``sh`` (dash, busybox ash, bash); ``/proc`` makes stopping thorough (see :data:`STOP`).
+
+State lives in ``${TMPDIR:-/tmp}/trainjob-magics/`` inside the pod:
+
+- ``<exec-id>.pid``: pid of the wrapper of a running command (removed when it ends);
+- ``heartbeat``: created by every exec and by the engine's heartbeat thread; the idle watchdog
+  removes it each time it sees it, and ends the trainer process when it stayed away for
+  ``idle_timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+from collections.abc import Sequence
+
+STATE_DIR = '"${TMPDIR:-/tmp}/trainjob-magics"'
+ARGV0 = "trainjob-magics"
+SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "busybox"})
+DEFAULT_IDLE_TIMEOUT = 1800.0  # 30 minutes
+SLEEP_FOREVER: list[str] = ["sleep", "infinity"]
+
+# Runs "$@" (after the exec id in $1) as a child, recording the wrapper's pid for the stopper.
+# Not `exec`: the wrapper removes the pid file once the command ended and keeps its exit code.
+WRAPPER = f"""d={STATE_DIR}
+mkdir -p "$d" 2>/dev/null && : >"$d/heartbeat" 2>/dev/null
+f="$d/$1.pid"
+shift
+echo $$ >"$f" 2>/dev/null || f=
+"$@"
+s=$?
+[ -n "$f" ] && rm -f "$f"
+exit $s
+"""
+
+# Stops the process tree of the wrapper whose exec id is $1: SIGINT, wait $2 tenths of a second,
+# SIGTERM, wait $3 tenths, SIGKILL, wait 1 s. With /proc: the wrapper, every descendant (found
+# through PPid, remembered across reparenting) and every member of its process group when it is
+# a group leader. Without /proc: `kill -SIG -PGID` then `kill -SIG PID`.
+# Exit codes: 0 all gone, 3 nothing to stop (no pid file: the command already ended),
+# 4 some processes survived SIGKILL (listed on stdout).
+STOP = f"""d={STATE_DIR}
+f="$d/$1.pid"; gi=$2; gt=$3; me=$$
+nap() {{ sleep 0.1 2>/dev/null || sleep 1; }}
+n=0
+while [ ! -r "$f" ] && [ $n -lt 10 ]; do nap; n=$((n+1)); done
+if [ ! -r "$f" ]; then echo "nothing to stop: the command already ended"; exit 3; fi
+read -r root <"$f"
+case $root in ''|*[!0-9]*|1) echo "nothing to stop: unusable pid file"; exit 3;; esac
+if [ ! -r /proc/$me/stat ]; then
+  for sg in INT TERM KILL; do
+    kill -$sg -$root 2>/dev/null || kill -$sg $root 2>/dev/null || break
+    nap; nap; nap; nap; nap
+  done
+  if kill -0 $root 2>/dev/null; then echo "still running: $root (no /proc)"; exit 4; fi
+  rm -f "$f"; echo "stopped pid $root without /proc"; exit 0
+fi
+tree=" $root "; lead=
+if read -r l 2>/dev/null </proc/$root/stat; then
+  r=${{l##*) }}; set -- $r; [ "$3" = "$root" ] && lead=1
+fi
+scan() {{
+  ch=1
+  while [ $ch = 1 ]; do
+    ch=0
+    for s in /proc/[0-9]*/stat; do
+      read -r l 2>/dev/null <"$s" || continue
+      p=${{s#/proc/}}; p=${{p%/stat}}
+      r=${{l##*) }}; set -- $r
+      case $1 in Z|X) continue;; esac
+      [ "$p" = "$me" ] || [ "$p" = 1 ] && continue
+      case "$tree" in *" $p "*) continue;; esac
+      case "$tree" in *" $2 "*) tree="$tree$p "; ch=1; continue;; esac
+      if [ -n "$lead" ] && [ "$3" = "$root" ]; then tree="$tree$p "; ch=1; fi
+    done
+  done
+}}
+alive() {{
+  a=
+  for p in $tree; do
+    read -r l 2>/dev/null </proc/$p/stat || continue
+    r=${{l##*) }}; set -- $r
+    case $1 in Z|X) ;; *) a="$a $p";; esac
+  done
+}}
+for sg in INT TERM KILL; do
+  scan
+  [ -n "$lead" ] && kill -$sg -$root 2>/dev/null
+  for p in $tree; do kill -$sg $p 2>/dev/null; done
+  case $sg in INT) w=$gi;; TERM) w=$gt;; *) w=10;; esac
+  i=0
+  while :; do
+    alive
+    [ -z "$a" ] && break
+    [ $i -ge $w ] && break
+    nap; i=$((i+1))
+  done
+  if [ -z "$a" ]; then
+    rm -f "$f"
+    set -- $tree
+    echo "stopped $# process(es) with SIG$sg"
+    exit 0
+  fi
+done
+echo "still running after SIGKILL:$a"
+exit 4
+"""
+
+HEARTBEAT = f"""d={STATE_DIR}
+mkdir -p "$d" 2>/dev/null && : >"$d/heartbeat"
+"""
+
+# The keep-alive watchdog ($1 idle seconds, $2 check interval). If the state dir is unusable it
+# never idles out (it must not end a session it cannot hear). SIGTERM/SIGINT end it at once
+# (as PID 1 of a container a shell otherwise ignores them until the grace period runs out).
+WATCHDOG = f"""d={STATE_DIR}
+hb="$d/heartbeat"; t=$1; s=$2
+trap 'kill $! 2>/dev/null; exit 0' TERM INT
+if ! {{ mkdir -p "$d" && : >"$hb"; }} 2>/dev/null; then
+  echo "trainjob-magics: $d is not writable: idle release is off"
+  while :; do sleep 3600 & wait $!; done
+fi
+echo "trainjob-magics: idle watchdog: exits after ${{t}}s without a heartbeat"
+idle=0
+while :; do
+  sleep "$s" & wait $!
+  if [ -e "$hb" ]; then rm -f "$hb"; idle=0; else idle=$((idle+s)); fi
+  if [ "$idle" -ge "$t" ]; then
+    echo "trainjob-magics: no heartbeat for ${{idle}}s (idle_timeout ${{t}}s): exiting to release this TrainJob's resources"
+    exit 0
+  fi
+done
+"""
+
+
+def new_exec_id() -> str:
+    """A fresh id for one wrapped command (its pid file name)."""
+    return f"x{os.getpid()}-{secrets.token_hex(6)}"
+
+
+def wants_wrapper(argv: Sequence[str]) -> bool:
+    """Commands run by a shell get the wrapper; a bare executable runs as given, so a missing
+    one still gets the container runtime's own error."""
+    return bool(argv) and os.path.basename(argv[0]) in SHELLS
+
+
+def wrap(exec_id: str, argv: Sequence[str]) -> list[str]:
+    """``argv`` under the wrapper: ``sh -c WRAPPER trainjob-magics EXEC_ID ARGV...``."""
+    return ["sh", "-c", WRAPPER, ARGV0, exec_id, *argv]
+
+
+def stop_argv(exec_id: str, int_grace: float = 1.0, term_grace: float = 1.0) -> list[str]:
+    """The stopper for ``exec_id``; graces in seconds (tenth-of-second resolution)."""
+    tenths = [str(max(1, round(g * 10))) for g in (int_grace, term_grace)]
+    return ["sh", "-c", STOP, ARGV0, exec_id, *tenths]
+
+
+def heartbeat_argv() -> list[str]:
+    """Touch the heartbeat file."""
+    return ["sh", "-c", HEARTBEAT, ARGV0]
+
+
+def watchdog_step(idle_timeout: float) -> int:
+    """Seconds between two watchdog checks: a tenth of the timeout, 1..60."""
+    return int(max(1, min(60, idle_timeout // 10)))
+
+
+def heartbeat_interval(idle_timeout: float) -> float:
+    """Seconds between two heartbeats: a quarter of the timeout, at most a minute."""
+    return max(0.5, min(60.0, idle_timeout / 4))
+
+
+def keep_alive_command(idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT) -> list[str]:
+    """The trainer's keep-alive command: the idle watchdog, or ``sleep infinity`` when None."""
+    if idle_timeout is None:
+        return list(SLEEP_FOREVER)
+    seconds = int(math.ceil(idle_timeout))
+    return ["sh", "-c", WATCHDOG, ARGV0, str(seconds), str(watchdog_step(seconds))]
+
+
+def validate_idle_timeout(value: object) -> float | None:
+    """None/0 -> None (off); a positive number of seconds (at least 2) -> float."""
+    from .errors import InvalidInputError
+
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise InvalidInputError(
+            f"idle_timeout must be a number of seconds or None, got {value!r}"
+        )
+    if value == 0:
+        return None
+    if value < 2 or math.isinf(value):
+        raise InvalidInputError(
+            f"idle_timeout must be at least 2 seconds (or None/0 to keep the job forever), "
+            f"got {value!r}"
+        )
+    return float(value)
+
+
+__all__ = [
+    "DEFAULT_IDLE_TIMEOUT",
+    "HEARTBEAT",
+    "SLEEP_FOREVER",
+    "STOP",
+    "WATCHDOG",
+    "WRAPPER",
+    "heartbeat_argv",
+    "heartbeat_interval",
+    "keep_alive_command",
+    "new_exec_id",
+    "stop_argv",
+    "validate_idle_timeout",
+    "wants_wrapper",
+    "watchdog_step",
+    "wrap",
+]
