@@ -157,6 +157,7 @@ def machine_info() -> dict[str, str]:
         "memory": mem,
         "python": platform.python_version(),
         "kernel": platform.release(),
+        "load": f"{os.getloadavg()[0]:.2f}",
     }
 
 

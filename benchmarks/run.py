@@ -111,7 +111,10 @@ def render(
         "",
         "Times are median (min-max) over the repetitions unless a row says otherwise; "
         "ratios are baseline / ours (higher is better for us) unless the goal says otherwise. "
-        "Every baseline runs in the same process against the same local cluster.",
+        "Every baseline runs in the same run, interleaved with ours where possible, against the "
+        "same local cluster (run in its own process, as a real API server would be). "
+        f"Load average at start {info['load']}, at end {os.getloadavg()[0]:.2f} "
+        "(other work on the machine adds noise, mostly to the p95 and max figures).",
         "",
         fmt_table(rows),
     ]

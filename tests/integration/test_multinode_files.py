@@ -127,6 +127,7 @@ def test_malicious_archive_refused(
     session.execute("mkdir -p out && echo fine > out/ok.txt")
     monkeypatch.setattr(files, "archive_argv", lambda parent, name: ["cat", f"evil-{kind}.tar"])
     dest = tmp_path / "target" / "out"
+    dest.parent.mkdir()
     with pytest.raises(UnsafeArchiveError, match="refused to unpack") as info:
         session.download("out", str(dest))
     assert "\n" not in str(info.value)

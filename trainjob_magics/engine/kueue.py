@@ -470,3 +470,149 @@ def queued_fingerprint(qs: QueueStatus | None) -> tuple[Any, ...]:
         qs.cluster_queue,
         qs.position_note,
     )
+
+
+# -- session integration (used by session.py) -----------------------------------------------
+
+
+def with_queue(status: Any, qs: QueueStatus | None) -> Any:
+    """A JobStatus carrying ``qs`` (its ``queue`` field); waiting states also take the state."""
+    import dataclasses
+
+    if qs is None:
+        return status
+    status = dataclasses.replace(status, queue=qs)
+    if qs.waiting and status.state in ("Suspended", "Creating"):
+        status = dataclasses.replace(status, state=qs.state, message=qs.summary())
+    return status
+
+
+def queued_job_status(
+    name: str, namespace: str, runtime: str, qs: QueueStatus, started: float
+) -> Any:
+    """The JobStatus reported while the job waits in its queue (no pods yet)."""
+    from .result import JobStatus
+
+    state = qs.state if qs.state != "Pending" else "Queued"
+    return JobStatus(
+        name=name,
+        namespace=namespace,
+        runtime=runtime,
+        state=state,
+        message=qs.summary(),
+        pods=[],
+        trainer_pod=None,
+        elapsed=max(0.0, time.monotonic() - started),
+        queue=qs,
+    )
+
+
+class QueueReporter:
+    """Passes JobStatus snapshots to ``on_status`` with the latest QueueStatus attached."""
+
+    def __init__(self, on_status: Callable[[Any], None] | None) -> None:
+        self.on_status = on_status
+        self.queue: QueueStatus | None = None
+        self._last: tuple[Any, ...] | None = None
+
+    def report_queue(
+        self, name: str, namespace: str, runtime: str, qs: QueueStatus, started: float
+    ) -> None:
+        self.queue = qs
+        key = queued_fingerprint(qs)
+        if key == self._last:
+            return
+        self._last = key
+        self._emit(queued_job_status(name, namespace, runtime, qs, started))
+
+    def wrap(self, status: Any) -> None:
+        """on_status for the pod wait: the JobStatus with the last QueueStatus attached."""
+        self._emit(with_queue(status, self.queue))
+
+    def _emit(self, status: Any) -> None:
+        if self.on_status is None:
+            return
+        try:
+            self.on_status(status)
+        except Exception:
+            log.warning("on_status callback failed", exc_info=True)
+
+
+def admit_or_raise(
+    api: ApiClient,
+    namespace: str,
+    name: str,
+    job_uid: str,
+    queue: str | None,
+    *,
+    runtime: str,
+    timeout: float,
+    deadline: float,
+    started: float,
+    reporter: QueueReporter,
+    fetch_trainjob: Callable[[], Mapping[str, Any]],
+    delete_job: Callable[[], bool] | None = None,
+) -> QueueStatus:
+    """Wait for admission; raise QueueUnavailableError (deleting the job if ``delete_job``)
+    or QueuedTimeoutError."""
+
+    def report(qs: QueueStatus) -> None:
+        reporter.report_queue(name, namespace, runtime, qs, started)
+
+    try:
+        qs = wait_for_admission(
+            api,
+            namespace,
+            name,
+            job_uid,
+            queue,
+            deadline=deadline,
+            report=report,
+            fetch_trainjob=fetch_trainjob,
+        )
+    except QueueUnavailableError:
+        last = reporter.queue or QueueStatus("Inactive", local_queue=queue)
+        deleted = False
+        if delete_job is not None:
+            try:
+                deleted = delete_job()
+            except TrainJobError as exc:
+                log.warning("could not delete TrainJob %s: %s", name, exc)
+        raise QueueUnavailableError(
+            unavailable_message(last, name, namespace, deleted), reason=last.reason
+        ) from None
+    if qs is None:
+        last = reporter.queue or QueueStatus("Queued", local_queue=queue)
+        raise QueuedTimeoutError(queued_timeout_message(last, name, namespace, timeout))
+    return qs
+
+
+def detect_preemption(
+    api: ApiClient,
+    namespace: str,
+    name: str,
+    job_uid: str,
+    queue: str | None,
+    baseline_evictions: int,
+    trainjob: Mapping[str, Any] | None = None,
+) -> QueueStatus | None:
+    """The QueueStatus when the job was preempted/evicted since ``baseline_evictions``, or
+    suspended again by Kueue; None when it still runs undisturbed."""
+    qs = queue_status(api, namespace, job_uid, queue)
+    suspended = bool(((trainjob or {}).get("spec") or {}).get("suspend"))
+    if qs.state in ("Preempted", "Evicted", "Deactivated") or qs.evictions > baseline_evictions:
+        return qs
+    if suspended and qs.state != "Admitted":
+        return qs
+    return None
+
+
+def preempted_message(name: str, qs: QueueStatus) -> str:
+    """SessionPreemptedError text."""
+    why = qs.message or qs.reason or qs.state
+    return (
+        f"session preempted: Kueue {qs.state.lower() if qs.state else 'evicted'} TrainJob {name} "
+        f"({qs.reason or qs.state}: {why}); its trainer pod and anything running in it are gone; "
+        "call session.wait_ready() (or %trainjob_connect --attach NAME) to wait for readmission "
+        "and a new trainer pod, then run the cell again"
+    )

@@ -373,6 +373,18 @@ class TrainJobMagics(Magics, TrainJobConfig):
         help="Environment variables (repeatable).",
     )
     @argument("--name", help="TrainJob name (DNS-1035); default: a random one.")
+    @argument("--queue", metavar="LQ", help="Kueue LocalQueue (label kueue.x-k8s.io/queue-name).")
+    @argument(
+        "--priority",
+        metavar="PC",
+        help="Kueue WorkloadPriorityClass (label kueue.x-k8s.io/priority-class).",
+    )
+    @argument(
+        "--max-runtime",
+        dest="max_runtime",
+        metavar="DURATION",
+        help="Maximum run time, e.g. 8h, 90m, 3600 (see docs/kueue.md).",
+    )
     @cluster_args
     @argument("--timeout", type=float, help="Seconds to wait for the trainer pod (default: 600).")
     @argument(
@@ -444,11 +456,22 @@ class TrainJobMagics(Magics, TrainJobConfig):
         if args.attach:
             extra = [
                 o
-                for o in ("nodes", "image", "cpu", "memory", "gpu", "env", "name")
+                for o in (
+                    "nodes",
+                    "image",
+                    "cpu",
+                    "memory",
+                    "gpu",
+                    "env",
+                    "name",
+                    "queue",
+                    "priority",
+                    "max_runtime",
+                )
                 if getattr(args, o)
             ]
             if extra:
-                opts = ", ".join(f"--{o}" for o in extra)
+                opts = ", ".join(f"--{o.replace('_', '-')}" for o in extra)
                 raise TrainJobUsageError(
                     f"--attach takes the existing TrainJob as it is; drop {opts}"
                 )
@@ -462,6 +485,9 @@ class TrainJobMagics(Magics, TrainJobConfig):
             "gpu": args.gpu,
             "env": parse_env(args.env),
             "name": args.name,
+            "queue": args.queue,
+            "priority_class": args.priority,
+            "max_runtime": args.max_runtime,
             "namespace": args.namespace or self.namespace or None,
             "context": args.context or self.context or None,
             "config_file": args.kubeconfig or self.kubeconfig or None,
@@ -482,6 +508,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
             "timeout": timeout,
         }
         keys = ("image", "num_nodes", "command", "cpu", "memory", "gpu", "env")
+        kueue_keys = ("queue", "priority_class", "max_runtime")
         job_name = None if settings["attach"] else settings["name"] or new_job_name()
 
         def work(emit: Callable[..., None]) -> Any:
@@ -491,6 +518,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
             if settings["attach"]:
                 return engine_attach(settings["attach"], on_status=on_status, **common)
             kw = {k: settings[k] for k in keys}
+            kw.update({k: settings[k] for k in kueue_keys if settings.get(k) is not None})
             kw["name"] = job_name
             return engine_connect(settings["runtime"], on_status=on_status, **kw, **common)
 

@@ -315,11 +315,23 @@ def status_headline(status: Any, elapsed: float | None = None) -> str:
     return " · ".join(parts)
 
 
+def queue_line(status: Any) -> str | None:
+    """``Kueue: <queue state, position, message>`` when the job is queued through Kueue."""
+    queue = getattr(status, "queue", None)
+    if queue is None:
+        return None
+    text = queue.summary() if hasattr(queue, "summary") else str(queue)
+    return None if text == status.message else f"Kueue: {text}"
+
+
 def format_status(status: Any, now: datetime | None = None, elapsed: float | None = None) -> str:
-    """Headline, message and pod table of a ``JobStatus``."""
+    """Headline, message, Kueue line and pod table of a ``JobStatus``."""
     out = [status_headline(status, elapsed)]
     if status.message:
         out.append(f"  {status.message}")
+    kueue = queue_line(status)
+    if kueue:
+        out.append(f"  {kueue}")
     pods = list(status.pods or [])
     if pods:
         out.append(table(POD_COLUMNS, pod_rows(pods, now), indent="  "))
@@ -340,6 +352,9 @@ def status_change_line(status: Any) -> str:
         line += f" ({', '.join(reasons)})"
     if status.message:
         line += f" - {status.message}"
+    kueue = queue_line(status)
+    if kueue and status.state not in ("Running",):
+        line += f" [{kueue}]"
     return line
 
 

@@ -13,6 +13,7 @@ from .text_output import (
     format_seconds,
     format_status,
     pod_rows,
+    queue_line,
     status_change_line,
 )
 
@@ -22,6 +23,8 @@ _STATE_COLOURS = {
     "Failed": "#b3261e",
     "Deleted": "#777",
     "Suspended": "#a66300",
+    "Queued": "#a66300",
+    "Preempted": "#b3261e",
 }
 _TABLE = "border-collapse:collapse;font-size:12px;margin-top:4px"
 _CELL = "padding:2px 10px 2px 0;text-align:left;white-space:nowrap"
@@ -51,6 +54,9 @@ def render_status_html(
         if status.message
         else ""
     )
+    kueue = queue_line(status)
+    if kueue:
+        msg += f'<div class="tjm-queue" style="color:#555">{e(kueue)}</div>'
     pods = list(status.pods or [])
     if not pods:
         return (

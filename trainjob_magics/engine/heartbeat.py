@@ -1,0 +1,113 @@
+"""Heartbeats that keep an idle-watchdog TrainJob alive while its kernel lives.
+
+A daemon thread touches the heartbeat file in every Running pod of the trainer's replicated job
+(each runs the watchdog) every ``interval`` seconds; every wrapped exec touches it too. When the
+process dies (kernel SIGKILL) the heartbeats stop and the watchdog ends the trainer process
+after ``idle_timeout``: the pods exit, the TrainJob completes and its resources are freed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from .apierrors import request
+from .errors import TrainJobError
+from .pods import RJOB_LABEL, is_running, jobset_selector, pod_name, pods_path
+from .remote import heartbeat_argv, heartbeat_interval
+
+log = logging.getLogger(__name__)
+
+IDLE_ANNOTATION = "trainjob-magics/idle-timeout"
+HEARTBEAT_TIMEOUT = 20.0
+
+
+def idle_timeout_of(trainjob: Mapping[str, Any] | None) -> float | None:
+    """The idle timeout a TrainJob was created with (its annotation), None when it has none."""
+    annotations = ((trainjob or {}).get("metadata") or {}).get("annotations") or {}
+    try:
+        value = float(annotations.get(IDLE_ANNOTATION, ""))
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def watchdog_pods(session: Any) -> list[str]:
+    """Running pods of the trainer's replicated job (the ones running the keep-alive)."""
+    data = request(
+        session.api_client,
+        "GET",
+        pods_path(session.namespace),
+        verb="list",
+        resource="pods",
+        namespace=session.namespace,
+        query=[("labelSelector", jobset_selector(session.name))],
+    )
+    rjob = getattr(getattr(session, "target", None), "replicated_job", None)
+    names = []
+    for pod in data.get("items") or []:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if is_running(pod) and (rjob is None or labels.get(RJOB_LABEL) == rjob):
+            names.append(pod_name(pod))
+    return names or [session.pod]
+
+
+class Heartbeat:
+    """Daemon thread sending heartbeats for one session until :meth:`stop`."""
+
+    def __init__(self, session: Any, idle_timeout: float) -> None:
+        self.session = session
+        self.interval = heartbeat_interval(idle_timeout)
+        self.last_ok: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, daemon=True, name=f"trainjob-heartbeat-{session.name}"
+        )
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def beat(self) -> int:
+        """Send one heartbeat to every watchdog pod; returns how many pods got it."""
+        session = self.session
+        sent = 0
+        for pod in watchdog_pods(session):
+            try:
+                session._exec.run(
+                    session.namespace,
+                    pod,
+                    heartbeat_argv(),
+                    container=session.container,
+                    timeout=HEARTBEAT_TIMEOUT,
+                )
+                sent += 1
+            except TrainJobError as exc:
+                log.debug("heartbeat to pod %s failed: %s", pod, exc)
+        if sent:
+            self.last_ok = time.monotonic()
+        return sent
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            if getattr(self.session, "closed", False):
+                return
+            try:
+                self.beat()
+            except TrainJobError as exc:
+                log.debug("heartbeat for TrainJob %s failed: %s", self.session.name, exc)
+            except Exception:  # never let the thread die on a surprise
+                log.debug("heartbeat for TrainJob %s failed", self.session.name, exc_info=True)
+
+
+__all__ = ["IDLE_ANNOTATION", "Heartbeat", "idle_timeout_of", "watchdog_pods"]
