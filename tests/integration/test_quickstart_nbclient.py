@@ -224,3 +224,46 @@ def test_runner_exits_non_zero_on_a_failing_cell(tmp_path: Path) -> None:
     assert "never printed" not in proc.stdout.replace(">>> print('never printed')", "")
     assert "RuntimeError: cell went wrong" in proc.stderr
     assert (tmp_path / "bad.executed.ipynb").is_file()
+
+
+def test_extract_widget_texts_walks_boxes_outputs_and_html() -> None:
+    """Widget text extraction: Box children, Tab titles, Output outputs, nested views, HTML."""
+    import nbformat
+
+    def model(name: str, **state: Any) -> dict[str, Any]:
+        return {"model_name": name, "model_module": "@jupyter-widgets/controls", "state": state}
+
+    state = {
+        "box": model("VBoxModel", children=["IPY_MODEL_head", "IPY_MODEL_tabs"]),
+        "head": model("HTMLModel", value="<b>TrainJob</b> x1 &amp; <i>Running</i>"),
+        "tabs": model("TabModel", children=["IPY_MODEL_out"], titles=["pod-a"]),
+        "out": model(
+            "OutputModel",
+            outputs=[
+                {"output_type": "stream", "name": "stdout", "text": "hello\n"},
+                {
+                    "output_type": "display_data",
+                    "data": {WIDGET_VIEW_MIME: {"model_id": "inner"}, "text/plain": "x"},
+                },
+            ],
+        ),
+        "inner": model("HTMLModel", value="<table><tr><td>p-0</td><td>Running</td></tr></table>"),
+        "layout": model("LayoutModel", width="10px"),
+    }
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "x",
+                outputs=[
+                    nbformat.v4.new_output(
+                        "display_data", data={WIDGET_VIEW_MIME: {"model_id": "box"}}
+                    )
+                ],
+            )
+        ],
+        metadata={"widgets": {"application/vnd.jupyter.widget-state+json": {"state": state}}},
+    )
+    texts = extract_widget_texts(nb)
+    assert texts["box"].splitlines() == ["TrainJob x1 & Running", "pod-a", "hello", "p-0 Running"]
+    assert texts["layout"] == ""
+    assert cell_texts(nb) == [texts["box"]]

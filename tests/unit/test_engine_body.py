@@ -24,7 +24,12 @@ def test_default_body_injects_keep_alive_and_labels(validator) -> None:
     body = tb.build_trainjob("abc", "default", "mpi-interactive")
     assert body["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
     assert body["kind"] == "TrainJob"
-    assert body["spec"]["trainer"]["command"] == tb.KEEP_ALIVE_COMMAND == ["sleep", "infinity"]
+    assert body["spec"]["trainer"]["command"] == tb.KEEP_ALIVE_COMMAND
+    assert tb.KEEP_ALIVE_COMMAND[:2] == ["sh", "-c"]  # the idle watchdog (engine/remote.py)
+    assert body["metadata"]["annotations"]["trainjob-magics/idle-timeout"] == "1800"
+    off = tb.build_trainjob("abc", "default", "mpi-interactive", idle_timeout=None)
+    assert off["spec"]["trainer"]["command"] == ["sleep", "infinity"]
+    assert "trainjob-magics/idle-timeout" not in off["metadata"]["annotations"]
     assert body["spec"]["runtimeRef"] == {
         "name": "mpi-interactive",
         "apiGroup": "trainer.kubeflow.org",
@@ -42,8 +47,9 @@ def test_default_body_injects_keep_alive_and_labels(validator) -> None:
 
 def test_keep_alive_is_a_copy() -> None:
     body = tb.build_trainjob("abc", "default", "torch-distributed")
+    before = list(tb.KEEP_ALIVE_COMMAND)
     body["spec"]["trainer"]["command"].append("x")
-    assert tb.KEEP_ALIVE_COMMAND == ["sleep", "infinity"]
+    assert tb.KEEP_ALIVE_COMMAND == before
 
 
 def test_full_body_validates(validator) -> None:

@@ -10,14 +10,13 @@ from typing import Any
 
 import pytest
 
-from tests.crd_schema import crd_validator, prune, load_crd_schema
+from tests.crd_schema import crd_validator, load_crd_schema, prune
 from trainjob_magics.localcluster.controller import Controller
 from trainjob_magics.localcluster.faults import Faults
 from trainjob_magics.localcluster.kueue import (
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
     RESOURCE_FLAVORS,
-    WORKLOADS,
     KueueConfig,
     KueueSimulation,
 )

@@ -3,6 +3,7 @@
 Usage::
 
     python -m trainjob_magics.devtools.notebook_run NOTEBOOK [--output PATH] [--no-cluster]
+        [--kueue] [--timeout SECONDS]
 
 A :class:`~trainjob_magics.localcluster.LocalCluster` is started (unless ``--no-cluster`` is
 given and ``KUBECONFIG`` is set), ``KUBECONFIG`` is exported to the kernel, the notebook runs
@@ -302,15 +303,33 @@ def render(nb: Any) -> Iterator[str]:
             yield from text.splitlines()
 
 
+def cluster_options(nb: Any, kueue: bool = False) -> dict[str, Any]:
+    """LocalCluster keyword arguments for a notebook.
+
+    A notebook may ask for its local cluster in its metadata, e.g.
+    ``{"trainjob_magics": {"local_cluster": {"kueue": true}}}``; ``kueue`` (``--kueue``) switches
+    the Kueue simulation on. A ``kueue`` mapping becomes a ``KueueConfig``.
+    """
+    meta = nb.get("metadata", {}).get("trainjob_magics", {}) or {}
+    options = dict(meta.get("local_cluster") or {})
+    if kueue and not options.get("kueue"):
+        options["kueue"] = True
+    if isinstance(options.get("kueue"), dict):
+        from trainjob_magics.localcluster.kueue.config import KueueConfig
+
+        options["kueue"] = KueueConfig(**options["kueue"])
+    return options
+
+
 @contextlib.contextmanager
-def _cluster(use_existing: bool) -> Iterator[str | None]:
-    """Yield the kubeconfig to use: the caller's, or a fresh local cluster's."""
+def _cluster(use_existing: bool, options: dict[str, Any]) -> Iterator[str | None]:
+    """Yield the kubeconfig to use: None for the caller's, or a fresh local cluster's."""
     if use_existing:
         yield None
         return
     from trainjob_magics.localcluster import LocalCluster
 
-    with LocalCluster() as cluster:
+    with LocalCluster(**options) as cluster:
         yield str(cluster.kubeconfig_path)
 
 
@@ -328,13 +347,19 @@ def main(argv: list[str] | None = None) -> int:
         help="use the cluster named by $KUBECONFIG instead of starting a local one",
     )
     parser.add_argument("--timeout", type=float, default=600, help="per-cell timeout, seconds")
+    parser.add_argument(
+        "--kueue",
+        action="store_true",
+        help="start the local cluster with its Kueue simulation (LocalQueue user-queue)",
+    )
     args = parser.parse_args(argv)
     if not args.notebook.is_file():
         parser.error(f"no such notebook: {args.notebook}")
     if args.no_cluster and not os.environ.get("KUBECONFIG"):
         parser.error("--no-cluster needs KUBECONFIG to name the cluster to use")
     output = args.output or args.notebook.with_suffix(".executed.ipynb")
-    with _cluster(args.no_cluster) as kubeconfig:
+    options = cluster_options(nbformat.read(str(args.notebook), as_version=4), args.kueue)
+    with _cluster(args.no_cluster, options) as kubeconfig:
         where = "$KUBECONFIG" if kubeconfig is None else "a local cluster"
         print(f"Running {args.notebook} against {where} ...", flush=True)
         result = run_notebook(args.notebook, output, kubeconfig=kubeconfig, timeout=args.timeout)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from . import errors
 from .errors import (
     ApiServerError,
+    CommandInterruptedError,
     ConfigError,
     ConnectionLostError,
     ConnectTimeoutError,
     ExecTimeoutError,
+    IdleReleasedError,
     InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
@@ -17,23 +19,35 @@ from .errors import (
     TrainJobError,
     TrainJobFailedError,
 )
+from .kueue import (
+    QueuedTimeoutError,
+    QueueStatus,
+    QueueUnavailableError,
+    SessionPreemptedError,
+)
 from .result import ExecResult, JobStatus, PodInfo
 from .session import TrainJobSession, attach, connect
 
 __all__ = [
     "ApiServerError",
+    "CommandInterruptedError",
     "ConfigError",
     "ConnectTimeoutError",
     "ConnectionLostError",
     "ExecResult",
     "ExecTimeoutError",
+    "IdleReleasedError",
     "InvalidInputError",
     "JobStatus",
     "NotFoundError",
     "PermissionDeniedError",
     "PodInfo",
     "PodNotRunningError",
+    "QueueStatus",
+    "QueueUnavailableError",
+    "QueuedTimeoutError",
     "SessionClosedError",
+    "SessionPreemptedError",
     "TrainJobError",
     "TrainJobFailedError",
     "TrainJobSession",

@@ -25,6 +25,7 @@ from .errors import (
     PermissionDeniedError,
     TrainJobError,
 )
+from .retry import ATTEMPTS, with_retries
 
 RBAC_DOC = "docs/rbac.md"
 _HANDSHAKE = re.compile(r"Handshake status (\d{3})")
@@ -138,11 +139,13 @@ def connection_failure(exc: BaseException, host: str) -> ApiServerError:
     if isinstance(exc, ssl.SSLError) or "SSL" in type(exc).__name__ or "CERTIFICATE" in text:
         return ApiServerError(
             f"TLS failure talking to the Kubernetes API server at {host} "
-            f"({type(exc).__name__}); check the certificate authority in your kubeconfig"
+            f"({type(exc).__name__}); check the certificate authority in your kubeconfig",
+            reason="TLSError",
         )
     return ApiServerError(
         f"cannot reach the Kubernetes API server at {host}: {type(exc).__name__}; "
-        "is the cluster up / is KUBECONFIG right?"
+        "is the cluster up / is KUBECONFIG right?",
+        reason="ConnectionError",
     )
 
 
@@ -197,12 +200,51 @@ def request(
     body: Any = None,
     timeout: float | tuple[float, float] | None = 30.0,
     stream: bool = False,
+    attempts: int | None = None,
 ) -> Any:
     """Send one JSON request; return the decoded body (or the urllib3 response if ``stream``).
 
     Failures raise engine errors: HTTP errors through :func:`map_http_failure`, transport
-    errors as :class:`ApiServerError`.
+    errors as :class:`ApiServerError`. GET and DELETE (idempotent) are retried with backoff on
+    5xx/429 and connection errors (``attempts`` calls in all); other methods are sent once
+    unless ``attempts`` says otherwise.
     """
+    if attempts is None:
+        attempts = ATTEMPTS if method.upper() in ("GET", "DELETE") else 1
+    return with_retries(
+        lambda: _request_once(
+            api_client,
+            method,
+            path,
+            verb=verb,
+            resource=resource,
+            namespace=namespace,
+            name=name,
+            query=query,
+            body=body,
+            timeout=timeout,
+            stream=stream,
+        ),
+        what=f"{verb} {resource}",
+        attempts=max(1, attempts),
+    )
+
+
+def _request_once(
+    api_client: ApiClient,
+    method: str,
+    path: str,
+    *,
+    verb: str,
+    resource: str,
+    namespace: str | None,
+    name: str | None,
+    query: Iterable[tuple[str, str]] | None,
+    body: Any,
+    timeout: float | tuple[float, float] | None,
+    stream: bool,
+) -> Any:
+    """One attempt of :func:`request`."""
     host = api_client.configuration.host
     headers = {"Accept": "application/json", "Content-Type": "application/json"}
     try:

@@ -42,6 +42,22 @@ class TrainJobFailedError(PodNotRunningError):
     """The TrainJob reports a ``Failed`` condition."""
 
 
+class IdleReleasedError(PodNotRunningError):
+    """The TrainJob ended itself after ``idle_timeout`` without a heartbeat; reconnect."""
+
+
+class CommandInterruptedError(TrainJobError):
+    """KeyboardInterrupt during ``execute()``: the remote command was stopped (SIGINT, SIGTERM,
+    SIGKILL); ``partial`` holds the output so far, ``reports`` what stopping did."""
+
+    def __init__(
+        self, message: str, *, partial: ExecResult | None = None, reports: list | None = None
+    ) -> None:
+        super().__init__(message)
+        self.partial = partial
+        self.reports = list(reports or [])
+
+
 class ConnectTimeoutError(TrainJobError, TimeoutError):
     """The trainer pod did not run in time; the TrainJob still exists."""
 
@@ -90,10 +106,12 @@ class ConfigError(TrainJobError):
 
 __all__ = [
     "ApiServerError",
+    "CommandInterruptedError",
     "ConfigError",
     "ConnectTimeoutError",
     "ConnectionLostError",
     "ExecTimeoutError",
+    "IdleReleasedError",
     "InvalidInputError",
     "NotFoundError",
     "PermissionDeniedError",

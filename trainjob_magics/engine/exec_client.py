@@ -46,6 +46,7 @@ from .errors import (
     TrainJobError,
 )
 from .result import ExecResult
+from .retry import with_retries
 
 log = logging.getLogger(__name__)
 
@@ -377,7 +378,8 @@ class ExecClient:
             container=container,
             stdin=stdin is not None,
         )
-        ws = self._connect(url, namespace, pod)
+        # A handshake that failed (5xx, connection error) started nothing: safe to retry.
+        ws = with_retries(lambda: self._connect(url, namespace, pod), what=f"exec in pod {pod}")
         collector = _Collector(on_output)
         sender: threading.Thread | None = None
         try:
@@ -386,6 +388,10 @@ class ExecClient:
             returncode, message, got_status = self._read_loop(
                 ws, collector, deadline, pod, started, timeout
             )
+        except KeyboardInterrupt as exc:
+            collector.flush()
+            exc.partial = collector.result(None, started, pod)  # type: ignore[attr-defined]
+            raise
         finally:
             ws.shutdown()
             if sender is not None:

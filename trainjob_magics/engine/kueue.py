@@ -89,6 +89,7 @@ class QueueStatus:
     since: datetime | None = None
     evictions: int = 0
     position_note: str = ""  # why the position is unknown ("forbidden", "not served", ...)
+    last_eviction: tuple[str, str] | None = None  # (reason, message) of the latest eviction
     raw_conditions: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     @property
@@ -122,6 +123,8 @@ class QueueStatus:
                 head += f", {self.position_text()}"
         elif self.state == "QuotaReserved":
             head = f"Quota reserved in ClusterQueue {self.cluster_queue}"
+            if self.message.startswith("Quota reserved"):
+                return f"{head}, waiting for admission checks"
         elif self.state == "Admitted":
             head = f"Admitted by ClusterQueue {self.cluster_queue}"
             return head
@@ -211,6 +214,23 @@ def eviction_count(wl: Mapping[str, Any] | None) -> int:
     return 1 if _cond(wl, "Evicted") is not None else 0
 
 
+def _last_eviction(wl: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(reason, message) of the latest eviction, also after readmission ("Previously: ...")."""
+    cond = _cond(wl, "Evicted")
+    if cond is None:
+        return None
+    message = str(cond.get("message") or "").removeprefix("Previously: ")
+    reason = str(cond.get("reason") or "")
+    if cond.get("status") != "True":
+        preempted = _cond(wl, "Preempted")
+        stats = ((wl.get("status") or {}).get("schedulingStats") or {}).get("evictions") or []
+        if preempted is not None:
+            reason = "Preempted"
+        elif stats:
+            reason = str(stats[-1].get("reason") or reason)
+    return reason, message
+
+
 def parse_workload(wl: Mapping[str, Any] | None, local_queue: str | None = None) -> QueueStatus:
     """QueueStatus from a Workload's spec and conditions (positions left unknown)."""
     if wl is None:
@@ -227,6 +247,7 @@ def parse_workload(wl: Mapping[str, Any] | None, local_queue: str | None = None)
         "cluster_queue": (status.get("admission") or {}).get("clusterQueue"),
         "workload": (wl.get("metadata") or {}).get("name"),
         "evictions": eviction_count(wl),
+        "last_eviction": _last_eviction(wl),
         "raw_conditions": list(status.get("conditions") or []),
     }
 
@@ -271,6 +292,27 @@ class Visibility:
         self.api = api
         self.note = ""  # set once positions became unavailable
         self._versions = list(VISIBILITY_VERSIONS)
+        self._cluster_queues: dict[tuple[str, str], str | None] = {}
+
+    def cluster_queue(self, namespace: str, local_queue: str) -> str | None:
+        """The ClusterQueue behind a LocalQueue (read once; None when it cannot be read)."""
+        key = (namespace, local_queue)
+        if key not in self._cluster_queues:
+            try:
+                lq = request(
+                    self.api,
+                    "GET",
+                    localqueue_path(namespace, local_queue),
+                    verb="get",
+                    resource=LOCALQUEUE_RESOURCE,
+                    namespace=namespace,
+                    name=local_queue,
+                    timeout=10.0,
+                )
+                self._cluster_queues[key] = (lq.get("spec") or {}).get("clusterQueue") or None
+            except TrainJobError:
+                self._cluster_queues[key] = None
+        return self._cluster_queues[key]
 
     def positions(
         self, namespace: str, local_queue: str, workload: str
@@ -327,6 +369,8 @@ def queue_status(
     if visibility is not None and qs.waiting and qs.workload and qs.local_queue:
         lq_pos, cq_pos = visibility.positions(namespace, qs.local_queue, qs.workload)
         qs.position_in_local_queue, qs.position_in_cluster_queue = lq_pos, cq_pos
+        if qs.cluster_queue is None:
+            qs.cluster_queue = visibility.cluster_queue(namespace, qs.local_queue)
         qs.position_note = visibility.note
         if lq_pos is None and not qs.position_note:
             qs.position_note = "not listed as pending"
@@ -609,10 +653,15 @@ def detect_preemption(
 
 def preempted_message(name: str, qs: QueueStatus) -> str:
     """SessionPreemptedError text."""
-    why = qs.message or qs.reason or qs.state
+    reason, why = qs.last_eviction or (qs.reason, qs.message)
+    verb = "preempted" if reason == "Preempted" else "evicted"
+    now = {
+        "Admitted": "it is readmitted already",
+        "Deactivated": "the Workload is deactivated and will not be readmitted",
+    }.get(qs.state, f"it is {qs.state.lower()}, waiting for readmission")
     return (
-        f"session preempted: Kueue {qs.state.lower() if qs.state else 'evicted'} TrainJob {name} "
-        f"({qs.reason or qs.state}: {why}); its trainer pod and anything running in it are gone; "
+        f"session preempted: Kueue {verb} TrainJob {name} ({reason}: {why}); {now}; "
+        "its trainer pod and anything running in it are gone; "
         "call session.wait_ready() (or %trainjob_connect --attach NAME) to wait for readmission "
         "and a new trainer pod, then run the cell again"
     )

@@ -131,7 +131,8 @@ while :; do
   sleep "$s" & wait $!
   if [ -e "$hb" ]; then rm -f "$hb"; idle=0; else idle=$((idle+s)); fi
   if [ "$idle" -ge "$t" ]; then
-    echo "trainjob-magics: no heartbeat for ${{idle}}s (idle_timeout ${{t}}s): exiting to release this TrainJob's resources"
+    echo "trainjob-magics: no heartbeat for ${{idle}}s (idle_timeout ${{t}}s):" \
+      "exiting to release this TrainJob's resources"
     exit 0
   fi
 done
@@ -179,7 +180,7 @@ def keep_alive_command(idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT) -> lis
     """The trainer's keep-alive command: the idle watchdog, or ``sleep infinity`` when None."""
     if idle_timeout is None:
         return list(SLEEP_FOREVER)
-    seconds = int(math.ceil(idle_timeout))
+    seconds = math.ceil(idle_timeout)
     return ["sh", "-c", WATCHDOG, ARGV0, str(seconds), str(watchdog_step(seconds))]
 
 
@@ -190,9 +191,7 @@ def validate_idle_timeout(value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise InvalidInputError(
-            f"idle_timeout must be a number of seconds or None, got {value!r}"
-        )
+        raise InvalidInputError(f"idle_timeout must be a number of seconds or None, got {value!r}")
     if value == 0:
         return None
     if value < 2 or math.isinf(value):

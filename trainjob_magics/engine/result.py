@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .kueue import QueueStatus
 
 
 @dataclass
@@ -64,3 +68,4 @@ class JobStatus:
     pods: list[PodInfo] = field(default_factory=list)
     trainer_pod: str | None = None
     elapsed: float = 0.0
+    queue: QueueStatus | None = None  # Kueue state, position and message (queued jobs only)

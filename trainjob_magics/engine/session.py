@@ -10,9 +10,10 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from . import kubeconfig
+from . import jobops, kubeconfig, lifeline
 from .apierrors import request
 from .errors import (
+    ConnectionLostError,
     InvalidInputError,
     NotFoundError,
     PodNotRunningError,
@@ -20,6 +21,24 @@ from .errors import (
     TrainJobError,
 )
 from .exec_client import ExecClient, OnOutput
+from .fanout import MultiExecResult
+from .files import TransferProgress, TransferResult
+from .heartbeat import idle_timeout_of
+from .kueue import (
+    QueueReporter,
+    SessionPreemptedError,
+    admit_or_raise,
+    check_local_queue,
+    detect_preemption,
+    eviction_count,
+    find_workload,
+    parse_duration,
+    preempted_message,
+    queue_labels,
+    queue_of,
+    queue_status,
+)
+from .logs import OnLog, PodLogs
 from .pods import (
     TRAINER_CONTAINER,
     TrainerTarget,
@@ -36,7 +55,9 @@ from .pods import (
     target_from_jobset_spec,
     target_from_runtime,
 )
+from .remote import DEFAULT_IDLE_TIMEOUT, validate_idle_timeout
 from .result import ExecResult, JobStatus
+from .targets import PodRef, TargetSpec
 from .trainjob_body import (
     GROUP,
     build_trainjob,
@@ -104,8 +125,17 @@ class TrainJobSession:
         *,
         target: TrainerTarget | None = None,
         started_at: float | None = None,
+        queue: str | None = None,
+        job_uid: str | None = None,
+        idle_timeout: float | None = None,
     ) -> None:
         self.name = name
+        self.idle_timeout = idle_timeout  # the idle watchdog's timeout; None: no heartbeats
+        self._inflight: dict[str, tuple[str, str | None]] = {}  # exec id -> (pod, container)
+        self.queue = queue  # Kueue LocalQueue, None when the job is not queued
+        self.job_uid = job_uid
+        self._evictions = 0
+        self._preempted: SessionPreemptedError | None = None
         self.namespace = namespace
         self.runtime = runtime
         self.api_client = api_client
@@ -121,6 +151,9 @@ class TrainJobSession:
         self._lock = threading.Lock()
         self._close_lock = threading.Lock()
         self._closed = False
+        if queue and job_uid:
+            self._evictions = _evictions(api_client, namespace, job_uid)
+        self._heartbeat = lifeline.start_heartbeat(self)
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -149,11 +182,27 @@ class TrainJobSession:
         stdin: bytes | str | None = None,
         timeout: float | None = None,
         on_output: OnOutput | None = None,
-    ) -> ExecResult:
-        """Run ``command`` in the trainer pod (a str runs with ``sh -c``, a list as argv)."""
+        pods: TargetSpec = None,
+    ) -> ExecResult | MultiExecResult:
+        """Run ``command`` in the trainer pod (a str runs with ``sh -c``, a list as argv).
+
+        ``pods`` other than None/``"trainer"`` (``"all"``, ``"node"``, ``"node-2"``, a pod name,
+        a list) runs it on those pods concurrently and returns a :class:`MultiExecResult`;
+        ``on_output`` is then called as ``on_output(pod, stream, text)``.
+        """
         if self._closed:
             raise SessionClosedError(
                 f"TrainJob session {self.name} is closed; start a new one with connect(...)"
+            )
+        if jobops.wants_multi(pods):
+            return jobops.execute_multi(
+                self,
+                command,
+                pods,
+                container=container,
+                stdin=stdin,
+                timeout=timeout,
+                on_output=on_output,  # type: ignore[arg-type]
             )
         if command is None:
             raise InvalidInputError("command is empty: give a command to run")
@@ -165,12 +214,58 @@ class TrainJobSession:
         elif stdin is not None and not isinstance(stdin, (bytes, bytearray, memoryview)):
             raise InvalidInputError(f"stdin must be bytes or str, got {type(stdin).__name__}")
         data = bytes(stdin) if stdin is not None else None
+        if self._preempted is not None:
+            raise SessionPreemptedError(
+                str(self._preempted), queue=self._preempted.queue, partial=None
+            )
         with self._lock:
             pod = self._pod
         run_container = container or self.container
+        if not self.queue:
+            return self._execute(pod, argv, run_container, data, timeout, on_output)
         try:
-            return self._exec.run(
+            result = self._execute(pod, argv, run_container, data, timeout, on_output)
+        except (PodNotRunningError, ConnectionLostError) as exc:
+            self._check_preempted(getattr(exc, "partial", None))
+            raise
+        if result.returncode != 0:
+            self._check_preempted(result)
+        return result
+
+    def _check_preempted(self, partial: ExecResult | None) -> None:
+        """Raise SessionPreemptedError (keeping ``partial``) if Kueue took the job away."""
+        try:
+            trainjob = fetch_trainjob(self.api_client, self.namespace, self.name)
+            qs = detect_preemption(
+                self.api_client,
                 self.namespace,
+                self.name,
+                self.job_uid or "",
+                self.queue,
+                self._evictions,
+                trainjob,
+            )
+        except TrainJobError as exc:
+            log.debug("preemption check of %s failed: %s", self.name, exc)
+            return
+        if qs is None:
+            return
+        err = SessionPreemptedError(preempted_message(self.name, qs), partial=partial, queue=qs)
+        self._preempted = err
+        raise err
+
+    def _execute(
+        self,
+        pod: str,
+        argv: list[str],
+        run_container: str,
+        data: bytes | None,
+        timeout: float | None,
+        on_output: OnOutput | None,
+    ) -> ExecResult:
+        try:
+            return lifeline.run_command(
+                self,
                 pod,
                 argv,
                 container=run_container,
@@ -178,14 +273,18 @@ class TrainJobSession:
                 timeout=timeout,
                 on_output=on_output,
             )
-        except PodNotRunningError:
+        except PodNotRunningError as exc:
             # The handshake failed, so the command never started: safe to retry once on a
-            # recreated trainer pod.
+            # recreated trainer pod (unless Kueue preempted the job: its state is gone; or the
+            # job ended itself after going idle).
+            if self.queue:
+                self._check_preempted(None)
+            lifeline.raise_if_idle(self, exc)
             new_pod = self._reresolve(pod)
             if new_pod == pod:
                 raise
-            return self._exec.run(
-                self.namespace,
+            return lifeline.run_command(
+                self,
                 new_pod,
                 argv,
                 container=run_container,
@@ -193,6 +292,11 @@ class TrainJobSession:
                 timeout=timeout,
                 on_output=on_output,
             )
+
+    def interrupt(self) -> list[lifeline.StopReport]:
+        """Stop every command of this session still running in a pod (from any thread): its
+        whole process tree gets SIGINT, then SIGTERM, then SIGKILL, about a second apart."""
+        return lifeline.interrupt(self)
 
     def _list_pods(self) -> list[dict[str, Any]]:
         data = request(
@@ -228,6 +332,65 @@ class TrainJobSession:
             "session.status(), or close() the session and connect again"
         )
 
+    # -- whole job: pods, files, logs (engine/jobops.py) --------------------------------------
+    def pods(self, target: TargetSpec = "all") -> list[PodRef]:
+        """The pods a target names (``all``, ``node``, ``node-2``, ``launcher``, a pod name)."""
+        return jobops.resolve(self, target)
+
+    def upload(
+        self,
+        local: str,
+        remote: str,
+        pods: TargetSpec = "trainer",
+        *,
+        progress: TransferProgress | None = None,
+        verify: bool = True,
+        timeout: float | None = None,
+    ) -> TransferResult:
+        """Copy a local file or directory to ``remote`` on the target pods (tar over exec)."""
+        return jobops.upload(
+            self, local, remote, pods, progress=progress, verify=verify, timeout=timeout
+        )
+
+    def download(
+        self,
+        remote: str,
+        local: str,
+        pod: TargetSpec = "trainer",
+        *,
+        progress: TransferProgress | None = None,
+        verify: bool = True,
+        timeout: float | None = None,
+    ) -> TransferResult:
+        """Copy ``remote`` (file or directory) from one pod to ``local``, unpacked safely."""
+        return jobops.download(
+            self, remote, local, pod, progress=progress, verify=verify, timeout=timeout
+        )
+
+    def write_file(
+        self, path: str, text: str | bytes, pods: TargetSpec = "trainer"
+    ) -> TransferResult:
+        """Write ``text`` to ``path`` on the target pods (parent directories created)."""
+        return jobops.write_file(self, path, text, pods)
+
+    def logs(
+        self,
+        pod: TargetSpec = None,
+        tail: int | None = None,
+        follow: bool = False,
+        container: str | None = None,
+        on_output: OnLog | None = None,
+        **kwargs: Any,
+    ) -> str | PodLogs:
+        """Pod logs: str for one pod, :class:`PodLogs` for ``all``/roles/lists.
+
+        ``on_output(pod, text)`` gets followed output as it arrives; ``stop=threading.Event()``
+        ends a follow from another thread.
+        """
+        return jobops.logs(
+            self, pod, tail=tail, follow=follow, container=container, on_output=on_output, **kwargs
+        )
+
     # -- status -----------------------------------------------------------------------------
     def status(self) -> JobStatus:
         """A snapshot of the TrainJob and its pods."""
@@ -238,7 +401,7 @@ class TrainJobSession:
         except NotFoundError:
             trainjob = None
         pods = self._list_pods()
-        return job_status(
+        status = job_status(
             self.name,
             self.namespace,
             self.runtime,
@@ -248,6 +411,51 @@ class TrainJobSession:
             self.started_at,
             deleted=trainjob is None,
         )
+        if self.queue and self.job_uid and trainjob is not None:
+            from .kueue import Visibility, with_queue
+
+            qs = queue_status(
+                self.api_client,
+                self.namespace,
+                self.job_uid,
+                self.queue,
+                Visibility(self.api_client),
+            )
+            status = with_queue(status, qs)
+        return status
+
+    def wait_ready(self, timeout: float = 600.0, on_status: OnStatus | None = None) -> str:
+        """Wait until the job is (re)admitted and its trainer pod runs; return the pod name.
+
+        After a SessionPreemptedError this picks up the new trainer pod and makes ``execute``
+        work again. Raises QueuedTimeoutError / ConnectTimeoutError on timeout.
+        """
+        if self._closed:
+            raise SessionClosedError(
+                f"TrainJob session {self.name} is closed; start a new one with connect(...)"
+            )
+        wait_timeout = validate_timeout(timeout)
+        if wait_timeout is None:
+            raise InvalidInputError("timeout must be a positive number of seconds, got None")
+        pod = _wait_ready(
+            self.api_client,
+            self.namespace,
+            self.name,
+            self.target,
+            runtime=self.runtime,
+            timeout=wait_timeout,
+            started=time.monotonic(),
+            on_status=on_status,
+            queue=self.queue,
+            job_uid=self.job_uid,
+        )
+        with self._lock:
+            self._pod = pod_name(pod)
+            self.container = _container_of(pod)
+        if self.queue and self.job_uid:
+            self._evictions = _evictions(self.api_client, self.namespace, self.job_uid)
+        self._preempted = None
+        return self._pod
 
     # -- closing ----------------------------------------------------------------------------
     def close(self, timeout: float = 180) -> None:
@@ -255,6 +463,7 @@ class TrainJobSession:
         with self._close_lock:
             if self._closed:
                 return
+            lifeline.stop_heartbeat(self)
             deadline = time.monotonic() + timeout
             delete_trainjob(self.api_client, self.namespace, self.name)
             self._closed = True
@@ -323,11 +532,23 @@ def connect(
     context: str | None = None,
     config_file: str | None = None,
     on_status: OnStatus | None = None,
+    queue: str | None = None,
+    priority_class: str | None = None,
+    max_runtime: str | int | float | None = None,
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
 ) -> TrainJobSession:
     """Create an interactive TrainJob and return a session once its trainer pod is Running.
 
-    ``command=None`` injects the keep-alive command. Raises PodNotRunningError when the trainer
-    pod finished, ConnectTimeoutError after ``timeout`` (the TrainJob is left in place).
+    ``command=None`` injects the keep-alive command: an idle watchdog that ends the job after
+    ``idle_timeout`` seconds (default 30 min) without a heartbeat from this process (sent while
+    it lives); ``idle_timeout=None`` keeps it forever (``sleep infinity``). Raises
+    PodNotRunningError when the trainer pod finished, ConnectTimeoutError after ``timeout``
+    (the TrainJob is left in place).
+
+    ``queue`` (a Kueue LocalQueue) and ``priority_class`` set Kueue's labels; ``max_runtime``
+    (seconds or "8h", "90m") becomes ``kueue.x-k8s.io/max-exec-time-seconds`` with a queue and
+    ``spec.activeDeadlineSeconds`` without one (docs/kueue.md). A missing or inactive queue
+    raises QueueUnavailableError; a timeout while queued raises QueuedTimeoutError.
     """
     started = time.monotonic()
     validate_object_name(runtime, "runtime name")
@@ -345,13 +566,25 @@ def connect(
         "gpu": validate_gpu(gpu),
     }
     env_vars = validate_env(env)
-    extra_labels = validate_labels(labels)
+    if queue is not None:
+        validate_object_name(queue, "queue name")
+    if priority_class is not None:
+        validate_object_name(priority_class, "priority class")
+    try:
+        max_seconds = parse_duration(max_runtime)
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
+    kueue_labels = queue_labels(queue, priority_class, max_seconds if queue else None)
+    extra_labels = validate_labels({**(labels or {}), **kueue_labels} or None)
     wait_timeout = validate_timeout(timeout)
     if wait_timeout is None:
         raise InvalidInputError("timeout must be a positive number of seconds, got None")
+    idle = validate_idle_timeout(idle_timeout) if trainer_command is None else None
 
     api, default_namespace = kubeconfig.load(config_file, context)
     ns = namespace or default_namespace
+    if queue:
+        check_local_queue(api, ns, queue)
     info = fetch_runtime(api, ns, runtime)
     if info is None:
         available = list_runtime_names(api, ns)
@@ -370,19 +603,13 @@ def connect(
         command=trainer_command,
         env=env_vars,
         labels=extra_labels,
+        idle_timeout=idle,
         **resources,
     )
+    if max_seconds and not queue:
+        body["spec"]["activeDeadlineSeconds"] = max_seconds
     try:
-        request(
-            api,
-            "POST",
-            trainjob_path(ns),
-            verb="create",
-            resource=TRAINJOB_RESOURCE,
-            namespace=ns,
-            name=job_name,
-            body=body,
-        )
+        created = lifeline.create_trainjob(api, ns, job_name, body)
     except InvalidInputError as exc:
         if exc.status == 409:
             raise InvalidInputError(
@@ -401,16 +628,20 @@ def connect(
             if jobset
             else TrainerTarget(None, source="fallback")
         )
+    job_uid = str(((created or {}).get("metadata") or {}).get("uid") or "") or None
     try:
-        pod = wait_for_trainer_pod(
+        pod = _wait_ready(
             api,
             ns,
             job_name,
             target,
             runtime=runtime,
             timeout=wait_timeout,
-            started_at=started,
+            started=started,
             on_status=on_status,
+            queue=queue,
+            job_uid=job_uid,
+            delete_on_unavailable=True,
         )
     except KeyboardInterrupt:
         # The caller has no session to close: do not leave the job holding resources.
@@ -419,7 +650,82 @@ def connect(
         except TrainJobError as exc:
             log.warning("could not delete TrainJob %s after the interrupt: %s", job_name, exc)
         raise
-    return TrainJobSession(job_name, ns, runtime, api, pod, target=target, started_at=started)
+    return TrainJobSession(
+        job_name,
+        ns,
+        runtime,
+        api,
+        pod,
+        target=target,
+        started_at=started,
+        queue=queue,
+        job_uid=job_uid,
+        idle_timeout=idle,
+    )
+
+
+def _evictions(api: ApiClient, namespace: str, job_uid: str) -> int:
+    """How often the job's Workload was evicted so far (0 when it cannot be read)."""
+    try:
+        return eviction_count(find_workload(api, namespace, job_uid))
+    except TrainJobError:
+        return 0
+
+
+def _wait_ready(
+    api: ApiClient,
+    namespace: str,
+    name: str,
+    target: TrainerTarget | None,
+    *,
+    runtime: str,
+    timeout: float,
+    started: float,
+    on_status: OnStatus | None,
+    queue: str | None,
+    job_uid: str | None,
+    delete_on_unavailable: bool = False,
+) -> dict[str, Any]:
+    """Wait for Kueue admission (queued jobs), then for the trainer pod to run."""
+    if not queue or not job_uid:
+        return wait_for_trainer_pod(
+            api,
+            namespace,
+            name,
+            target,
+            runtime=runtime,
+            timeout=timeout,
+            started_at=started,
+            on_status=on_status,
+        )
+    deadline = time.monotonic() + timeout
+    reporter = QueueReporter(on_status)
+    admit_or_raise(
+        api,
+        namespace,
+        name,
+        job_uid,
+        queue,
+        runtime=runtime,
+        timeout=timeout,
+        deadline=deadline,
+        started=started,
+        reporter=reporter,
+        fetch_trainjob=lambda: fetch_trainjob(api, namespace, name),
+        delete_job=(lambda: delete_trainjob(api, namespace, name))
+        if delete_on_unavailable
+        else None,
+    )
+    return wait_for_trainer_pod(
+        api,
+        namespace,
+        name,
+        target,
+        runtime=runtime,
+        timeout=max(1.0, deadline - time.monotonic()),
+        started_at=started,
+        on_status=reporter.wrap,
+    )
 
 
 def attach(
@@ -456,17 +762,32 @@ def attach(
         )
     runtime, _kind = runtime_ref(trainjob)
     target = _attach_target(api, ns, name, runtime)
-    pod = wait_for_trainer_pod(
+    queue = queue_of(trainjob)
+    job_uid = str((trainjob.get("metadata") or {}).get("uid") or "") or None
+    pod = _wait_ready(
         api,
         ns,
         name,
         target,
         runtime=runtime,
         timeout=wait_timeout,
-        started_at=started,
+        started=started,
         on_status=on_status,
+        queue=queue,
+        job_uid=job_uid,
     )
-    return TrainJobSession(name, ns, runtime, api, pod, target=target, started_at=started)
+    return TrainJobSession(
+        name,
+        ns,
+        runtime,
+        api,
+        pod,
+        target=target,
+        started_at=started,
+        queue=queue,
+        job_uid=job_uid,
+        idle_timeout=idle_timeout_of(trainjob),
+    )
 
 
 def _attach_target(api: ApiClient, namespace: str, name: str, runtime: str) -> TrainerTarget:

@@ -136,6 +136,8 @@ def names_one_pod(spec: TargetSpec, refs: Sequence[PodRef]) -> bool:
     parts = split_spec(spec)
     if len(parts) != 1 or parts[0] == ALL:
         return False
+    if parts[0] == TRAINER:
+        return True
     names = {r.name for r in refs}
     return parts[0] in names or parts[0] not in {r.role for r in refs}
 

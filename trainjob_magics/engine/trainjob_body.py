@@ -15,6 +15,8 @@ import string
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .remote import DEFAULT_IDLE_TIMEOUT, keep_alive_command
+
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -22,8 +24,10 @@ TRAINJOBS = "trainjobs"
 CLUSTER_RUNTIME_KIND = "ClusterTrainingRuntime"
 RUNTIME_KIND = "TrainingRuntime"
 
-# Keeps the trainer pod alive; a later change swaps in the idle-watchdog script.
-KEEP_ALIVE_COMMAND: list[str] = ["sleep", "infinity"]
+# Keeps the trainer pod alive: a POSIX-sh watchdog that exits (pod Succeeded, TrainJob Complete)
+# after DEFAULT_IDLE_TIMEOUT seconds without a heartbeat (see remote.py); idle_timeout=None in
+# build_trainjob gives plain `sleep infinity`.
+KEEP_ALIVE_COMMAND: list[str] = keep_alive_command(DEFAULT_IDLE_TIMEOUT)
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "trainjob-magics"
@@ -31,6 +35,8 @@ SESSION_LABEL = "trainjob-magics/session"
 OWNER_HOST_ANNOTATION = "trainjob-magics/owner-host"
 OWNER_PID_ANNOTATION = "trainjob-magics/owner-pid"
 CREATED_BY_ANNOTATION = "trainjob-magics/created-by"
+OWNER_KERNEL_ANNOTATION = "trainjob-magics/owner-kernel"
+IDLE_ANNOTATION = "trainjob-magics/idle-timeout"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
@@ -45,11 +51,26 @@ def owner_annotations() -> dict[str, str]:
         user = getpass.getuser()
     except Exception:  # no user database entry (containers with arbitrary uids)
         user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
-    return {
+    notes = {
         OWNER_HOST_ANNOTATION: socket.gethostname(),
         OWNER_PID_ANNOTATION: str(os.getpid()),
         CREATED_BY_ANNOTATION: user,
     }
+    kernel = _kernel_id()
+    if kernel:
+        notes[OWNER_KERNEL_ANNOTATION] = kernel
+    return notes
+
+
+def _kernel_id() -> str:
+    """The Jupyter kernel id of this process (from its ``kernel-<id>.json`` argument), or ''."""
+    import sys
+
+    for arg in sys.argv:
+        base = os.path.basename(arg)
+        if base.startswith("kernel-") and base.endswith(".json"):
+            return base[len("kernel-") : -len(".json")]
+    return ""
 
 
 def resources_per_node(
@@ -78,13 +99,16 @@ def build_trainjob(
     gpu: str | None = None,
     env: Mapping[str, str] | None = None,
     labels: Mapping[str, str] | None = None,
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
 ) -> dict[str, Any]:
     """Return the TrainJob manifest; inputs are assumed validated (see ``validation``).
 
-    ``command=None`` injects :data:`KEEP_ALIVE_COMMAND`.
+    ``command=None`` injects the keep-alive command: the idle watchdog for ``idle_timeout``
+    seconds (recorded in an annotation), or ``sleep infinity`` when ``idle_timeout`` is None.
     """
+    watchdog = command is None and idle_timeout is not None
     trainer: dict[str, Any] = {
-        "command": list(command) if command is not None else list(KEEP_ALIVE_COMMAND)
+        "command": list(command) if command is not None else keep_alive_command(idle_timeout)
     }
     if image:
         trainer["image"] = image
@@ -107,7 +131,10 @@ def build_trainjob(
             "name": name,
             "namespace": namespace,
             "labels": metadata_labels,
-            "annotations": owner_annotations(),
+            "annotations": {
+                **owner_annotations(),
+                **({IDLE_ANNOTATION: f"{idle_timeout:g}"} if watchdog else {}),
+            },
         },
         "spec": {
             "runtimeRef": {"name": runtime, "apiGroup": GROUP, "kind": runtime_kind},

@@ -38,7 +38,7 @@ def status_body(
         "reason": reason if reason is not None else _REASONS.get(code, ""),
         "code": code,
     }
-    if details:
+    if details is not None:
         body["details"] = details
     return body
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import time
@@ -478,8 +479,8 @@ class Controller:
             s["containerStatuses"] = [
                 {
                     "name": cname,
-                    "image": _image(p, cname),
-                    "imageID": f"docker.io/library/{_image(p, cname)}",
+                    "image": image_ref(_image(p, cname)),
+                    "imageID": image_id(_image(p, cname)),
                     "containerID": f"containerd://{uuid.uuid4().hex}",
                     "ready": True,
                     "started": True,
@@ -741,6 +742,28 @@ def _image(pod: dict[str, Any], cname: str) -> str:
         if c.get("name") == cname:
             return c.get("image", "")
     return ""
+
+
+def image_ref(image: str) -> str:
+    """The fully qualified reference containerd reports in containerStatuses[].image:
+    `busybox` -> `docker.io/library/busybox:latest`."""
+    name, _, digest = image.partition("@")
+    last = name.rsplit("/", 1)[-1]
+    tag = "" if digest or ":" in last else ":latest"
+    first = name.split("/", 1)[0]
+    if "/" not in name:
+        name = f"docker.io/library/{name}"
+    elif not ("." in first or ":" in first or first == "localhost"):
+        name = f"docker.io/{name}"
+    return name + tag + (f"@{digest}" if digest else "")
+
+
+def image_id(image: str) -> str:
+    """containerStatuses[].imageID: `<repository>@sha256:<digest>` (a stand-in digest)."""
+    ref = image_ref(image).split("@", 1)[0]
+    last = ref.rsplit("/", 1)[-1]
+    repo = ref[: len(ref) - len(last)] + last.split(":", 1)[0]
+    return f"{repo}@sha256:{hashlib.sha256(image.encode()).hexdigest()}"
 
 
 def _waiting(pod: dict[str, Any], cname: str, reason: str, message: str) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import secrets
 import string
 from dataclasses import dataclass
@@ -139,6 +140,35 @@ def env_dict(container: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def jobset_labels(jobset: dict[str, Any], rjob_name: str, job_index: int) -> dict[str, str]:
+    """The labels (and equal annotations) JobSet v0.12's labelAndAnnotateObject sets on a
+    child Job and its pods: names, restart attempt, replicas, indexes and the job key (SHA-1
+    of "<namespace>/<job name>")."""
+    meta = jobset["metadata"]
+    rjobs = (jobset.get("spec") or {}).get("replicatedJobs") or []
+    total, global_index = 0, 0
+    replicas = 1
+    for r in rjobs:
+        n = int(r.get("replicas", 1))
+        if r.get("name") == rjob_name:
+            global_index, replicas = total + job_index, n
+        total += n
+    job_name = f"{meta['name']}-{rjob_name}-{job_index}"
+    restarts = int(((jobset.get("status") or {}).get("restarts")) or 0)
+    return {
+        JOBSET_NAME: meta["name"],
+        RJOB_NAME: rjob_name,
+        "jobset.sigs.k8s.io/restart-attempt": str(restarts),
+        "jobset.sigs.k8s.io/replicatedjob-replicas": str(replicas),
+        "jobset.sigs.k8s.io/global-replicas": str(total),
+        JOB_INDEX: str(job_index),
+        "jobset.sigs.k8s.io/job-key": hashlib.sha1(
+            f"{meta.get('namespace', '')}/{job_name}".encode()
+        ).hexdigest(),
+        "jobset.sigs.k8s.io/job-global-index": str(global_index),
+    }
+
+
 def build_pod(
     jobset: dict[str, Any],
     rjob: dict[str, Any],
@@ -160,14 +190,12 @@ def build_pod(
         if k != ANCESTOR_LABEL or ancestor_on_pods:
             labels.setdefault(k, v)
     index = str(slot.completion_index)
+    # JobSet's labelAndAnnotateObject: the same keys as labels and annotations.
+    jobset_keys = jobset_labels(jobset, slot.rjob, slot.job_index)
     labels.update(
         {
-            JOBSET_NAME: js_name,
-            RJOB_NAME: slot.rjob,
-            JOB_INDEX: str(slot.job_index),
+            **jobset_keys,
             "jobset.sigs.k8s.io/jobset-uid": jobset["metadata"]["uid"],
-            "jobset.sigs.k8s.io/replicatedjob-replicas": str(rjob.get("replicas", 1)),
-            "jobset.sigs.k8s.io/restart-attempt": "0",
             COMPLETION_INDEX: index,
             "batch.kubernetes.io/job-name": job_name,
             "batch.kubernetes.io/controller-uid": job_uid,
@@ -176,14 +204,7 @@ def build_pod(
         }
     )
     annotations = dict((pod_tmpl.get("metadata") or {}).get("annotations") or {})
-    annotations.update(
-        {
-            COMPLETION_INDEX: index,
-            JOBSET_NAME: js_name,
-            RJOB_NAME: slot.rjob,
-            JOB_INDEX: str(slot.job_index),
-        }
-    )
+    annotations.update({COMPLETION_INDEX: index, **jobset_keys})
     spec = pod_tmpl.get("spec") or {}
     spec["hostname"] = hostname
     spec["subdomain"] = jobset["spec"].get("network", {}).get("subdomain", js_name)

@@ -60,6 +60,10 @@ def make_sandbox(
     _ensure_shims_executable()
     host_path = os.environ.get("PATH", os.defpath)
     full_env = dict(env)
+    # Every container has its own /tmp: give each pod its own temporary directory.
+    tmpdir = workdir / ".tmp"
+    tmpdir.mkdir(exist_ok=True)
+    full_env.setdefault("TMPDIR", str(tmpdir))
     full_env.update(
         {
             "HOSTNAME": hostname,

@@ -14,7 +14,7 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 
-from . import exec_ws, schema
+from . import exec_ws, openapi, schema
 from .apierror import ApiError, forbidden, invalid, status_body
 from .controller import Controller
 from .faults import Faults
@@ -33,7 +33,7 @@ from .resources import (
 )
 from .selectors import FIELD_SELECTABLE, parse_field_selector, parse_label_selector
 from .store import Store
-from .tables import to_table, wants_table
+from .tables import include_object, to_table, wants_table
 from .watch import WatchParams, serve_watch
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,8 @@ VERSION = {
 USER_KEY = web.RequestKey("user", tuple)
 PUBLIC_PATHS = {"/version", "/healthz", "/livez", "/readyz"}
 NOT_FOUND = "the server could not find the requested resource"
+NOT_ALLOWED = "the server does not allow this method on the requested resource"
+FIELD_VALIDATION = ("Ignore", "Warn", "Strict")
 
 # Admission hook: (kind, operation "CREATE"|"UPDATE", new object, old object or None) ->
 # warnings; may mutate the new object or raise ApiError to deny.
@@ -185,6 +187,8 @@ class ApiServer:
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")
         parts = [p for p in path.split("/") if p]
+        if parts[:2] == ["openapi", "v3"]:
+            return self._openapi_v3(parts[2:])
         if not parts or parts[0] not in ("api", "apis"):
             raise ApiError(404, NOT_FOUND, details={})
         reg = self.ctx.registry
@@ -208,6 +212,20 @@ class ApiServer:
             return _json(doc)
         target = self._parse_target(group, version, rest)
         return await self._handle(request, target)
+
+    def _openapi_v3(self, rest: list[str]) -> web.Response:
+        """GET /openapi/v3 (root) and /openapi/v3/api/v1, /openapi/v3/apis/GROUP/VERSION."""
+        reg = self.ctx.registry
+        if not rest:
+            return _json(openapi.root_doc(reg))
+        doc = None
+        if rest[0] == "api" and len(rest) == 2:
+            doc = openapi.group_version_doc(reg, "", rest[1])
+        elif rest[0] == "apis" and len(rest) == 3:
+            doc = openapi.group_version_doc(reg, rest[1], rest[2])
+        if doc is None:
+            raise ApiError(404, NOT_FOUND, details={})
+        return _json(doc)
 
     def _parse_target(self, group: str, version: str, rest: list[str]) -> Target:
         namespace = None
@@ -248,17 +266,13 @@ class ApiServer:
             elif m == "DELETE":
                 verb = "deletecollection"
             else:
-                raise ApiError(
-                    405, "the server does not allow this method on the requested resource"
-                )
+                raise ApiError(405, NOT_ALLOWED, details={})
         else:
             verb = {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(m, "")
             if not verb:
-                raise ApiError(
-                    405, "the server does not allow this method on the requested resource"
-                )
+                raise ApiError(405, NOT_ALLOWED, details={})
         if t.sub != "status" and verb not in t.kind.verbs:
-            raise ApiError(405, "the server does not allow this method on the requested resource")
+            raise ApiError(405, NOT_ALLOWED, details={})
         self._authorize(request, verb, t)
         if verb == "list":
             return self._list(request, t)
@@ -267,7 +281,10 @@ class ApiServer:
         if verb == "get":
             obj = self.ctx.store.get(t.kind, t.namespace, t.name or "")
             if t.sub is None and wants_table(request.headers.get("Accept", "")):
-                return _json(to_table(t.kind, [obj], obj["metadata"]["resourceVersion"]))
+                table = to_table(
+                    t.kind, [obj], obj["metadata"]["resourceVersion"], include_object(request.query)
+                )
+                return _json(table)
             return _json(obj)
         if verb == "create":
             return await self._create(request, t)
@@ -289,7 +306,7 @@ class ApiServer:
         labels, fields = self._selectors(request, t)
         items, rv = self.ctx.store.list(t.kind, t.namespace, labels, fields)
         if wants_table(request.headers.get("Accept", "")):
-            return _json(to_table(t.kind, items, rv))
+            return _json(to_table(t.kind, items, rv, include_object(request.query)))
         return _json(
             {
                 "kind": t.kind.list_kind,
@@ -311,6 +328,8 @@ class ApiServer:
             timeout=float(timeout) if timeout else None,
             bookmarks=_bool(q.get("allowWatchBookmarks")),
             bookmark_interval=self.ctx.bookmark_interval,
+            table=(include_object(q) if wants_table(request.headers.get("Accept", "")) else None),
+            send_initial_events=_send_initial_events(q),
         )
         return await serve_watch(request, self.ctx.store, t.kind, params, self.ctx.stopping)
 
@@ -393,11 +412,14 @@ class ApiServer:
         if "status" in kind.subresources:
             body.pop("status", None)
         body, warnings = self._validate(kind, body, None)
+        warnings = _field_validation(request, kind, warnings)
         warnings += self._admit(kind, "CREATE", body, None)
         if kind.key == TRAINJOBS.key:
             self.ctx.controller.resolve_runtime(t.namespace or "default", body)
         if kind.key == "namespaces":
             body["status"] = {"phase": "Active"}
+        if _dry_run(request):
+            return _json(self.ctx.store.dry_run_create(kind, body, t.namespace), 201, warnings)
         created = self.ctx.store.create(kind, body, t.namespace)
         return _json(created, 201, warnings)
 
@@ -442,9 +464,12 @@ class ApiServer:
                 if new["status"] is None:
                     new.pop("status")
             result, warnings = self._validate(kind, new, old)
+            warnings = _field_validation(request, kind, warnings)
             if "status" in kind.subresources and "status" in old:
                 result["status"] = old["status"]
             warnings += self._admit(kind, "UPDATE", result, old)
+        if _dry_run(request):
+            return _json(store.dry_run_replace(kind, result), 200, warnings)
         updated = store.replace(kind, result, check_rv=True)
         return _json(updated, 200, warnings)
 
@@ -459,6 +484,8 @@ class ApiServer:
         raw = await request.read()
         body = json.loads(raw) if raw.strip() else None
         obj = store.get(kind, t.namespace, t.name or "")
+        if _dry_run(request):
+            return _json(obj)
         if kind.key == PODS.key:
             grace = self._grace(request, body)
             if grace == 0:
@@ -593,6 +620,79 @@ class ApiServer:
             tty=_bool(q.get("tty")),
             drop_after_bytes=self.ctx.faults.exec_drop_after(t.name or ""),
         )
+
+
+def _dry_run(request: web.Request) -> bool:
+    """`?dryRun=All`: validate and answer, store nothing (other values are 400, as upstream)."""
+    values = request.query.getall("dryRun", [])
+    for v in values:
+        if v != "All":
+            raise ApiError(
+                400, f'dryRun: Unsupported value: "{v}": supported values: "All"', "BadRequest"
+            )
+    return bool(values)
+
+
+def _field_validation(request: web.Request, kind: Kind, warnings: list[str]) -> list[str]:
+    """Apply `?fieldValidation=` to the pruning warnings (`unknown field "..."`).
+
+    Warn (the default since 1.27) keeps them as Warning headers, Ignore drops them, Strict
+    turns them into 400 BadRequest worded like the apiserver's `transformDecodeError`:
+    `TrainJob in version "v1alpha1" cannot be handled as a TrainJob: strict decoding error:
+    unknown field "spec.x"`.
+    """
+    mode = request.query.get("fieldValidation") or "Warn"
+    if mode not in FIELD_VALIDATION:
+        raise ApiError(
+            400,
+            f'fieldValidation: Unsupported value: "{mode}": supported values: '
+            '"Ignore", "Strict", "Warn"',
+        )
+    unknown = [w for w in warnings if w.startswith("unknown field ")]
+    if mode == "Ignore":
+        return [w for w in warnings if w not in unknown]
+    if mode == "Strict" and unknown:
+        raise ApiError(
+            400,
+            f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: '
+            f"strict decoding error: {', '.join(unknown)}",
+        )
+    return warnings
+
+
+def _send_initial_events(q: Any) -> bool:
+    """`sendInitialEvents` (WatchList), checked like apimachinery's validateWatchOptions."""
+    match = q.get("resourceVersionMatch") or ""
+    sie = q.get("sendInitialEvents")
+    causes: list[dict[str, str]] = []
+
+    def forbidden(detail: str) -> None:
+        causes.append(
+            {
+                "reason": "FieldValueForbidden",
+                "message": f"Forbidden: {detail}",
+                "field": "resourceVersionMatch",
+            }
+        )
+
+    if sie is not None and match != "NotOlderThan":
+        forbidden("sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")
+    if match:
+        if sie is None:
+            forbidden(
+                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"
+            )
+        if match != "NotOlderThan":
+            causes.append(
+                {
+                    "reason": "FieldValueNotSupported",
+                    "message": f'Unsupported value: "{match}": supported values: "NotOlderThan"',
+                    "field": "resourceVersionMatch",
+                }
+            )
+    if causes:
+        raise invalid("ListOptions", "meta.k8s.io", "", causes)
+    return _bool(sie)
 
 
 def new_token() -> str:

@@ -208,6 +208,49 @@ class Store:
             self._emit("MODIFIED", kind, obj, copy.deepcopy(old))
             return copy.deepcopy(obj)
 
+    def dry_run_create(
+        self, kind: Kind, obj: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        """What create() would return, storing nothing (`?dryRun=All`): same 404/409 checks,
+        uid and creationTimestamp filled, no resourceVersion (as the apiserver answers)."""
+        obj = copy.deepcopy(obj)
+        meta = _meta(obj)
+        with self._lock:
+            if kind.namespaced:
+                namespace = namespace or meta.get("namespace") or "default"
+                if kind.key != NAMESPACES.key and ("", namespace) not in self._bucket(NAMESPACES):
+                    raise not_found("namespaces", "", namespace)
+                meta["namespace"] = namespace
+            else:
+                meta.pop("namespace", None)
+                namespace = ""
+            if (namespace, meta.get("name", "")) in self._bucket(kind):
+                raise already_exists(kind.plural, kind.group, meta.get("name", ""))
+        obj["apiVersion"], obj["kind"] = kind.api_version, kind.kind
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        if kind.has_generation:
+            meta["generation"] = 1
+        return obj
+
+    def dry_run_replace(self, kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
+        """What replace() would return, storing nothing (`?dryRun=All`)."""
+        meta = _meta(obj)
+        with self._lock:
+            key = (meta.get("namespace", "") if kind.namespaced else "", meta.get("name", ""))
+            old = self._bucket(kind).get(key)
+            if old is None:
+                raise not_found(kind.plural, kind.group, meta.get("name", ""))
+            sent_rv = meta.get("resourceVersion")
+            if sent_rv and sent_rv != old["metadata"]["resourceVersion"]:
+                raise conflict(kind.plural, kind.group, meta.get("name", ""))
+            out = copy.deepcopy(obj)
+            for keep in ("uid", "creationTimestamp", "resourceVersion", "generation"):
+                if keep in old["metadata"]:
+                    out["metadata"][keep] = old["metadata"][keep]
+            out["apiVersion"], out["kind"] = kind.api_version, kind.kind
+            return out
+
     def mutate(
         self,
         kind: Kind,

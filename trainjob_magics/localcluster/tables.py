@@ -5,11 +5,22 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from .apierror import ApiError
 from .resources import Kind
+
+INCLUDE_OBJECT = ("Object", "Metadata", "None")
 
 
 def wants_table(accept: str) -> bool:
     return any("as=Table" in part and "g=meta.k8s.io" in part for part in accept.split(","))
+
+
+def include_object(query: Any) -> str:
+    """`?includeObject=`: Metadata (default), Object or None, as the apiserver's asTable."""
+    value = query.get("includeObject") or "Metadata"
+    if value not in INCLUDE_OBJECT:
+        raise ApiError(400, f'unrecognized includeObject value: "{value}"')
+    return value
 
 
 def human_age(ts: str | None) -> str:
@@ -125,8 +136,24 @@ def _cell(col: dict[str, Any], obj: dict[str, Any]) -> Any:
     return value
 
 
-def to_table(kind: Kind, items: list[dict[str, Any]], rv: str) -> dict[str, Any]:
-    """A Table for a list of objects of `kind` (pods: kubectl's columns; CRs: printer columns)."""
+def _row_object(obj: dict[str, Any], include: str) -> dict[str, Any] | None:
+    if include == "Object":
+        return obj
+    return _partial(obj) if include == "Metadata" else None
+
+
+def to_table(
+    kind: Kind,
+    items: list[dict[str, Any]],
+    rv: str,
+    include: str = "Metadata",
+    headers: bool = True,
+) -> dict[str, Any]:
+    """A Table for a list of objects of `kind` (pods: kubectl's columns; CRs: printer columns).
+
+    `include` is TableOptions.includeObject; `headers=False` drops columnDefinitions, as the
+    apiserver's watch encoder does after the first event (handlers/response.go).
+    """
     if kind.key == "pods":
         columns = POD_COLUMNS
         rows = [{"cells": pod_rows(o), "object": _partial(o)} for o in items]
@@ -146,10 +173,12 @@ def to_table(kind: Kind, items: list[dict[str, Any]], rv: str) -> dict[str, Any]
             }
             for o in items
         ]
+    for row, obj in zip(rows, items, strict=True):
+        row["object"] = _row_object(obj, include)
     return {
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": {"resourceVersion": rv},
-        "columnDefinitions": columns,
+        "columnDefinitions": columns if headers else None,
         "rows": rows,
     }

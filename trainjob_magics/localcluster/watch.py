@@ -15,6 +15,9 @@ from .apierror import status_body
 from .resources import Kind
 from .selectors import Requirement, fields_match, labels_match
 from .store import Event, ExpiredError, Store
+from .tables import to_table
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
 @dataclass
@@ -26,6 +29,8 @@ class WatchParams:
     timeout: float | None
     bookmarks: bool
     bookmark_interval: float
+    table: str | None = None  # includeObject when the client asked for Table events
+    send_initial_events: bool = False
 
 
 def parse_rv(value: str | None) -> int | None:
@@ -81,6 +86,8 @@ async def serve_watch(
     resp.enable_chunked_encoding()
     loop = asyncio.get_running_loop()
     since = parse_rv(params.resource_version)
+    if params.send_initial_events:
+        since = None  # NotOlderThan: the current state, then a bookmark marking its end
     try:
         if since == -1:
             raise ExpiredError(-1, store.resource_version)
@@ -95,22 +102,38 @@ async def serve_watch(
     deadline = None if params.timeout is None else time.monotonic() + params.timeout
     next_bookmark = time.monotonic() + params.bookmark_interval
 
-    def bookmark(rv: int) -> bytes:
-        obj = {"kind": kind.kind, "apiVersion": kind.api_version}
+    headers = [True]
+
+    def event(type_: str, obj: dict[str, Any]) -> bytes:
+        if params.table is None or obj.get("kind") == "Status":
+            return _line(type_, obj)
+        rv = obj.get("metadata", {}).get("resourceVersion", "")
+        table = to_table(kind, [obj], rv, params.table, headers=headers[0])
+        headers[0] = False  # column definitions only on the first event
+        return _line(type_, table)
+
+    def bookmark(rv: int, initial_end: bool = False) -> bytes:
+        # Only apiVersion, kind and metadata.resourceVersion (+ the initial-events-end
+        # annotation for WatchList), as the cacher's bookmark objects (cacher.go).
+        obj: dict[str, Any] = {"kind": kind.kind, "apiVersion": kind.api_version}
         obj["metadata"] = {"resourceVersion": str(rv)}
+        if initial_end:
+            obj["metadata"]["annotations"] = {INITIAL_EVENTS_END: "true"}
         return _line("BOOKMARK", obj)
 
     try:
         for ev in initial:
             out = translate(params, ev)
             if out:
-                await resp.write(_line(*out))
+                await resp.write(event(*out))
+        if params.send_initial_events:
+            await resp.write(bookmark(start_rv, initial_end=True))
         while not stopping.is_set() and not sub.closed:
             for ev in sub.drain():
                 out = translate(params, ev)
                 sent_rv = ev.rv
                 if out:
-                    await resp.write(_line(*out))
+                    await resp.write(event(*out))
             transport = request.transport
             if transport is None or transport.is_closing():
                 break

@@ -25,6 +25,12 @@ class TrainJobConfig(Configurable):
         "",
         help="Shell command that keeps the trainer pod alive; empty: the engine's default.",
     ).tag(config=True)
+    idle_timeout = Float(
+        1800.0,
+        help="Seconds without a heartbeat from this kernel after which a new session's TrainJob "
+        "ends itself and frees its resources (heartbeats flow while the kernel lives, so this "
+        "bounds how long a killed kernel's job lingers); 0 keeps it forever.",
+    ).tag(config=True)
     context = Unicode("", help="Kubeconfig context to use; empty: the current one.").tag(
         config=True
     )

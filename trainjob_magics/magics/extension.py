@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import files_magics
 from .magics import TrainJobMagics
 
 _NAME = "TrainJobMagics"
@@ -20,6 +21,7 @@ def load_ipython_extension(shell: Any) -> None:
     if loaded_magics(shell) is not None:
         return
     shell.register_magics(TrainJobMagics(shell=shell))
+    files_magics.register(shell)
 
 
 def unload_ipython_extension(shell: Any) -> None:
@@ -28,6 +30,7 @@ def unload_ipython_extension(shell: Any) -> None:
     if magics is None:
         return
     magics.unload()
+    files_magics.unregister(shell)
     manager = shell.magics_manager
     for kind, names in magics.magics.items():
         table = manager.magics.get(kind, {})

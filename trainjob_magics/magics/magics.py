@@ -492,6 +492,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
             "context": args.context or self.context or None,
             "config_file": args.kubeconfig or self.kubeconfig or None,
             "command": ["sh", "-c", self.keep_alive_command] if self.keep_alive_command else None,
+            "idle_timeout": self.idle_timeout if self.idle_timeout > 0 else None,
         }
 
     def _run_connect(self, settings: dict[str, Any], timeout: float) -> tuple[Any, Any]:
@@ -507,7 +508,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
             "config_file": settings["config_file"],
             "timeout": timeout,
         }
-        keys = ("image", "num_nodes", "command", "cpu", "memory", "gpu", "env")
+        keys = ("image", "num_nodes", "command", "cpu", "memory", "gpu", "env", "idle_timeout")
         kueue_keys = ("queue", "priority_class", "max_runtime")
         job_name = None if settings["attach"] else settings["name"] or new_job_name()
 
@@ -594,6 +595,12 @@ class TrainJobMagics(Magics, TrainJobConfig):
     @argument(
         "alias", nargs="?", metavar="ALIAS", help="Session to run in (default: the last connected)."
     )
+    @argument(
+        "--pod",
+        metavar="TARGET",
+        help="Run on these pods at once: all, node, node-2, launcher, a pod name, a comma list "
+        "(default: the trainer). Output grouped per pod.",
+    )
     @exec_args
     @output_args
     @cell_magic
@@ -611,6 +618,10 @@ class TrainJobMagics(Magics, TrainJobConfig):
         if not cell.strip():
             raise TrainJobUsageError("the cell is empty: write the shell commands below %%trainjob")
         entry = self._entry(args.alias)
+        if args.pod and args.pod.strip() != "trainer":
+            from .files_magics import run_multi_cell
+
+            return run_multi_cell(self, entry, cell, args)
         raise_on_error = self.raise_on_error and not args.no_raise_error
         where = f"{args.result or '_trainjob'}.stdout / .stderr"
         view = NullOutputView() if args.quiet else self._output_view(where)
@@ -665,13 +676,10 @@ class TrainJobMagics(Magics, TrainJobConfig):
             result = pump.run(work, handle, view.tick)
         except KeyboardInterrupt:
             pump.cancel()
-            sent = self._interrupt_remote(session)
+            message = self._interrupt_remote(session, str(pod))
             partial = partial_result(got["stdout"], got["stderr"], started, str(pod))
             view.finish(footer_text(None, partial.duration, partial.pod, "interrupted"), ok=False)
-            what = "sent an interrupt to" if sent else "stopped reading; it may still be running in"
-            return partial, TrainJobCellError(
-                f"interrupted: {what} the remote command{f' (pod {pod})' if pod else ''}", partial
-            )
+            return partial, TrainJobCellError(message, partial)
         except Exception as exc:
             partial = getattr(exc, "partial", None)
             if partial is None:
@@ -684,15 +692,23 @@ class TrainJobMagics(Magics, TrainJobConfig):
         return result, None
 
     @staticmethod
-    def _interrupt_remote(session: Any) -> bool:
+    def _interrupt_remote(session: Any, pod: str) -> str:
+        """Stop the session's remote commands (SIGINT, SIGTERM, SIGKILL); one line saying how
+        that went."""
+        where = f" (pod {pod})" if pod else ""
+        fallback = f"interrupted: stopped reading; the remote command may still be running{where}"
         interrupt = getattr(session, "interrupt", None)
         if interrupt is None:
-            return False
+            return fallback
         try:
-            interrupt()
-        except Exception:
-            return False
-        return True
+            reports = interrupt()
+        except Exception as exc:
+            return f"{fallback}; stopping it failed: {type(exc).__name__}: {exc}"
+        if not isinstance(reports, list):
+            return f"interrupted: sent an interrupt to the remote command{where}"
+        from trainjob_magics.engine.lifeline import interrupted_message
+
+        return interrupted_message(pod, reports)
 
     def _store(self, result: Any, args: Any) -> None:
         """Keep the result reachable: ``_trainjob``, ``last_result()``, --out/--err/--result."""
@@ -708,11 +724,53 @@ class TrainJobMagics(Magics, TrainJobConfig):
 
     # -- %trainjob_sessions, %trainjob_status, %trainjob_close
 
+    def _close_by_name(self, args: Any, timeout: float) -> None:
+        """%trainjob_close NAME for a TrainJob that is not a session of this kernel."""
+        from trainjob_magics.engine.errors import NotFoundError
+        from trainjob_magics.engine.orphans import close_trainjob
+        from trainjob_magics.engine.validation import validate_name
+
+        name = args.alias
+        known = ", ".join(e.alias for e in self.registry.entries()) or "none"
+        try:
+            validate_name(name)
+        except Exception:
+            raise TrainJobUsageError(
+                f"no session named {name!r} (this kernel's sessions: {known})"
+            ) from None
+        try:
+            print(
+                close_trainjob(
+                    name,
+                    args.namespace or self.namespace or None,
+                    context=args.context or self.context or None,
+                    config_file=args.kubeconfig or self.kubeconfig or None,
+                    timeout=timeout,
+                )
+            )
+        except NotFoundError:
+            raise TrainJobUsageError(
+                f"no session or TrainJob named {name!r} (this kernel's sessions: {known}; "
+                "list every TrainJob with %trainjob_sessions --all)"
+            ) from None
+        except Exception as exc:
+            raise as_one_line(exc) from None
+
     @magic_arguments()
+    @argument(
+        "--all",
+        action="store_true",
+        help="List every TrainJob trainjob-magics created in the namespace (any kernel/host).",
+    )
+    @cluster_args
     @line_magic
     def trainjob_sessions(self, line: str = "") -> None:
-        """List this kernel's sessions (the default one is marked with *)."""
-        parse(self.trainjob_sessions, line)
+        """List this kernel's sessions (the default one is marked with *); --all lists every
+        TrainJob of the project in the namespace, with owner, age and state."""
+        args = parse(self.trainjob_sessions, line)
+        if args.all:
+            self._list_all_trainjobs(args)
+            return
         default = self.registry.default_alias
         rows = []
         for e in self.registry.entries():
@@ -727,6 +785,22 @@ class TrainJobMagics(Magics, TrainJobConfig):
                 SessionRow(e.alias, session_name(e.session), ns, runtime, state, e.alias == default)
             )
         print(format_sessions(rows))
+
+    def _list_all_trainjobs(self, args: Any) -> None:
+        from trainjob_magics.engine.orphans import list_trainjobs
+
+        from .orphans import format_trainjobs
+
+        try:
+            jobs = list_trainjobs(
+                args.namespace or self.namespace or None,
+                context=args.context or self.context or None,
+                config_file=args.kubeconfig or self.kubeconfig or None,
+            )
+        except Exception as exc:
+            raise as_one_line(exc) from None
+        own = {session_name(e.session) for e in self.registry.entries()}
+        print(format_trainjobs(jobs, own, args.namespace or self.namespace))
 
     @magic_arguments()
     @argument("alias", nargs="?", metavar="ALIAS", help="Session (default: the last connected).")
@@ -756,13 +830,21 @@ class TrainJobMagics(Magics, TrainJobConfig):
     )
     @argument("--all", action="store_true", help="Close every session of this kernel.")
     @argument("--timeout", type=float, help="Seconds to wait for the pods to go (default: 180).")
+    @cluster_args
     @line_magic
     def trainjob_close(self, line: str = "") -> None:
-        """Close a session: delete its TrainJob and wait for its pods to go."""
+        """Close a session: delete its TrainJob and wait for its pods to go.
+
+        ALIAS may also name any TrainJob trainjob-magics created (see %trainjob_sessions --all),
+        e.g. one orphaned by a dead kernel.
+        """
         args = parse(self.trainjob_close, line)
         if args.all and args.alias:
             raise TrainJobUsageError("give either an ALIAS or --all, not both")
         timeout = args.timeout if args.timeout is not None else self.close_timeout
+        if args.alias and self.registry.find(args.alias) is None:
+            self._close_by_name(args, timeout)
+            return
         if args.all:
             reports = self.registry.close_all(timeout=timeout)
             if not reports:

@@ -26,7 +26,7 @@ class KueueConfig:
     cluster_queue: str = "cluster-queue"
     flavor: str = "default-flavor"
     quota: dict[str, str | int] = field(
-        default_factory=lambda: {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "0"}
+        default_factory=lambda: {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "0"}
     )
     queueing_strategy: str = "BestEffortFIFO"
     priority_classes: dict[str, int] = field(default_factory=dict)

@@ -1,0 +1,83 @@
+"""notebooks/kueue.ipynb under nbclient against a local cluster with Kueue switched on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainjob_magics.devtools.notebook_run import (
+    WIDGET_VIEW_MIME,
+    cell_texts,
+    extract_widget_texts,
+    run_notebook,
+)
+from trainjob_magics.localcluster import LocalCluster
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOK = REPO / "notebooks" / "kueue.ipynb"
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _cell(nb: Any, needle: str) -> int:
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and needle in cell.source:
+            return index
+    raise AssertionError(f"no code cell containing {needle!r}")
+
+
+def _widget_texts(nb: Any, index: int) -> list[str]:
+    texts = extract_widget_texts(nb)
+    found = []
+    for output in nb.cells[index].get("outputs", []):
+        view = (output.get("data") or {}).get(WIDGET_VIEW_MIME)
+        if view:
+            assert view["model_id"] in texts, f"cell {index}: widget not in the saved state"
+            found.append(texts[view["model_id"]])
+    return found
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("kueue-nb")
+    with LocalCluster(root_dir=root / "cluster", kueue=True) as cluster:
+        result = run_notebook(
+            NOTEBOOK, root / "kueue.executed.ipynb", kubeconfig=cluster.kubeconfig_path, timeout=240
+        )
+    assert result.error is None, f"cell {result.failed_cell}: {result.error}\n" + "\n".join(
+        cell_texts(result.nb)
+    )
+    return result.nb
+
+
+def test_first_session_is_admitted(executed: Any) -> None:
+    text = "\n".join(_widget_texts(executed, _cell(executed, "%trainjob_connect")))
+    assert "Running" in text
+    assert "Kueue: Admitted by ClusterQueue cluster-queue" in text
+
+
+def test_second_session_shows_position_and_message(executed: Any) -> None:
+    text = "\n".join(_widget_texts(executed, _cell(executed, "_ = StatusWidget(queued)")))
+    assert "Queued" in text
+    assert "position 1 in LocalQueue user-queue (1 in ClusterQueue cluster-queue)" in text
+    assert "insufficient unused quota for cpu in flavor default-flavor, 4 more needed" in text
+
+
+def test_second_session_admitted_after_close(executed: Any) -> None:
+    live = "\n".join(_widget_texts(executed, _cell(executed, "live = StatusWidget()")))
+    assert "Running" in live and "Admitted by ClusterQueue cluster-queue" in live
+    final = _cell(executed, "session2 = second.result")
+    text = "\n".join(_widget_texts(executed, final) + cell_texts(executed))
+    assert "Admitted by ClusterQueue cluster-queue" in text
+    assert "second session on" in text
+
+
+def test_notebook_in_git_has_no_outputs() -> None:
+    import nbformat
+
+    nb = nbformat.read(str(NOTEBOOK), as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None

@@ -1,0 +1,178 @@
+"""Queued sessions against the local cluster's Kueue simulation, over HTTPS with the engine."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from trainjob_magics import connect
+from trainjob_magics.engine import (
+    QueuedTimeoutError,
+    QueueUnavailableError,
+    SessionPreemptedError,
+)
+from trainjob_magics.localcluster import LocalCluster
+from trainjob_magics.localcluster.kueue import KueueConfig
+
+pytestmark = pytest.mark.timeout(120)
+RUNTIME = "torch-distributed"
+
+
+@pytest.fixture(scope="module")
+def kcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A local cluster whose ClusterQueue has room for one 1-CPU session."""
+    cfg = KueueConfig(quota={"cpu": "1", "memory": "4Gi"}, admission_check_delay=1.5)
+    root = tmp_path_factory.mktemp("kueue-cluster")
+    with LocalCluster(root_dir=root, kueue=cfg, bookmark_interval=0.5) as c:
+        yield c
+
+
+@pytest.fixture
+def kc(kcluster: LocalCluster) -> Iterator[str]:
+    kcluster.faults.clear()
+    kcluster.kueue.set_quota({"cpu": "1"})
+    yield str(kcluster.kubeconfig_path)
+    kcluster.faults.clear()
+
+
+def _connect(kc: str, **kw: Any) -> Any:
+    return connect(RUNTIME, cpu="1", queue="user-queue", config_file=kc, **kw)
+
+
+def test_queued_session_moves_to_running(kc: str) -> None:
+    first = _connect(kc, timeout=30)
+    try:
+        assert first.status().queue.state == "Admitted"
+        seen: list[Any] = []
+        out: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                out["session"] = _connect(kc, timeout=60, on_status=seen.append)
+            except Exception as exc:  # surfaced by the asserts below
+                out["error"] = exc
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        deadline = time.monotonic() + 20
+        while not any(s.queue and s.queue.position_in_local_queue is not None for s in seen):
+            assert time.monotonic() < deadline, [s.message for s in seen]
+            time.sleep(0.1)
+        queued = next(s for s in seen if s.queue and s.queue.position_in_local_queue is not None)
+        assert queued.state == "Queued"
+        assert queued.queue.position_in_local_queue == 0
+        assert queued.queue.position_in_cluster_queue == 0
+        assert "insufficient unused quota for cpu in flavor default-flavor, 1 more needed" in (
+            queued.queue.message
+        )
+        assert "position 1 in LocalQueue user-queue" in queued.message
+    finally:
+        first.close()
+    thread.join(60)
+    assert "error" not in out, out.get("error")
+    second = out["session"]
+    try:
+        states = [s.state for s in seen]
+        order = ["Queued", "QuotaReserved", "Admitted", "Running"]
+        idx = [states.index(x) for x in order]
+        assert idx == sorted(idx), states
+        assert seen[-1].queue is not None and seen[-1].queue.state == "Admitted"
+        assert second.execute("echo ok").stdout == "ok\n"
+    finally:
+        second.close()
+
+
+def test_missing_queue_fails_fast(kc: str) -> None:
+    start = time.monotonic()
+    with pytest.raises(QueueUnavailableError, match="LocalQueue nope doesn't exist"):
+        connect(RUNTIME, queue="nope", config_file=kc, timeout=60)
+    assert time.monotonic() - start < 10
+
+
+def test_stopped_queue_fails_fast_and_deletes(kcluster: LocalCluster, kc: str) -> None:
+    kcluster.kueue.set_stop_policy("user-queue", "Hold")
+    try:
+        with pytest.raises(QueueUnavailableError, match="LocalQueue user-queue is stopped"):
+            _connect(kc, timeout=60)
+    finally:
+        kcluster.kueue.set_stop_policy("user-queue", "None")
+
+
+def test_timeout_while_queued_says_so(kcluster: LocalCluster, kc: str) -> None:
+    kcluster.kueue.set_quota({"cpu": "0"})
+    with pytest.raises(QueuedTimeoutError) as info:
+        _connect(kc, timeout=3, name="queued-timeout")
+    msg = str(info.value)
+    assert isinstance(info.value, TimeoutError)
+    assert "still queued in LocalQueue user-queue" in msg
+    assert "position 1 in LocalQueue user-queue" in msg
+    assert "kubectl delete trainjob queued-timeout" in msg and "attach(" in msg
+    # the job keeps its place: it exists, suspended, and is admitted once quota is back
+    kcluster.kueue.set_quota({"cpu": "1"})
+    from trainjob_magics import attach
+
+    session = attach("queued-timeout", config_file=kc, timeout=30)
+    try:
+        assert session.execute("true").ok
+    finally:
+        session.close()
+
+
+def test_preemption_mid_session_then_readmission(kcluster: LocalCluster, kc: str) -> None:
+    session = _connect(kc, timeout=30)
+    try:
+        chunks: list[str] = []
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                session.execute(
+                    "echo started; sleep 20", on_output=lambda _s, text: chunks.append(text)
+                )
+            except BaseException as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while "started" not in "".join(chunks):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        kcluster.kueue.set_quota({"cpu": "0"})  # nothing else may be admitted meanwhile
+        kcluster.kueue.preempt(session.name)
+        thread.join(30)
+        assert errors and isinstance(errors[0], SessionPreemptedError), errors
+        err = errors[0]
+        assert "Preempted to accommodate a workload" in str(err)
+        assert "wait_ready()" in str(err)
+        assert err.partial is not None and "started" in err.partial.stdout
+        with pytest.raises(SessionPreemptedError):
+            session.execute("true")
+        status = session.status()
+        assert status.queue is not None and status.queue.state == "Preempted"
+        old_pod = session.pod
+        kcluster.kueue.set_quota({"cpu": "1"})
+        new_pod = session.wait_ready(timeout=30)
+        assert new_pod != old_pod
+        assert session.execute("echo back").stdout == "back\n"
+    finally:
+        kcluster.kueue.set_quota({"cpu": "1"})
+        session.close()
+
+
+def test_visibility_forbidden_position_unknown(kcluster: LocalCluster, kc: str) -> None:
+    kcluster.faults.deny(kcluster.token, "get", "localqueues/pendingworkloads")
+    kcluster.kueue.set_quota({"cpu": "0"})
+    seen: list[Any] = []
+    with pytest.raises(QueuedTimeoutError) as info:
+        _connect(kc, timeout=3, on_status=seen.append)
+    queued = [s for s in seen if s.queue and s.queue.state == "Queued"]
+    assert queued, [s.message for s in seen]
+    assert queued[-1].queue.position_in_local_queue is None
+    assert "position unknown (no permission for the Kueue visibility API)" in queued[-1].message
+    assert "position unknown" in str(info.value)
+    kcluster.kueue.set_quota({"cpu": "1"})

@@ -1,0 +1,99 @@
+"""notebooks/multinode.ipynb under nbclient (widget state stored) against a local cluster."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainjob_magics.devtools.notebook_run import (
+    WIDGET_STATE_MIME,
+    WIDGET_VIEW_MIME,
+    cell_texts,
+    extract_widget_texts,
+    run_notebook,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOK = REPO / "notebooks" / "multinode.ipynb"
+LABELS = ["launcher-0", "node-0", "node-1", "node-2"]
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from trainjob_magics.localcluster import LocalCluster
+
+    out = tmp_path_factory.mktemp("multinode") / "multinode.executed.ipynb"
+    with LocalCluster() as cluster:
+        result = run_notebook(NOTEBOOK, out, kubeconfig=cluster.kubeconfig_path, timeout=180)
+        assert result.error is None, (
+            f"cell {result.failed_cell} failed: {result.error}\n" + "\n".join(cell_texts(result.nb))
+        )
+        yield result.nb
+
+
+def cell_index(nb: Any, first_line: str) -> int:
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and cell.source.startswith(first_line):
+            return index
+    raise AssertionError(f"no code cell starting with {first_line!r}")
+
+
+def widget_models(nb: Any, index: int) -> list[str]:
+    """Model ids of the widget views a cell displayed."""
+    ids = []
+    for output in nb.cells[index].get("outputs", []):
+        view = (output.get("data") or {}).get(WIDGET_VIEW_MIME)
+        if view:
+            ids.append(view["model_id"])
+    return ids
+
+
+def test_pod_all_cell_saved_widget_state_shows_every_pod(executed: Any) -> None:
+    nb = executed
+    index = cell_index(nb, "%%trainjob --pod all")
+    (model_id,) = widget_models(nb, index)
+    state = nb.metadata["widgets"][WIDGET_STATE_MIME]["state"]
+    assert model_id in state, "the widget view is not in the saved widget state"
+    box = state[model_id]["state"]
+    tab_id = box["children"][0].removeprefix("IPY_MODEL_")
+    tab = state[tab_id]
+    assert tab["model_name"] == "TabModel"
+    assert list(tab["state"]["titles"]) == [f"{label} ✓" for label in LABELS]
+    assert len(tab["state"]["children"]) == 4
+    texts = extract_widget_texts(nb)
+    for child in tab["state"]["children"]:
+        pod_text = texts[child.removeprefix("IPY_MODEL_")]
+        assert "Package" in pod_text and "exit code 0" in pod_text  # pip list header per pod
+    whole = texts[model_id]
+    assert re.search(r"4 pods ok", whole)
+    pods = re.findall(r"exit code 0 · [\d.]+ s · pod (\S+)", whole)
+    assert len(set(pods)) == 4
+
+
+def test_mpirun_cell_prints_one_line_per_rank(executed: Any) -> None:
+    nb = executed
+    index = cell_index(nb, "%%trainjob\nmpirun python3 train.py")
+    text = cell_texts(nb)[index]
+    ranks = sorted(re.findall(r"^rank (\d)/4 on \S+: 25 numbers", text, re.M))
+    assert ranks == ["0", "1", "2", "3"], text
+
+
+def test_upload_download_and_logs(executed: Any) -> None:
+    nb = executed
+    texts = cell_texts(nb)
+    assert "Wrote" in texts[cell_index(nb, "%%trainjob_writefile train.py --pod all")]
+    upload = texts[cell_index(nb, "%trainjob_upload")]
+    assert "copied" in upload and "2 files" in upload and "on 4 pods" in upload
+    assert "verified by sha256" in upload
+    summary = nb.cells[cell_index(nb, "import json")]["outputs"][0]["data"]["text/plain"]
+    assert json.loads(summary.replace("'", '"')) == {"ranks": 4, "rank0_sum": 1225, "total": 5050}
+    logs = texts[cell_index(nb, "%trainjob_logs")]
+    assert logs.count("Server listening on 0.0.0.0 port 2222.") == 3
+    assert "Closed session" in texts[cell_index(nb, "%trainjob_close")]

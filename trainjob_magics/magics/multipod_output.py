@@ -1,0 +1,254 @@
+"""Output grouped per pod: a Tab per pod (widgets) or ``[node-2] line`` prefixes (text).
+
+Also the transfer progress bar (IntProgress, or a ``\\r`` text line).
+"""
+
+from __future__ import annotations
+
+import html
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from .text_output import Throttle, strip_ansi
+
+RUNNING, OK, FAILED = "…", "✓", "✗"
+
+
+def pod_footer(result: Any, error: BaseException | None) -> str:
+    """``exit code 0 · 0.52 s`` or ``ConnectionLostError: ...`` for one pod."""
+    if error is not None:
+        return f"{type(error).__name__}: {' '.join(str(error).split())}"
+    code = "no exit code" if result.returncode is None else f"exit code {result.returncode}"
+    return f"{code} · {result.duration:.2f} s"
+
+
+def _ok(result: Any, error: BaseException | None) -> bool:
+    return error is None and result is not None and result.returncode == 0
+
+
+class PrefixedTextView:
+    """Per-pod output as prefixed lines: complete lines print as they arrive."""
+
+    def __init__(
+        self,
+        pods: Sequence[tuple[str, str]],
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+    ) -> None:
+        self.labels = {pod: label or pod for pod, label in pods}
+        self._partial: dict[tuple[str, str], str] = {}
+        self._out = {"stdout": stdout, "stderr": stderr}
+
+    def _stream(self, name: str) -> TextIO:
+        s = self._out.get(name)
+        if s is not None:
+            return s
+        return sys.stderr if name == "stderr" else sys.stdout
+
+    def _emit(self, stream: str, pod: str, lines: list[str]) -> None:
+        if not lines:
+            return
+        prefix = f"[{self.labels.get(pod, pod)}] "
+        s = self._stream(stream)
+        s.write("".join(f"{prefix}{strip_ansi(line)}\n" for line in lines))
+        s.flush()
+
+    def write(self, pod: str, stream: str, text: str) -> None:
+        """Take a chunk of one pod's stream."""
+        key = (pod, stream)
+        data = self._partial.pop(key, "") + text.replace("\r\n", "\n")
+        *lines, rest = data.split("\n")
+        if rest:
+            self._partial[key] = rest
+        self._emit(stream, pod, [line.rsplit("\r", 1)[-1] for line in lines])
+
+    def tick(self) -> None:
+        """Nothing to refresh in text mode."""
+
+    def _flush(self, pod: str) -> None:
+        for stream in ("stdout", "stderr"):
+            rest = self._partial.pop((pod, stream), None)
+            if rest:
+                self._emit(stream, pod, [rest.rsplit("\r", 1)[-1]])
+
+    def pod_done(self, pod: str, result: Any, error: BaseException | None) -> None:
+        """Flush the pod's unfinished lines and print its exit code."""
+        self._flush(pod)
+        self._emit("stdout", pod, [pod_footer(result, error)])
+
+    def finish(self, summary: str, ok: bool = True) -> None:
+        """Flush everything and print the summary line."""
+        for pod in list(self.labels):
+            self._flush(pod)
+        self._emit_plain(summary)
+
+    def _emit_plain(self, line: str) -> None:
+        s = self._stream("stdout")
+        s.write(line + "\n")
+        s.flush()
+
+
+class TabbedWidgetView:
+    """A Tab with one capped, throttled output view per pod; titles carry each pod's state."""
+
+    def __init__(
+        self,
+        pods: Sequence[tuple[str, str]],
+        max_lines: int = 1000,
+        max_line_chars: int = 10000,
+        interval: float = 0.1,
+        where: str = "_trainjob[pod]",
+        show: bool = True,
+    ) -> None:
+        import ipywidgets as w
+
+        from .widgets_output import WidgetOutputView
+
+        self.labels = {pod: label or pod for pod, label in pods}
+        self.views = {
+            pod: WidgetOutputView(
+                max_lines=max_lines,
+                max_line_chars=max_line_chars,
+                interval=interval,
+                where=where,
+                show=False,
+            )
+            for pod, _ in pods
+        }
+        self.state = {pod: RUNNING for pod, _ in pods}
+        self.tabs = w.Tab(children=[v.widget for v in self.views.values()])
+        self._set_titles()
+        self.summary = w.HTML(value="")
+        self.widget = w.VBox([self.tabs, self.summary])
+        self.widget.add_class("trainjob-multipod-output")
+        self.display: Any = None
+        if show:
+            from .frontend import WidgetDisplay
+
+            self.display = WidgetDisplay(self.widget, self.text())
+
+    def _set_titles(self) -> None:
+        self.tabs.titles = tuple(f"{self.labels[p]} {self.state[p]}".strip() for p in self.views)
+
+    def write(self, pod: str, stream: str, text: str) -> None:
+        """Take a chunk of one pod's stream."""
+        view = self.views.get(pod)
+        if view is not None:
+            view.write(stream, text)
+
+    def tick(self) -> None:
+        """Re-render the pods whose output changed."""
+        for view in self.views.values():
+            view.tick()
+
+    def pod_done(self, pod: str, result: Any, error: BaseException | None) -> None:
+        """Final render of one pod, its exit code in the footer and the tab title."""
+        ok = _ok(result, error)
+        self.state[pod] = OK if ok else FAILED
+        self.views[pod].finish(pod_footer(result, error) + f" · pod {pod}", ok=ok)
+        self._set_titles()
+
+    def text(self, summary: str = "") -> str:
+        """Plain-text fallback: every pod's lines, prefixed."""
+        lines = []
+        for pod, view in self.views.items():
+            body = view.text()
+            prefix = f"[{self.labels[pod]}] "
+            lines += [prefix + line for line in body.splitlines()]
+        if summary:
+            lines.append(summary)
+        return "\n".join(lines)
+
+    def finish(self, summary: str, ok: bool = True) -> None:
+        """Final render of every pod and the summary under the tabs."""
+        for pod, view in self.views.items():
+            view.tick()
+            view._render()
+            if self.state[pod] == RUNNING:
+                self.state[pod] = ""
+        self._set_titles()
+        style = "color:#1e7b34" if ok else "color:#b3261e;font-weight:bold"
+        self.summary.value = (
+            f'<div class="tjm-summary" style="{style};font-size:12px">{html.escape(summary)}</div>'
+        )
+        if self.display is not None:
+            self.display.update_text(self.text(summary))
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+class ProgressView:
+    """Progress of a transfer, shown once it is at least ``threshold`` bytes."""
+
+    def __init__(
+        self,
+        label: str,
+        widgets: bool,
+        threshold: int = 4 << 20,
+        interval: float = 0.25,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.label = label
+        self.widgets = widgets
+        self.threshold = threshold
+        self.throttle = Throttle(interval, clock)
+        self.stream = stream
+        self.bar: Any = None
+        self.text_widget: Any = None
+        self.shown = False
+        self.done = 0
+        self.total = 0
+        self._printed = ""
+
+    def update(self, done: int, total: int) -> None:
+        """Record progress; redraw when the throttle allows (always at 100%)."""
+        self.done, self.total = done, total
+        if total < self.threshold:
+            return
+        if done >= total or self.throttle.ready():
+            self._draw()
+
+    def _line(self) -> str:
+        pct = 100.0 * self.done / self.total if self.total else 100.0
+        return f"{self.label}: {pct:5.1f}% ({_human(self.done)} of {_human(self.total)})"
+
+    def _draw(self) -> None:
+        if self.widgets:
+            if self.bar is None:
+                import ipywidgets as w
+                from IPython.display import display
+
+                self.bar = w.IntProgress(value=0, min=0, max=1000, description="")
+                self.text_widget = w.HTML(value="")
+                box = w.HBox([self.bar, self.text_widget])
+                box.add_class("trainjob-progress")
+                display(box)
+            self.bar.value = int(1000 * self.done / self.total) if self.total else 1000
+            self.text_widget.value = html.escape(self._line())
+        else:
+            s = self.stream or sys.stdout
+            line = self._line()
+            s.write("\r" + line.ljust(len(self._printed)))
+            s.flush()
+            self._printed = line
+        self.shown = True
+
+    def finish(self, ok: bool = True) -> None:
+        """Last state: full bar (or the failure colour), newline after the text line."""
+        if not self.shown:
+            return
+        if self.widgets and self.bar is not None:
+            self.bar.bar_style = "success" if ok else "danger"
+        elif not self.widgets:
+            s = self.stream or sys.stdout
+            s.write("\n")
+            s.flush()
