@@ -62,6 +62,23 @@ def profile_execute(kubeconfig: str, nbytes: int) -> tuple[float, float, str]:
         sess.close(timeout=30)
 
 
+def profile_roundtrip(kubeconfig: str, n: int) -> tuple[float, str]:
+    """cProfile n executions of `true`; returns (ms per call profiled, table)."""
+    import trainjob_magics as tm
+
+    sess = tm.connect("torch-distributed", num_nodes=1, config_file=kubeconfig, timeout=60)
+    try:
+        sess.execute(["true"])
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            prof.runcall(sess.execute, ["true"])
+        per_call = (time.perf_counter() - t0) / n * 1000
+        return per_call, table(prof, "tottime", 12)
+    finally:
+        sess.close(timeout=30)
+
+
 def profile_cell(kubeconfig: str, lines: int) -> tuple[float, str, str]:
     """cProfile a widgets-on cell: main thread and the worker thread running execute."""
     shell = ipyshell.make_shell(kubeconfig, "on")
@@ -99,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         with cluster_process(kc, Path(tmp) / "pods"):
             plain, profiled, t_exec = profile_execute(str(kc), nbytes)
             wall, t_main, t_worker = profile_cell(str(kc), lines)
+            n_rt = 10 if args.smoke else 100
+            per_call, t_rt = profile_roundtrip(str(kc), n_rt)
     out = Path(args.output)
     keep = out.read_text().split(MARKER)[0].rstrip() + "\n\n" if out.exists() else ""
     doc = (
@@ -110,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         f"Wall time {wall:.2f} s under cProfile.\n\n"
         f"Main thread (magic, pump, widget rendering):\n\n```\n{t_main}\n```\n\n"
         f"Worker thread (session.execute: read loop, decode, on_output):\n\n"
-        f"```\n{t_worker}\n```\n"
+        f"```\n{t_worker}\n```\n\n"
+        f"## {n_rt} x `session.execute(['true'])`\n\n"
+        f"{per_call:.2f} ms per call under cProfile.\n\n"
+        f"```\n{t_rt}\n```\n"
     )
     out.write_text(doc)
     print(doc)

@@ -35,3 +35,24 @@ def test_benchmark_suite_smoke(tmp_path: Path) -> None:
     assert not errors, errors
     for r in rows:
         assert f"| {r['what']} |" in table
+
+
+def test_profile_script_smoke(tmp_path: Path) -> None:
+    """`python -m benchmarks.profile_hotpaths --smoke` writes the three profile sections."""
+    out = tmp_path / "PROFILE.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.profile_hotpaths", "--smoke", "--output", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    for section in (
+        "## session.execute of",
+        "## `%%trainjob` with",
+        "x `session.execute(['true'])`",
+    ):
+        assert section in text
+    assert text.count("ncalls") >= 4

@@ -13,6 +13,7 @@ from kubernetes import config as k8s_config
 
 from trainjob_magics import ExecResult, JobStatus, TrainJobSession, attach, connect
 from trainjob_magics.engine import errors as E
+from trainjob_magics.engine.trainjob_body import KEEP_ALIVE_COMMAND
 from trainjob_magics.localcluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(120)
@@ -114,7 +115,7 @@ def test_connect_injects_keep_alive_command(cluster, api, unique_name, sessions)
     sessions.append(s)
     job = trainjob(api, name)
     assert job is not None
-    assert job["spec"]["trainer"]["command"] == ["sleep", "infinity"]
+    assert job["spec"]["trainer"]["command"] == KEEP_ALIVE_COMMAND  # the idle watchdog
     assert job["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "trainjob-magics"
     assert job["metadata"]["labels"]["trainjob-magics/session"] == "true"
     assert job["metadata"]["annotations"]["trainjob-magics/owner-pid"]
