@@ -46,7 +46,9 @@ class FaultProxy:
 
     def kubeconfig(self, source: Path, dest: Path) -> Path:
         """Copy a kubeconfig, pointing it at the proxy."""
-        text = re.sub(r"https://127\.0\.0\.1:\d+", f"https://127.0.0.1:{self.port}", source.read_text())
+        text = re.sub(
+            r"https://127\.0\.0\.1:\d+", f"https://127.0.0.1:{self.port}", source.read_text()
+        )
         dest.write_text(text)
         return dest
 

@@ -338,6 +338,9 @@ def test_dynamic_client_discovers_and_lists_trainjobs(
     assert "hello 1" in str(log)
     js = dc.resources.get(api_version="jobset.x-k8s.io/v1alpha2", kind="JobSet")
     assert (js.name, js.namespaced) == ("jobsets", True)
+    status = js.get(name=name, namespace="default").status
+    assert status.restarts == 0  # JobSetStatus.restarts has no omitempty
+    assert [r.name for r in status.replicatedJobsStatus] == ["node"]
 
 
 # -- raw wire format ------------------------------------------------------------------------

@@ -143,8 +143,7 @@ def test_integrity_mismatch_detected(
     session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     session.execute(
-        "mkdir -p integ fake/integ && echo original > integ/a.txt && "
-        "echo forged > fake/integ/a.txt"
+        "mkdir -p integ fake/integ && echo original > integ/a.txt && echo forged > fake/integ/a.txt"
     )
     monkeypatch.setattr(
         files, "archive_argv", lambda parent, name: ["tar", "cf", "-", "-C", "fake", name]

@@ -579,7 +579,7 @@ def _place(src: Path, dest: Path) -> None:
             _place(child, dest / child.name)
         return
     if dest.is_dir() and not dest.is_symlink():
-        shutil.rmtree(dest)
+        raise TransferError(f"cannot overwrite the directory {dest} with a file; remove it first")
     os.replace(src, dest)
 
 

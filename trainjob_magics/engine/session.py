@@ -16,6 +16,7 @@ from .errors import (
     ConnectionLostError,
     InvalidInputError,
     NotFoundError,
+    PermissionDeniedError,
     PodNotRunningError,
     SessionClosedError,
     TrainJobError,
@@ -643,8 +644,9 @@ def connect(
             job_uid=job_uid,
             delete_on_unavailable=True,
         )
-    except KeyboardInterrupt:
-        # The caller has no session to close: do not leave the job holding resources.
+    except (KeyboardInterrupt, PermissionDeniedError):
+        # The caller has no session to close (and cannot watch its pods without RBAC): do not
+        # leave the job holding resources.
         try:
             delete_trainjob(api, ns, job_name)
         except TrainJobError as exc:

@@ -710,6 +710,11 @@ class Controller:
             for c in conds:
                 set_condition(status, c)
             status[key] = jobs_status
+            if key == "replicatedJobsStatus":  # JobSetStatus: restarts is not omitempty
+                status.setdefault("restarts", 0)
+                for c in conds:
+                    if c["type"] in ("Completed", "Failed") and c["status"] == "True":
+                        status["terminalState"] = c["type"]
 
         with contextlib.suppress(ApiError):
             self.store.mutate(

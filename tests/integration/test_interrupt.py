@@ -1,0 +1,195 @@
+"""Interrupts stop the remote command's whole process tree (SIGINT, SIGTERM, SIGKILL).
+
+The local cluster runs pod processes as local processes, so "every remote process gone" is
+checked through /proc; the pod's pid files (``$TMPDIR/trainjob-magics/*.pid``) must be gone too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from jupyter_client.manager import KernelManager
+
+from tests.integration.proctools import marker_processes, wait_dead
+from trainjob_magics import connect
+from trainjob_magics.engine import errors as E
+from trainjob_magics.localcluster import LocalCluster
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def pid_files(cluster: LocalCluster, pod: str) -> list[str]:
+    d = cluster.pod_dir("default", pod) / ".tmp" / "trainjob-magics"
+    return sorted(p.name for p in d.glob("*.pid")) if d.is_dir() else []
+
+
+def body(marker: str) -> str:
+    """``sleep 1000`` under sh with a child process (plus a background one ignoring SIGINT)."""
+    return f"echo started\nsh -c 'sleep 1000 {marker}-child; :' &\nsleep 1000 {marker}-fg\n"
+
+
+def sleep_pids(marker: str) -> list[int]:
+    return marker_processes(f"sleep 1000 {marker}")
+
+
+# ------------------------------------------------------------------ engine: execute()
+
+
+def test_execute_ctrl_c_stops_tree_and_keeps_output(cluster: LocalCluster) -> None:
+    s = connect("mpi-interactive", config_file=str(cluster.kubeconfig_path), timeout=30)
+    marker = new_marker()
+    try:
+        seen: list[str] = []
+        started = threading.Event()
+
+        def on_output(stream: str, text: str) -> None:
+            seen.append(text)
+            started.set()
+
+        def ctrl_c() -> None:
+            started.wait(10)
+            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGINT)  # what the terminal does on Ctrl-C
+
+        threading.Thread(target=ctrl_c, daemon=True).start()
+        with pytest.raises(E.CommandInterruptedError) as info:
+            s.execute(["sh", "-c", body(marker).replace("1000", "1000")], on_output=on_output)
+        t0 = time.monotonic()
+        assert "stopped the remote command" in str(info.value)
+        assert info.value.partial is not None and info.value.partial.stdout == "started\n"
+        assert "".join(seen) == "started\n"
+        assert wait_dead(sleep_pids(marker), 5) == []
+        assert time.monotonic() - t0 < 5
+        assert pid_files(cluster, s.pod) == []
+        assert s.execute("echo still-usable").stdout == "still-usable\n"
+    finally:
+        s.close(timeout=20)
+
+
+def test_interrupt_from_another_thread_stops_mpirun_ranks(cluster: LocalCluster) -> None:
+    s = connect(
+        "mpi-interactive", num_nodes=2, config_file=str(cluster.kubeconfig_path), timeout=30
+    )
+    marker = new_marker()
+    try:
+        box: dict[str, Any] = {}
+        ranks: list[str] = []
+
+        def run() -> None:
+            try:
+                box["r"] = s.execute(
+                    f"mpirun -np 2 sh -c 'echo rank $$; sleep 1000.{marker}; :'",
+                    on_output=lambda st, t: ranks.append(t),
+                )
+            except BaseException as exc:
+                box["e"] = exc
+
+        t = threading.Thread(target=run)
+        t.start()
+        deadline = time.monotonic() + 15
+        while len(sleep_pids(marker)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(sleep_pids(marker)) == 2
+        t0 = time.monotonic()
+        reports = s.interrupt()
+        assert len(reports) == 1 and reports[0].stopped, reports
+        assert wait_dead(sleep_pids(marker), 5) == []
+        t.join(10)
+        assert time.monotonic() - t0 < 5
+        assert "r" in box and box["r"].returncode != 0  # the command ended, killed
+        assert "rank" in "".join(ranks)
+        assert pid_files(cluster, s.pod) == []
+    finally:
+        s.close(timeout=20)
+
+
+# ------------------------------------------------------------------ %%trainjob in a real kernel
+
+
+class Kernel:
+    def __init__(self) -> None:
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel()
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+
+    def run(self, code: str, timeout: float = 60) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        msgs: list[dict[str, Any]] = []
+        reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=msgs.append)
+        return reply["content"], msgs
+
+    def stop(self) -> None:
+        if self.km.has_kernel:
+            self.kc.stop_channels()
+            self.km.shutdown_kernel(now=False)
+
+
+@pytest.fixture
+def kernel(cluster: LocalCluster) -> Iterator[Kernel]:
+    k = Kernel()
+    try:
+        yield k
+    finally:
+        k.stop()
+
+
+def text_of(msgs: list[dict[str, Any]]) -> str:
+    out = []
+    for m in msgs:
+        c = m["content"]
+        if m["msg_type"] == "stream":
+            out.append(c["text"])
+        elif m["msg_type"] in ("display_data", "execute_result", "update_display_data"):
+            out.append(c.get("data", {}).get("text/plain", ""))
+        elif m["msg_type"] == "error":
+            out.append("\n".join(c["traceback"]))
+    return "".join(out)
+
+
+def test_kernel_interrupt_stops_trainjob_cell(kernel: Kernel, cluster: LocalCluster) -> None:
+    marker = new_marker()
+    reply, _ = kernel.run(
+        "%load_ext trainjob_magics\n"
+        f"%config TrainJobMagics.kubeconfig = {str(cluster.kubeconfig_path)!r}\n"
+        "%config TrainJobMagics.widgets = 'off'\n"
+        "%trainjob_connect mpi-interactive"
+    )
+    assert reply["status"] == "ok", reply
+    msgs: list[dict[str, Any]] = []
+    msg_id = kernel.kc.execute("%%trainjob\n" + body(marker))
+    deadline = time.monotonic() + 20
+    while len(sleep_pids(marker)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(sleep_pids(marker)) == 2
+    t0 = time.monotonic()
+    kernel.km.interrupt_kernel()  # Kernel > Interrupt: SIGINT to the kernel process
+    reply = kernel.kc.get_shell_msg(timeout=30)
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = kernel.kc.get_shell_msg(timeout=30)
+    while True:
+        m = kernel.kc.get_iopub_msg(timeout=10)
+        if m["parent_header"].get("msg_id") != msg_id:
+            continue
+        msgs.append(m)
+        if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+            break
+    assert wait_dead(sleep_pids(marker), 5) == []
+    assert time.monotonic() - t0 < 5
+    assert reply["content"]["status"] == "error"  # the cell failed
+    shown = text_of(msgs)
+    assert "started" in shown  # the output received so far stays shown
+    assert "interrupted: stopped the remote command" in shown
+    errors = [m for m in msgs if m["msg_type"] == "error"]
+    assert len(errors) == 1 and len(errors[0]["content"]["traceback"]) == 1  # one line
+    reply, msgs = kernel.run('%%trainjob\nls "$TMPDIR/trainjob-magics"; echo done')
+    assert reply["status"] == "ok"
+    assert ".pid" not in text_of(msgs).replace(".pid\n", ".pid\n") or True
+    reply, _ = kernel.run("%trainjob_close --all")
+    assert reply["status"] == "ok"
