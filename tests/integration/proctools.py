@@ -53,10 +53,13 @@ def wait_dead(pids: list[int], timeout: float) -> list[int]:
         time.sleep(0.05)
 
 
-def marker_processes(marker: str) -> list[int]:
-    """Live pids whose command line contains ``marker``."""
+def marker_processes(marker: str, prefix: bool = False) -> list[int]:
+    """Live pids whose command line contains (or, with ``prefix``, starts with) ``marker``."""
     out = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and marker in cmdline(int(entry)) and alive(int(entry)):
+        if not entry.isdigit():
+            continue
+        line = cmdline(int(entry))
+        if (line.startswith(marker) if prefix else marker in line) and alive(int(entry)):
             out.append(int(entry))
     return out

@@ -31,11 +31,22 @@ def pid_files(cluster: LocalCluster, pod: str) -> list[str]:
 
 def body(marker: str) -> str:
     """``sleep 1000`` under sh with a child process (plus a background one ignoring SIGINT)."""
-    return f"echo started\nsh -c 'sleep 1000 {marker}-child; :' &\nsleep 1000 {marker}-fg\n"
+    return f"echo started\nsh -c 'sleep 1000.{marker}1; :' &\nsleep 1000.{marker}2\n"
+
+
+def new_marker() -> str:
+    """Digits that make this test's ``sleep 1000.<digits>`` command lines unique."""
+    return f"{os.getpid() % 100000:05d}{int(time.time() * 1000) % 100000:05d}"
 
 
 def sleep_pids(marker: str) -> list[int]:
-    return marker_processes(f"sleep 1000 {marker}")
+    """The test's ``sleep`` processes."""
+    return marker_processes(f"sleep 1000.{marker}", prefix=True)
+
+
+def tree_pids(marker: str) -> list[int]:
+    """Every process of the command: wrapper, shells, sleeps (all carry the marker)."""
+    return marker_processes(marker)
 
 
 # ------------------------------------------------------------------ engine: execute()
@@ -61,6 +72,7 @@ def test_execute_ctrl_c_stops_tree_and_keeps_output(cluster: LocalCluster) -> No
         with pytest.raises(E.CommandInterruptedError) as info:
             s.execute(["sh", "-c", body(marker).replace("1000", "1000")], on_output=on_output)
         t0 = time.monotonic()
+        assert wait_dead(tree_pids(marker), 5) == []
         assert "stopped the remote command" in str(info.value)
         assert info.value.partial is not None and info.value.partial.stdout == "started\n"
         assert "".join(seen) == "started\n"
@@ -96,10 +108,11 @@ def test_interrupt_from_another_thread_stops_mpirun_ranks(cluster: LocalCluster)
         while len(sleep_pids(marker)) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert len(sleep_pids(marker)) == 2
+        tree = tree_pids(marker)
         t0 = time.monotonic()
         reports = s.interrupt()
         assert len(reports) == 1 and reports[0].stopped, reports
-        assert wait_dead(sleep_pids(marker), 5) == []
+        assert wait_dead(tree, 5) == []
         t.join(10)
         assert time.monotonic() - t0 < 5
         assert "r" in box and box["r"].returncode != 0  # the command ended, killed
@@ -168,6 +181,8 @@ def test_kernel_interrupt_stops_trainjob_cell(kernel: Kernel, cluster: LocalClus
     while len(sleep_pids(marker)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert len(sleep_pids(marker)) == 2
+    tree = tree_pids(marker)
+    assert len(tree) >= 4  # wrapper sh, cell sh, child sh, 2 sleeps
     t0 = time.monotonic()
     kernel.km.interrupt_kernel()  # Kernel > Interrupt: SIGINT to the kernel process
     reply = kernel.kc.get_shell_msg(timeout=30)
@@ -180,8 +195,9 @@ def test_kernel_interrupt_stops_trainjob_cell(kernel: Kernel, cluster: LocalClus
         msgs.append(m)
         if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
             break
-    assert wait_dead(sleep_pids(marker), 5) == []
+    assert wait_dead(tree, 5) == []
     assert time.monotonic() - t0 < 5
+    assert tree_pids(marker) == []
     assert reply["content"]["status"] == "error"  # the cell failed
     shown = text_of(msgs)
     assert "started" in shown  # the output received so far stays shown
