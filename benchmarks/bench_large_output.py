@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 from benchmarks import baselines, fixtures, k8s
 from benchmarks.common import (
@@ -26,8 +29,38 @@ def command(n: int) -> list[str]:
     return ["head", "-c", str(n), "/dev/zero"]
 
 
+def _checked(ctx: Context, label: str, size: int, fn: Callable[[], tuple[int, Any]]) -> float:
+    """Time fn (returns (byte count, status)); retry once, with a note, on a short read."""
+    for attempt in (1, 2):
+        t0 = time.perf_counter()
+        got, status = fn()
+        dt = time.perf_counter() - t0
+        if got == size:
+            return dt
+        msg = f"{label}: read {got} of {size} bytes (status {status})"
+        if attempt == 2:
+            raise AssertionError(msg)
+        ctx.note(f"{msg}; repeated once")
+    raise AssertionError("unreachable")
+
+
 def _cell(st: Stats, n: int) -> str:
     return f"{med_range(st, secs)} ({n / MB / st.median:.0f} MB/s)"
+
+
+def _raw(target: Any, ctx: Context, pod: str, cmd: list[str]) -> tuple[int, Any]:
+    r = baselines.raw_exec(target, ctx.namespace, pod, cmd)
+    return r.stdout_len, r.status
+
+
+def _stock(core: Any, ctx: Context, pod: str, cmd: list[str]) -> tuple[int, Any]:
+    r = baselines.stock_exec(core, pod, ctx.namespace, cmd)
+    return r.stdout_len, r.status
+
+
+def _ours(sess: Any, cmd: list[str]) -> tuple[int, Any]:
+    res = sess.execute(cmd)
+    return len(res.stdout_bytes), res.returncode
 
 
 def run(ctx: Context) -> list[Row]:
@@ -50,16 +83,9 @@ def run(ctx: Context) -> list[Row]:
         raw_s: list[float] = []
         our_s: list[float] = []
         for _ in range(reps[size]):  # interleave raw and ours
-            t0 = time.perf_counter()
-            r = baselines.raw_exec(target, ctx.namespace, pod, cmd)
-            raw_s.append(time.perf_counter() - t0)
-            assert r.stdout_len == size, (r.stdout_len, size)
+            raw_s.append(_checked(ctx, f"raw {label}", size, partial(_raw, target, ctx, pod, cmd)))
             if sess is not None:
-                t0 = time.perf_counter()
-                res = sess.execute(cmd)
-                our_s.append(time.perf_counter() - t0)
-                assert len(res.stdout_bytes) == size and res.returncode == 0
-                del res
+                our_s.append(_checked(ctx, f"ours {label}", size, partial(_ours, sess, cmd)))
         raw = Stats(raw_s)
         ours = Stats(our_s) if our_s else None
 
@@ -67,10 +93,9 @@ def run(ctx: Context) -> list[Row]:
             stock_s: list[float] = []
             t_budget = time.perf_counter()
             for _ in range(3 if not ctx.smoke else 1):
-                t0 = time.perf_counter()
-                r = baselines.stock_exec(core, pod, ctx.namespace, cmd)
-                stock_s.append(time.perf_counter() - t0)
-                assert r.stdout_len == size, (r.stdout_len, size)
+                stock_s.append(
+                    _checked(ctx, f"stock {label}", size, partial(_stock, core, ctx, pod, cmd))
+                )
                 if time.perf_counter() - t_budget > STOCK_BUDGET:
                     break
             stock = Stats(stock_s)

@@ -1,0 +1,60 @@
+"""`%trainjob_sessions --all` lists every TrainJob of the project; attach to or close any."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from trainjob_magics import connect
+from trainjob_magics.engine.orphans import list_trainjobs
+from trainjob_magics.localcluster import LocalCluster
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def shell(cluster: LocalCluster) -> Iterator[InteractiveShell]:
+    sh = InteractiveShell.instance()
+    sh.run_line_magic("load_ext", "trainjob_magics")
+    sh.run_line_magic("config", f"TrainJobMagics.kubeconfig = {str(cluster.kubeconfig_path)!r}")
+    sh.run_line_magic("config", "TrainJobMagics.widgets = 'off'")
+    yield sh
+    sh.run_line_magic("unload_ext", "trainjob_magics")
+    sh.config.pop("TrainJobMagics", None)
+
+
+def test_list_attach_and_close_orphans(shell, cluster, capsys) -> None:
+    cfg = str(cluster.kubeconfig_path)
+    orphan_a = connect("mpi-interactive", config_file=cfg, timeout=30)  # "another kernel's"
+    orphan_b = connect("mpi-interactive", config_file=cfg, timeout=30)
+    try:
+        jobs = {j.name: j for j in list_trainjobs(config_file=cfg)}
+        a = jobs[orphan_a.name]
+        assert a.host == socket.gethostname() and a.pid == str(os.getpid()) and a.mine
+        assert a.state == "Running" and a.idle_timeout == "1800" and a.runtime == "mpi-interactive"
+
+        shell.run_line_magic("trainjob_sessions", "--all")
+        out = capsys.readouterr().out
+        assert orphan_a.name in out and orphan_b.name in out
+        assert f"@{socket.gethostname()}:{os.getpid()}" in out and "Running" in out
+        assert "%trainjob_connect --attach NAME" in out and "%trainjob_close NAME" in out
+
+        shell.run_line_magic("trainjob_connect", f"--attach {orphan_a.name}")
+        shell.run_cell_magic("trainjob", orphan_a.name, "echo attached")
+        assert "attached" in capsys.readouterr().out
+
+        shell.run_line_magic("trainjob_close", orphan_b.name)  # not a session of this kernel
+        out = capsys.readouterr().out
+        assert f"Closed TrainJob {orphan_b.name}" in out
+        assert orphan_b.name not in {j.name for j in list_trainjobs(config_file=cfg)}
+
+        with pytest.raises(Exception) as info:
+            shell.run_line_magic("trainjob_close", "zzznosuchjob")
+        assert "no session or TrainJob named 'zzznosuchjob'" in str(info.value)
+    finally:
+        for s in (orphan_a, orphan_b):
+            s.close(timeout=20)
