@@ -103,6 +103,7 @@ def fetch_runtime(api: ApiClient, namespace: str, name: str) -> RuntimeInfo | No
     the server then validates the reference on create.
     """
     denied = 0
+    denied_kind = CLUSTER_RUNTIME_KIND
     for kind, ns in ((RUNTIME_KIND, namespace), (CLUSTER_RUNTIME_KIND, None)):
         try:
             obj = request(
@@ -119,8 +120,9 @@ def fetch_runtime(api: ApiClient, namespace: str, name: str) -> RuntimeInfo | No
             continue
         except PermissionDeniedError:
             denied += 1
-    if denied == 2:
-        return RuntimeInfo(name, CLUSTER_RUNTIME_KIND, None)
+            denied_kind = kind if denied == 1 else CLUSTER_RUNTIME_KIND
+    if denied:  # not readable (and not found where readable): let the server check it on create
+        return RuntimeInfo(name, denied_kind, None)
     return None
 
 

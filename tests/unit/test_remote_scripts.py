@@ -1,0 +1,64 @@
+"""The POSIX-sh scripts of engine/remote.py, run with the local /bin/sh (dash here)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from trainjob_magics.engine import remote as R
+from trainjob_magics.engine.errors import InvalidInputError
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+def env(tmp_path) -> dict[str, str]:
+    return {**os.environ, "TMPDIR": str(tmp_path)}
+
+
+def test_wrapper_keeps_argv_exit_code_and_removes_pid_file(env, tmp_path) -> None:
+    eid = R.new_exec_id()
+    weird = "a 'b' \"c\" \\d $(e) `f` \n\0g".replace("\0", "")
+    r = subprocess.run(R.wrap(eid, ["sh", "-c", 'printf "%s" "$1"; exit 7', "x", weird]), env=env,
+                       capture_output=True)  # fmt: skip
+    assert r.returncode == 7 and r.stdout == weird.encode()
+    state = tmp_path / "trainjob-magics"
+    assert (state / "heartbeat").exists() and not list(state.glob("*.pid"))
+
+
+def test_stopper_without_pid_file_reports_nothing_to_stop(env) -> None:
+    r = subprocess.run(R.stop_argv("nope", 0.1, 0.1), env=env, capture_output=True, text=True)
+    assert r.returncode == 3 and "nothing to stop" in r.stdout
+
+
+def test_stopper_escalates_to_sigterm_for_sigint_ignoring_children(env) -> None:
+    eid = R.new_exec_id()
+    p = subprocess.Popen(R.wrap(eid, ["sh", "-c", "sleep 1000 & sleep 1000; wait"]), env=env,
+                         start_new_session=True)  # fmt: skip
+    time.sleep(0.4)
+    t0 = time.monotonic()
+    r = subprocess.run(R.stop_argv(eid, 0.3, 0.3), env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and "SIGTERM" in r.stdout, r.stdout
+    assert p.wait(5) != 0 and time.monotonic() - t0 < 3
+
+
+def test_watchdog_exits_without_heartbeat_and_stays_with_one(env) -> None:
+    p = subprocess.Popen(R.keep_alive_command(2), env=env, stdout=subprocess.PIPE, text=True)
+    for _ in range(6):
+        time.sleep(0.5)
+        subprocess.run(R.heartbeat_argv(), env=env, check=True)
+    assert p.poll() is None
+    assert p.wait(8) == 0 and "no heartbeat" in p.stdout.read()
+
+
+def test_idle_timeout_validation_and_off() -> None:
+    assert R.validate_idle_timeout(None) is None and R.validate_idle_timeout(0) is None
+    assert R.validate_idle_timeout(60) == 60.0
+    for bad in (-1, 1, "10", True, float("inf")):
+        with pytest.raises(InvalidInputError):
+            R.validate_idle_timeout(bad)
+    assert R.keep_alive_command(None) == ["sleep", "infinity"]
+    assert R.wants_wrapper(["sh", "-c", "x"]) and not R.wants_wrapper(["python", "x.py"])
