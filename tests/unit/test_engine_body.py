@@ -49,7 +49,7 @@ def test_keep_alive_is_a_copy() -> None:
     body = tb.build_trainjob("abc", "default", "torch-distributed")
     before = list(tb.KEEP_ALIVE_COMMAND)
     body["spec"]["trainer"]["command"].append("x")
-    assert tb.KEEP_ALIVE_COMMAND == before
+    assert before == tb.KEEP_ALIVE_COMMAND
 
 
 def test_full_body_validates(validator) -> None:
