@@ -31,6 +31,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also put trainer.kubeflow.org/trainjob-ancestor-step on the pods",
     )
+    lc.add_argument(
+        "--kueue",
+        action="store_true",
+        help="simulate Kueue: ResourceFlavors, ClusterQueues with quota, LocalQueues, Workloads",
+    )
     return parser
 
 
@@ -46,6 +51,7 @@ def run_local_cluster(args: argparse.Namespace) -> int:
         port=args.port,
         root_dir=args.root_dir,
         ancestor_label_on_pods=args.ancestor_label_on_pods,
+        kueue=args.kueue,
     )
     try:
         cluster.start()
@@ -62,6 +68,13 @@ def run_local_cluster(args: argparse.Namespace) -> int:
         cluster.stop()
         return 2
     print(f"local cluster listening on {cluster.url}", flush=True)
+    if cluster.kueue is not None:
+        cfg = cluster.kueue.config
+        print(
+            f"Kueue: LocalQueue {cfg.local_queue!r} in namespace {cfg.namespace!r} "
+            f"-> ClusterQueue {cfg.cluster_queue!r} with quota {cfg.quota}",
+            flush=True,
+        )
     print("point kubectl and trainjob_magics at it with:", flush=True)
     print(f"export KUBECONFIG={shlex.quote(str(cluster.kubeconfig_path))}", flush=True)
     print("press Ctrl-C to stop", flush=True)
