@@ -60,8 +60,10 @@ def _stock(core: Any, ctx: Context, pod: str, cmd: list[str]) -> tuple[int, Any]
 
 
 def _ours(sess: Any, cmd: list[str]) -> tuple[int, Any]:
+    """Run through the engine; count bytes without materializing them when it can."""
     res = sess.execute(cmd)
-    return len(res.stdout_bytes), res.returncode
+    size = getattr(res, "stdout_size", None)
+    return (len(res.stdout_bytes) if size is None else size), res.returncode
 
 
 def run(ctx: Context) -> list[Row]:

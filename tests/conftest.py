@@ -29,6 +29,13 @@ def local_cluster_ancestor_on_pods(
 
 
 @pytest.fixture
+def own_cluster() -> Iterator[LocalCluster]:
+    """A local cluster of the test's own, so its TrainJob list is the test's alone."""
+    with LocalCluster() as c:
+        yield c
+
+
+@pytest.fixture
 def cluster(local_cluster: LocalCluster) -> Iterator[LocalCluster]:
     """The session cluster with no faults active before and after the test."""
     local_cluster.faults.clear()

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
+
+from tests.helpers.kube import trainjob_names
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,29 +67,6 @@ def _index(nb: Any, first_line: str) -> int:
         if cell.cell_type == "code" and cell.source.startswith(first_line):
             return index
     raise AssertionError(f"no code cell starting with {first_line!r}")
-
-
-def _trainjobs(kubeconfig: str | Path) -> list[str]:
-    """Names of the TrainJobs in the default namespace, read through the API server."""
-    from kubernetes import client, config
-
-    api = config.new_client_from_config(config_file=str(kubeconfig))
-    try:
-        items = client.CustomObjectsApi(api).list_namespaced_custom_object(
-            "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs"
-        )["items"]
-    finally:
-        api.close()
-    return [item["metadata"]["name"] for item in items]
-
-
-@pytest.fixture
-def own_cluster() -> Iterator[Any]:
-    """A local cluster of this test's own."""
-    from trainjob_magics.localcluster import LocalCluster
-
-    with LocalCluster() as c:
-        yield c
 
 
 def test_quickstart_runs_in_jupyterlab(
@@ -178,4 +156,4 @@ def test_quickstart_runs_in_jupyterlab(
         assert cols[2] == "Running", cols
 
     # %trainjob_close deleted the TrainJob
-    assert job not in _trainjobs(own_cluster.kubeconfig_path)
+    assert job not in trainjob_names(own_cluster.kubeconfig_path)

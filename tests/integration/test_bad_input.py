@@ -8,24 +8,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 
 from trainjob_magics import connect
 from trainjob_magics.engine import errors as E
 from trainjob_magics.localcluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def shell(cluster: LocalCluster) -> Iterator[InteractiveShell]:
-    sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "trainjob_magics")
-    sh.run_line_magic("config", f"TrainJobMagics.kubeconfig = {str(cluster.kubeconfig_path)!r}")
-    sh.run_line_magic("config", "TrainJobMagics.widgets = 'off'")
-    yield sh
-    sh.run_line_magic("unload_ext", "trainjob_magics")
-    sh.config.pop("TrainJobMagics", None)
 
 
 # (kind, magic, line, cell, expected exception name, message fragment)

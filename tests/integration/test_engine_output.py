@@ -5,12 +5,14 @@ timeouts and dropped connections."""
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import time
 from collections.abc import Iterator
 
 import pytest
 
+from tests.integration.proctools import marker_processes, wait_dead
 from trainjob_magics import TrainJobSession, connect
 from trainjob_magics.engine import errors as E
 from trainjob_magics.localcluster import LocalCluster
@@ -136,15 +138,17 @@ def test_cell_bodies_reach_the_pod_byte_exact(local_cluster, session, body: str)
     assert remote.returncode == local.returncode
 
 
-def test_exec_timeout_keeps_partial_output(session) -> None:
+def test_exec_timeout_keeps_partial_output_and_stops_the_command(session) -> None:
+    marker = f"30.{os.getpid() % 100000:05d}{int(time.time() * 1000) % 100000:05d}"
     started = time.monotonic()
     with pytest.raises(E.ExecTimeoutError) as info:
-        session.execute("echo before; sleep 30", timeout=0.5)
+        session.execute(f"echo before; sleep {marker}", timeout=0.5)
     assert time.monotonic() - started < 5
     assert isinstance(info.value, TimeoutError)
     assert info.value.partial is not None and info.value.partial.stdout == "before\n"
-    assert "may still be running" in str(info.value)
-    session.execute("pkill -f 'sleep 30' || true")
+    assert "stopped the remote command" in str(info.value)
+    assert [r.stopped for r in info.value.reports] == [True]
+    assert wait_dead(marker_processes(f"sleep {marker}"), 5) == []
 
 
 def test_dropped_connection_keeps_partial_output(cluster, session) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
+from tests.helpers.kube import list_trainjobs
 from tests.integration.faultproxy import FaultProxy
 from trainjob_magics import TrainJobSession, attach, connect
 from trainjob_magics.engine import errors as E
@@ -39,16 +40,7 @@ def kc(cluster: LocalCluster) -> str:
 
 
 def live_trainjobs(cluster: LocalCluster, name: str) -> list[dict]:
-    from kubernetes import config
-
-    api = config.new_client_from_config(config_file=kc(cluster))
-    try:
-        items = k8s.CustomObjectsApi(api).list_namespaced_custom_object(
-            "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs"
-        )["items"]
-    finally:
-        api.close()
-    return [i for i in items if i["metadata"]["name"] == name]
+    return [i for i in list_trainjobs(kc(cluster)) if i["metadata"]["name"] == name]
 
 
 @pytest.fixture

@@ -10,11 +10,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import re
 import secrets
 import shutil
-import subprocess
 import threading
 import time
 import warnings
@@ -130,25 +128,6 @@ def job(kube: Kube) -> Iterator[tuple[str, list[Any]]]:
     yield name, items
     with contextlib.suppress(ApiException):
         kube.co.delete_namespaced_custom_object(GROUP, VERSION, "default", "trainjobs", name)
-
-
-@pytest.fixture
-def kubectl(cluster: LocalCluster, tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
-    """The real kubectl with the cluster's kubeconfig and a fresh HOME / cache dir."""
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {**os.environ, "HOME": str(home), "KUBECONFIG": str(cluster.kubeconfig_path)}
-
-    def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["kubectl", "--cache-dir", str(home / "cache"), *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    return run
 
 
 # -- kubectl ---------------------------------------------------------------------------------

@@ -10,12 +10,11 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from jupyter_client.manager import KernelManager
 
+from tests.helpers.kernels import Kernel, load_magics_code, shown_text
 from tests.integration.proctools import marker_processes, wait_dead
 from trainjob_magics import connect
 from trainjob_magics.engine import errors as E
@@ -125,54 +124,11 @@ def test_interrupt_from_another_thread_stops_mpirun_ranks(cluster: LocalCluster)
 # ------------------------------------------------------------------ %%trainjob in a real kernel
 
 
-class Kernel:
-    def __init__(self) -> None:
-        self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel()
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
-
-    def run(self, code: str, timeout: float = 60) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        msgs: list[dict[str, Any]] = []
-        reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=msgs.append)
-        return reply["content"], msgs
-
-    def stop(self) -> None:
-        if self.km.has_kernel:
-            self.kc.stop_channels()
-            self.km.shutdown_kernel(now=False)
-
-
-@pytest.fixture
-def kernel(cluster: LocalCluster) -> Iterator[Kernel]:
-    k = Kernel()
-    try:
-        yield k
-    finally:
-        k.stop()
-
-
-def text_of(msgs: list[dict[str, Any]]) -> str:
-    out = []
-    for m in msgs:
-        c = m["content"]
-        if m["msg_type"] == "stream":
-            out.append(c["text"])
-        elif m["msg_type"] in ("display_data", "execute_result", "update_display_data"):
-            out.append(c.get("data", {}).get("text/plain", ""))
-        elif m["msg_type"] == "error":
-            out.append("\n".join(c["traceback"]))
-    return "".join(out)
-
-
 def test_kernel_interrupt_stops_trainjob_cell(kernel: Kernel, cluster: LocalCluster) -> None:
     marker = new_marker()
     reply, _ = kernel.run(
-        "%load_ext trainjob_magics\n"
-        f"%config TrainJobMagics.kubeconfig = {str(cluster.kubeconfig_path)!r}\n"
-        "%config TrainJobMagics.widgets = 'off'\n"
-        "%trainjob_connect mpi-interactive"
+        load_magics_code(cluster.kubeconfig_path, widgets="off")
+        + "\n%trainjob_connect mpi-interactive"
     )
     assert reply["status"] == "ok", reply
     msgs: list[dict[str, Any]] = []
@@ -199,13 +155,13 @@ def test_kernel_interrupt_stops_trainjob_cell(kernel: Kernel, cluster: LocalClus
     assert time.monotonic() - t0 < 5
     assert tree_pids(marker) == []
     assert reply["content"]["status"] == "error"  # the cell failed
-    shown = text_of(msgs)
+    shown = shown_text(msgs)
     assert "started" in shown  # the output received so far stays shown
     assert "interrupted: stopped the remote command" in shown
     errors = [m for m in msgs if m["msg_type"] == "error"]
     assert len(errors) == 1 and len(errors[0]["content"]["traceback"]) == 1  # one line
     reply, msgs = kernel.run('%%trainjob\nls "$TMPDIR/trainjob-magics"; echo done')
     assert reply["status"] == "ok"
-    assert ".pid" not in text_of(msgs).replace(".pid\n", ".pid\n") or True
+    assert ".pid" not in shown_text(msgs).replace(".pid\n", ".pid\n") or True
     reply, _ = kernel.run("%trainjob_close --all")
     assert reply["status"] == "ok"

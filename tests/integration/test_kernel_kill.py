@@ -5,14 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from jupyter_client.manager import KernelManager
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
+from tests.helpers.kernels import Kernel, load_magics_code
+from tests.helpers.kube import get_trainjob, jobset_pods, trainjob_names
 from trainjob_magics import connect
 from trainjob_magics.engine import errors as E
 from trainjob_magics.localcluster import LocalCluster
@@ -23,29 +21,11 @@ MARGIN = 4  # watchdog step + pod termination + controller status updates
 
 
 def trainjob(cluster: LocalCluster, name: str) -> dict[str, Any] | None:
-    api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
-    try:
-        return k8s.CustomObjectsApi(api).get_namespaced_custom_object(
-            "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", name
-        )
-    except k8s.ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    finally:
-        api.close()
+    return get_trainjob(cluster.kubeconfig_path, name)
 
 
 def running_pods(cluster: LocalCluster, name: str) -> list[str]:
-    api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
-    try:
-        pods = (
-            k8s.CoreV1Api(api)
-            .list_namespaced_pod("default", label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")
-            .items
-        )
-    finally:
-        api.close()
+    pods = jobset_pods(cluster.kubeconfig_path, name)
     return [p.metadata.name for p in pods if p.status.phase in ("Running", "Pending")]
 
 
@@ -55,62 +35,13 @@ def complete(job: dict[str, Any] | None) -> bool:
 
 
 def managed_names(cluster: LocalCluster) -> set[str]:
-    api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
-    try:
-        items = k8s.CustomObjectsApi(api).list_namespaced_custom_object(
-            "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs"
-        )["items"]
-    finally:
-        api.close()
-    return {i["metadata"]["name"] for i in items if not i["metadata"].get("deletionTimestamp")}
-
-
-class Kernel:
-    def __init__(self) -> None:
-        self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel()
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
-
-    def run(self, code: str, timeout: float = 60) -> tuple[dict[str, Any], str]:
-        out: list[str] = []
-
-        def hook(m: dict[str, Any]) -> None:
-            if m["msg_type"] == "stream":
-                out.append(m["content"]["text"])
-            elif m["msg_type"] == "error":
-                out.append("\n".join(m["content"]["traceback"]))
-
-        reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=hook)
-        return reply["content"], "".join(out)
-
-    def pid(self) -> int:
-        _reply, out = self.run("import os; print(os.getpid())")
-        return int(out.strip())
-
-    def stop(self) -> None:
-        if self.km.has_kernel:
-            self.kc.stop_channels()
-            self.km.shutdown_kernel(now=True)
-
-
-@pytest.fixture
-def kernel(cluster: LocalCluster) -> Iterator[Kernel]:
-    k = Kernel()
-    try:
-        yield k
-    finally:
-        k.stop()
+    return set(trainjob_names(cluster.kubeconfig_path, include_deleting=False))
 
 
 def open_session(k: Kernel, cluster: LocalCluster, name: str, idle: float = 1800) -> None:
-    reply, out = k.run(
-        "%load_ext trainjob_magics\n"
-        f"%config TrainJobMagics.kubeconfig = {str(cluster.kubeconfig_path)!r}\n"
-        "%config TrainJobMagics.widgets = 'off'\n"
-        f"%config TrainJobMagics.idle_timeout = {idle}\n"
-        f"%trainjob_connect mpi-interactive --name {name}"
+    reply, out = k.run_text(
+        load_magics_code(cluster.kubeconfig_path, widgets="off", idle_timeout=idle)
+        + f"\n%trainjob_connect mpi-interactive --name {name}"
     )
     assert reply["status"] == "ok", out
 
@@ -118,7 +49,7 @@ def open_session(k: Kernel, cluster: LocalCluster, name: str, idle: float = 1800
 def test_sigkill_kernel_trainjob_ends_within_idle_timeout(kernel, cluster, unique_name) -> None:
     name = unique_name("k")
     open_session(kernel, cluster, name, idle=IDLE)
-    _reply, out = kernel.run("%%trainjob\necho alive")
+    _reply, out = kernel.run_text("%%trainjob\necho alive")
     assert "alive" in out
     time.sleep(IDLE + 1)  # heartbeats keep it alive while the kernel lives
     assert running_pods(cluster, name) and not complete(trainjob(cluster, name))
@@ -152,7 +83,7 @@ def test_restart_kernel_deletes_its_trainjobs(kernel, cluster, unique_name) -> N
 def test_unload_ext_deletes_and_reports(kernel, cluster, unique_name) -> None:
     name = unique_name("u")
     open_session(kernel, cluster, name)
-    reply, out = kernel.run("%unload_ext trainjob_magics")
+    reply, out = kernel.run_text("%unload_ext trainjob_magics")
     assert reply["status"] == "ok"
     assert f"TrainJob {name} deleted" in out
     assert name not in managed_names(cluster)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kubernetes import client, config
@@ -20,25 +17,6 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH"),
 ]
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
-
-
-@pytest.fixture
-def kubectl(cluster: LocalCluster, tmp_path: Path):
-    """Run kubectl with the cluster's kubeconfig and an empty HOME / cache dir."""
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {**os.environ, "HOME": str(home), "KUBECONFIG": str(cluster.kubeconfig_path)}
-
-    def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["kubectl", "--cache-dir", str(home / "cache"), *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    return run
 
 
 @pytest.fixture

@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.notebooks import widget_texts_of_cell
 from trainjob_magics.devtools.notebook_run import (
-    WIDGET_VIEW_MIME,
     cell_texts,
-    extract_widget_texts,
     run_notebook,
 )
 from trainjob_magics.localcluster import LocalCluster
@@ -28,17 +27,6 @@ def _cell(nb: Any, needle: str) -> int:
     raise AssertionError(f"no code cell containing {needle!r}")
 
 
-def _widget_texts(nb: Any, index: int) -> list[str]:
-    texts = extract_widget_texts(nb)
-    found = []
-    for output in nb.cells[index].get("outputs", []):
-        view = (output.get("data") or {}).get(WIDGET_VIEW_MIME)
-        if view:
-            assert view["model_id"] in texts, f"cell {index}: widget not in the saved state"
-            found.append(texts[view["model_id"]])
-    return found
-
-
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("kueue-nb")
@@ -53,23 +41,23 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def test_first_session_is_admitted(executed: Any) -> None:
-    text = "\n".join(_widget_texts(executed, _cell(executed, "%trainjob_connect")))
+    text = "\n".join(widget_texts_of_cell(executed, _cell(executed, "%trainjob_connect")))
     assert "Running" in text
     assert "Kueue: Admitted by ClusterQueue cluster-queue" in text
 
 
 def test_second_session_shows_position_and_message(executed: Any) -> None:
-    text = "\n".join(_widget_texts(executed, _cell(executed, "_ = StatusWidget(queued)")))
+    text = "\n".join(widget_texts_of_cell(executed, _cell(executed, "_ = StatusWidget(queued)")))
     assert "Queued" in text
     assert "position 1 in LocalQueue user-queue (1 in ClusterQueue cluster-queue)" in text
     assert "insufficient unused quota for cpu in flavor default-flavor, 4 more needed" in text
 
 
 def test_second_session_admitted_after_close(executed: Any) -> None:
-    live = "\n".join(_widget_texts(executed, _cell(executed, "live = StatusWidget()")))
+    live = "\n".join(widget_texts_of_cell(executed, _cell(executed, "live = StatusWidget()")))
     assert "Running" in live and "Admitted by ClusterQueue cluster-queue" in live
     final = _cell(executed, "session2 = second.result")
-    text = "\n".join(_widget_texts(executed, final) + cell_texts(executed))
+    text = "\n".join(widget_texts_of_cell(executed, final) + cell_texts(executed))
     assert "Admitted by ClusterQueue cluster-queue" in text
     assert "second session on" in text
 

@@ -12,47 +12,34 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-import trainjob_magics.magics.magics as mm
+import trainjob_magics.magics.cell as magics_cell
+from tests.helpers.kube import trainjob_names, wait_trainjob_gone
+from tests.helpers.shell import magics_shell
 from trainjob_magics.localcluster import LocalCluster
-from trainjob_magics.magics import TrainJobCellError, TrainJobUsageError, last_result
+from trainjob_magics.magics import (
+    TrainJobCellError,
+    TrainJobMagicError,
+    TrainJobUsageError,
+    last_result,
+)
 from trainjob_magics.magics.text_output import TextOutputView
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def trainjobs(cluster: LocalCluster, namespace: str = "default") -> list[str]:
-    """TrainJob names in ``namespace``, read through the API server."""
-    from kubernetes import client, config
-
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
-    try:
-        items = client.CustomObjectsApi(api).list_namespaced_custom_object(
-            "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs"
-        )["items"]
-    finally:
-        api.close()
-    return [i["metadata"]["name"] for i in items if not i["metadata"].get("deletionTimestamp")]
+    """Live TrainJob names in ``namespace``, read through the API server."""
+    return trainjob_names(cluster.kubeconfig_path, namespace, include_deleting=False)
 
 
 def wait_gone(cluster: LocalCluster, name: str, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if name not in trainjobs(cluster):
-            return True
-        time.sleep(0.1)
-    return False
+    return wait_trainjob_gone(cluster.kubeconfig_path, name, timeout, interval=0.1)
 
 
 @pytest.fixture
 def shell(cluster: LocalCluster) -> Iterator[InteractiveShell]:
-    sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "trainjob_magics")
-    sh.run_line_magic("config", f"TrainJobMagics.kubeconfig = {str(cluster.kubeconfig_path)!r}")
-    sh.run_line_magic("config", "TrainJobMagics.widgets = 'off'")
-    sh.run_line_magic("config", "TrainJobMagics.close_timeout = 20.0")
-    yield sh
-    sh.run_line_magic("unload_ext", "trainjob_magics")
-    sh.config.pop("TrainJobMagics", None)
+    with magics_shell(cluster.kubeconfig_path, widgets="off", close_timeout=20.0) as sh:
+        yield sh
 
 
 def magics(sh: InteractiveShell) -> Any:
@@ -98,7 +85,7 @@ class Recorder(TextOutputView):
 def test_exec_streams_live(
     shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(mm, "TextOutputView", Recorder)
+    monkeypatch.setattr(magics_cell, "TextOutputView", Recorder)
     Recorder.events = []
     connect(shell)
     shell.run_cell_magic("trainjob", "--result r", "echo a; sleep 0.6; echo b >&2; sleep 0.3")
@@ -190,7 +177,7 @@ def test_interrupt_while_waiting_deletes_the_job(
     name = unique_name("int")
     cluster.faults.hold_pods(name)
     threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
-    with pytest.raises(mm.TrainJobMagicError, match=f"TrainJob {name} in default is deleted"):
+    with pytest.raises(TrainJobMagicError, match=f"TrainJob {name} in default is deleted"):
         shell.run_line_magic("trainjob_connect", f"mpi-interactive --nodes 2 --name {name}")
     assert "ImagePullBackOff" in capsys.readouterr().out
     assert wait_gone(cluster, name)

@@ -3,89 +3,36 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from jupyter_client.manager import KernelManager
 
+from tests.helpers.kernels import Kernel, load_magics_code
+from tests.helpers.kube import trainjob_names, wait_trainjob_gone
 from trainjob_magics.localcluster import LocalCluster
-
-
-def trainjobs(cluster: LocalCluster) -> list[str]:
-    """Live TrainJob names in the default namespace."""
-    from kubernetes import client, config
-
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
-    try:
-        items = client.CustomObjectsApi(api).list_namespaced_custom_object(
-            "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs"
-        )["items"]
-    finally:
-        api.close()
-    return [i["metadata"]["name"] for i in items if not i["metadata"].get("deletionTimestamp")]
-
-
-def wait_gone(cluster: LocalCluster, name: str, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if name not in trainjobs(cluster):
-            return True
-        time.sleep(0.2)
-    return False
-
 
 pytestmark = pytest.mark.timeout(180)
 
 
-class Kernel:
-    def __init__(self) -> None:
-        self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel()
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
-
-    def run(self, code: str, timeout: float = 60) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """Execute ``code``; returns the reply content and the iopub messages of the cell."""
-        msgs: list[dict[str, Any]] = []
-        reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=msgs.append)
-        return reply["content"], msgs
-
-    def restart(self) -> None:
-        self.km.restart_kernel(now=False)
-        self.kc.wait_for_ready(timeout=60)
-
-    def stop(self) -> None:
-        """Shut the kernel down politely (shutdown_request), once."""
-        if self.km.has_kernel:
-            self.kc.stop_channels()
-            self.km.shutdown_kernel(now=False)
+def trainjobs(cluster: LocalCluster) -> list[str]:
+    """Live TrainJob names in the default namespace."""
+    return trainjob_names(cluster.kubeconfig_path, include_deleting=False)
 
 
-@pytest.fixture
-def kernel(cluster: LocalCluster) -> Iterator[Kernel]:
-    k = Kernel()
-    try:
-        yield k
-    finally:
-        k.stop()
+def wait_gone(cluster: LocalCluster, name: str, timeout: float) -> bool:
+    return wait_trainjob_gone(cluster.kubeconfig_path, name, timeout)
 
 
 def setup(k: Kernel, cluster: LocalCluster) -> None:
-    reply, _ = k.run(
-        "%load_ext trainjob_magics\n"
-        f"%config TrainJobMagics.kubeconfig = {str(cluster.kubeconfig_path)!r}"
-    )
+    reply, _ = k.run(load_magics_code(cluster.kubeconfig_path))
     assert reply["status"] == "ok", reply
 
 
 def job_name(k: Kernel) -> str:
-    _reply, msgs = k.run(
+    _reply, out = k.run_text(
         "from trainjob_magics.magics.extension import loaded_magics\n"
         "print(loaded_magics(get_ipython()).registry.find().session.name)"
     )
-    return "".join(m["content"].get("text", "") for m in msgs if m["msg_type"] == "stream").strip()
+    return out.strip()
 
 
 def test_errors_fail_the_cell_and_widgets_render(kernel: Kernel, cluster: LocalCluster) -> None:

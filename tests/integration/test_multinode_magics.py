@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+from tests.helpers.shell import magics_shell
 from trainjob_magics.engine.fanout import MultiExecResult
 from trainjob_magics.localcluster import LocalCluster
 from trainjob_magics.magics import TrainJobCellError, TrainJobUsageError
@@ -27,17 +28,12 @@ print(f"rank {rank} of {size} on {os.environ['HOSTNAME']} data={open('data/n.txt
 
 @pytest.fixture(scope="module")
 def shell(local_cluster: LocalCluster) -> Iterator[InteractiveShell]:
-    sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "trainjob_magics")
-    sh.run_line_magic(
-        "config", f"TrainJobMagics.kubeconfig = {str(local_cluster.kubeconfig_path)!r}"
-    )
-    sh.run_line_magic("config", "TrainJobMagics.widgets = 'off'")
-    sh.run_line_magic("trainjob_connect", "mpi-interactive --nodes 4")
-    yield sh
-    sh.run_line_magic("trainjob_close", "--all")
-    sh.run_line_magic("unload_ext", "trainjob_magics")
-    sh.config.pop("TrainJobMagics", None)
+    with magics_shell(local_cluster.kubeconfig_path, widgets="off") as sh:
+        sh.run_line_magic("trainjob_connect", "mpi-interactive --nodes 4")
+        try:
+            yield sh
+        finally:
+            sh.run_line_magic("trainjob_close", "--all")
 
 
 def session(sh: InteractiveShell) -> Any:

@@ -4,27 +4,13 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 
 from trainjob_magics import connect
 from trainjob_magics.engine.orphans import list_trainjobs
-from trainjob_magics.localcluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def shell(cluster: LocalCluster) -> Iterator[InteractiveShell]:
-    sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "trainjob_magics")
-    sh.run_line_magic("config", f"TrainJobMagics.kubeconfig = {str(cluster.kubeconfig_path)!r}")
-    sh.run_line_magic("config", "TrainJobMagics.widgets = 'off'")
-    yield sh
-    sh.run_line_magic("unload_ext", "trainjob_magics")
-    sh.config.pop("TrainJobMagics", None)
 
 
 def test_list_attach_and_close_orphans(shell, cluster, capsys) -> None:

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.kube import trainjob_names
+from tests.helpers.notebooks import widget_texts_of_cell
 from trainjob_magics.devtools.notebook_run import (
     WIDGET_VIEW_MIME,
     cell_texts,
@@ -25,38 +27,12 @@ RUNNER = [sys.executable, "-m", "trainjob_magics.devtools.notebook_run"]
 pytestmark = pytest.mark.timeout(300)
 
 
-def _trainjobs(kubeconfig: str | Path) -> list[str]:
-    """Names of the TrainJobs in the default namespace, read through the API server."""
-    from kubernetes import client, config
-
-    api = config.new_client_from_config(config_file=str(kubeconfig))
-    try:
-        items = client.CustomObjectsApi(api).list_namespaced_custom_object(
-            "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs"
-        )["items"]
-    finally:
-        api.close()
-    return [item["metadata"]["name"] for item in items]
-
-
 def _cell_index(nb: Any, first_line: str, after: int = -1) -> int:
     """Index of the first code cell after ``after`` whose source starts with ``first_line``."""
     for index, cell in enumerate(nb.cells):
         if index > after and cell.cell_type == "code" and cell.source.startswith(first_line):
             return index
     raise AssertionError(f"no code cell starting with {first_line!r}")
-
-
-def _widget_texts_of_cell(nb: Any, index: int) -> list[str]:
-    """Texts of the cell's widget views, resolved through the saved widget state only."""
-    texts = extract_widget_texts(nb)
-    found = []
-    for output in nb.cells[index].get("outputs", []):
-        view = (output.get("data") or {}).get(WIDGET_VIEW_MIME)
-        if view:
-            assert view["model_id"] in texts, f"cell {index}: widget {view} not in the saved state"
-            found.append(texts[view["model_id"]])
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +52,7 @@ def job_name(executed: tuple[Any, Path, Any]) -> str:
     """The TrainJob name, as the connect cell's status widget shows it."""
     nb, _, _ = executed
     connect = _cell_index(nb, "%trainjob_connect")
-    text = "\n".join(_widget_texts_of_cell(nb, connect))
+    text = "\n".join(widget_texts_of_cell(nb, connect))
     match = re.search(r"TrainJob ([a-z][a-z0-9-]*)", text)
     assert match, f"no TrainJob name in the connect widget: {text!r}"
     return match.group(1)
@@ -86,7 +62,7 @@ def test_connect_widget_shows_the_trainjob_running(
     executed: tuple[Any, Path, Any], job_name: str
 ) -> None:
     nb, _, _ = executed
-    text = "\n".join(_widget_texts_of_cell(nb, _cell_index(nb, "%trainjob_connect")))
+    text = "\n".join(widget_texts_of_cell(nb, _cell_index(nb, "%trainjob_connect")))
     assert "mpi-interactive" in text
     assert "Running" in text
     assert "namespace default" in text
@@ -97,7 +73,7 @@ def test_mpirun_hostname_shows_four_hostnames(
 ) -> None:
     nb, _, _ = executed
     index = _cell_index(nb, "%%trainjob\nmpirun hostname")
-    widgets = _widget_texts_of_cell(nb, index)
+    widgets = widget_texts_of_cell(nb, index)
     assert widgets, "the mpirun cell shows no widget"
     text = "\n".join(widgets)
     expected = {
@@ -115,7 +91,7 @@ def test_mpirun_hostname_shows_four_hostnames(
 def test_multiline_cell_streams_stdout_and_stderr(executed: tuple[Any, Path, Any]) -> None:
     nb, _, _ = executed
     index = _cell_index(nb, '%%trainjob\necho "Running on')
-    text = "\n".join(_widget_texts_of_cell(nb, index))
+    text = "\n".join(widget_texts_of_cell(nb, index))
     steps = [text.find(f"step {n} of 3") for n in (1, 2, 3)]
     assert all(pos >= 0 for pos in steps) and steps == sorted(steps), text
     assert "a warning on stderr" in text
@@ -133,7 +109,7 @@ def test_failing_command_shows_its_exit_code(executed: tuple[Any, Path, Any]) ->
     index = _cell_index(nb, "%%trainjob --no-raise-error")
     cell = nb.cells[index]
     assert not [o for o in cell.outputs if o.output_type == "error"]
-    text = "\n".join(_widget_texts_of_cell(nb, index))
+    text = "\n".join(widget_texts_of_cell(nb, index))
     assert "looking for a file that is not there" in text
     assert "/no/such/file" in text  # ls's message on stderr
     assert re.search(r"exit code 3\b", text), text
@@ -143,7 +119,7 @@ def test_failing_command_shows_its_exit_code(executed: tuple[Any, Path, Any]) ->
 
 def test_status_shows_every_pod_running(executed: tuple[Any, Path, Any], job_name: str) -> None:
     nb, _, _ = executed
-    text = "\n".join(_widget_texts_of_cell(nb, _cell_index(nb, "%trainjob_status")))
+    text = "\n".join(widget_texts_of_cell(nb, _cell_index(nb, "%trainjob_status")))
     assert f"TrainJob {job_name}" in text
     rows = [line for line in text.splitlines() if line.startswith(f"{job_name}-")]
     roles = sorted(row.split()[0].removeprefix(f"{job_name}-").split("-")[0] for row in rows)
@@ -159,7 +135,7 @@ def test_close_deletes_the_trainjob(executed: tuple[Any, Path, Any], job_name: s
     close = nb.cells[_cell_index(nb, "%trainjob_close")]
     assert not [o for o in close.outputs if o.output_type == "error"]
     assert job_name in "\n".join(cell_texts(nb))
-    assert job_name not in _trainjobs(cluster.kubeconfig_path)
+    assert job_name not in trainjob_names(cluster.kubeconfig_path)
 
 
 def test_token_not_in_saved_notebook(executed: tuple[Any, Path, Any]) -> None:

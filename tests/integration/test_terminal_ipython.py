@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.kube import trainjob_names
+
 pytestmark = pytest.mark.timeout(240)
 
 IPYTHON = [
@@ -115,29 +117,6 @@ class TerminalIPython:
         os.close(self.master)
 
 
-def _trainjobs(kubeconfig: str | Path) -> list[str]:
-    """Names of the TrainJobs in the default namespace, read through the API server."""
-    from kubernetes import client, config
-
-    api = config.new_client_from_config(config_file=str(kubeconfig))
-    try:
-        items = client.CustomObjectsApi(api).list_namespaced_custom_object(
-            "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs"
-        )["items"]
-    finally:
-        api.close()
-    return [item["metadata"]["name"] for item in items]
-
-
-@pytest.fixture
-def own_cluster() -> Iterator[Any]:
-    """A local cluster of its own, so the TrainJob list is this test's alone."""
-    from trainjob_magics.localcluster import LocalCluster
-
-    with LocalCluster() as c:
-        yield c
-
-
 @pytest.fixture
 def terminal(own_cluster: Any, tmp_path: Path) -> Iterator[TerminalIPython]:
     """Terminal IPython with KUBECONFIG of the local cluster and a private IPYTHONDIR."""
@@ -161,7 +140,7 @@ def test_terminal_ipython_text_fallback(terminal: TerminalIPython, own_cluster: 
     assert "Error" not in out, out
 
     out = terminal.run("%trainjob_connect mpi-interactive --nodes 2", timeout=120)
-    names = _trainjobs(own_cluster.kubeconfig_path)
+    names = trainjob_names(own_cluster.kubeconfig_path)
     assert len(names) == 1, names
     job = names[0]
     assert re.search(rf"Session 'default' ready: TrainJob {job}\b", out), out
@@ -205,7 +184,7 @@ def test_terminal_ipython_text_fallback(terminal: TerminalIPython, own_cluster: 
     out = terminal.run("_trainjob.returncode, _trainjob.stdout")
     assert "(7, 'before-fail\\n')" in out, out
 
-    assert job in _trainjobs(own_cluster.kubeconfig_path)
+    assert job in trainjob_names(own_cluster.kubeconfig_path)
     assert terminal.exit() == 0, terminal.text()
-    assert job not in _trainjobs(own_cluster.kubeconfig_path), "the TrainJob outlived the shell"
+    assert job not in trainjob_names(own_cluster.kubeconfig_path), "the TrainJob outlived the shell"
     assert own_cluster.token not in terminal.text()

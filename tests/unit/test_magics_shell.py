@@ -13,9 +13,14 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-import trainjob_magics.magics.magics as mm
+import trainjob_magics.magics.connect as magics_connect
 from trainjob_magics.engine.result import ExecResult, JobStatus, PodInfo
-from trainjob_magics.magics import TrainJobCellError, TrainJobUsageError, last_result
+from trainjob_magics.magics import (
+    TrainJobCellError,
+    TrainJobMagicError,
+    TrainJobUsageError,
+    last_result,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -119,10 +124,10 @@ class FakeEngine:
 @pytest.fixture
 def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
     fake = FakeEngine()
-    monkeypatch.setattr(mm, "engine_connect", fake.connect)
-    monkeypatch.setattr(mm, "engine_attach", fake.attach)
-    monkeypatch.setattr(mm, "new_job_name", fake.new_name)
-    monkeypatch.setattr(mm, "engine_delete", lambda name, *a, **k: fake.delete(name))
+    monkeypatch.setattr(magics_connect, "engine_connect", fake.connect)
+    monkeypatch.setattr(magics_connect, "engine_attach", fake.attach)
+    monkeypatch.setattr(magics_connect, "new_job_name", fake.new_name)
+    monkeypatch.setattr(magics_connect, "engine_delete", lambda name, *a, **k: fake.delete(name))
     return fake
 
 
@@ -341,7 +346,7 @@ def test_interrupt_while_connecting_deletes_the_job(
 ) -> None:
     engine.blocking = True
     _sigint_after(0.5)
-    with pytest.raises(mm.TrainJobMagicError, match="TrainJob job1 in default is deleted"):
+    with pytest.raises(TrainJobMagicError, match="TrainJob job1 in default is deleted"):
         shell.run_line_magic("trainjob_connect", "mpi-interactive")
     assert engine.deleted == ["job1"]
     assert len(shell.find_line_magic("trainjob_connect").__self__.registry) == 0

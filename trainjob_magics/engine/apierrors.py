@@ -143,10 +143,22 @@ def connection_failure(exc: BaseException, host: str) -> ApiServerError:
             reason="TLSError",
         )
     return ApiServerError(
-        f"cannot reach the Kubernetes API server at {host}: {type(exc).__name__}; "
-        "is the cluster up / is KUBECONFIG right?",
+        f"cannot reach the Kubernetes API server at {host} ({_why_unreachable(exc)}): start "
+        "the cluster, or point KUBECONFIG at a running one",
         reason="ConnectionError",
     )
+
+
+def _why_unreachable(exc: BaseException) -> str:
+    """``connection refused``, ``timed out``, ``unknown host`` or the exception's type name."""
+    seen = f"{exc} {getattr(exc, 'reason', '')!r}".lower()
+    if "refused" in seen:
+        return "connection refused"
+    if "timed out" in seen or "timeout" in seen:
+        return "timed out"
+    if "name or service not known" in seen or "name resolution" in seen or "nodename" in seen:
+        return "unknown host"
+    return type(exc).__name__
 
 
 def map_api_exception(

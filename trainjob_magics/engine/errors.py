@@ -7,7 +7,7 @@ API server (``None`` otherwise).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .result import ExecResult
@@ -48,11 +48,10 @@ class IdleReleasedError(PodNotRunningError):
 
 class CommandInterruptedError(TrainJobError):
     """KeyboardInterrupt during ``execute()``: the remote command was stopped (SIGINT, SIGTERM,
-    SIGKILL); ``partial`` holds the output so far, ``reports`` what stopping did."""
+    SIGKILL); ``partial`` holds the output so far (a ``MultiExecResult`` for several pods),
+    ``reports`` what stopping did."""
 
-    def __init__(
-        self, message: str, *, partial: ExecResult | None = None, reports: list | None = None
-    ) -> None:
+    def __init__(self, message: str, *, partial: Any = None, reports: list | None = None) -> None:
         super().__init__(message)
         self.partial = partial
         self.reports = list(reports or [])
@@ -63,11 +62,15 @@ class ConnectTimeoutError(TrainJobError, TimeoutError):
 
 
 class ExecTimeoutError(TrainJobError, TimeoutError):
-    """A command ran longer than its timeout; ``partial`` holds the output so far."""
+    """A command ran longer than its timeout; ``partial`` holds the output so far, ``reports``
+    what stopping the remote command did (empty when it was not stopped)."""
 
-    def __init__(self, message: str, *, partial: ExecResult | None = None) -> None:
+    def __init__(
+        self, message: str, *, partial: ExecResult | None = None, reports: list | None = None
+    ) -> None:
         super().__init__(message)
         self.partial = partial
+        self.reports = list(reports or [])
 
 
 class PermissionDeniedError(TrainJobError, PermissionError):

@@ -2,8 +2,10 @@
 
 websocket-client does the handshake (TLS, auth headers, proxy); after the 101 we read frames
 straight from the socket: one channel byte then payload (0 stdin, 1 stdout, 2 stderr, 3 status).
-Output is kept as a list of byte chunks joined once at the end (linear time), decoded
-incrementally for ``on_output`` so multi-byte UTF-8 split across frames stays intact.
+Each stream is kept as byte chunks up to a memory limit, then spilled to a file
+(``output.py``), and decoded only when the result is read; ``on_output`` gets text decoded
+incrementally so multi-byte UTF-8 split across frames stays intact. A stream can go to a raw
+sink instead (file transfers).
 
 Exit status (channel 3): ``Success`` -> 0; ``NonZeroExitCode`` with an ``ExitCode`` cause -> N;
 any other failure (``InternalError``, e.g. the runtime could not start the process) raises
@@ -11,14 +13,16 @@ any other failure (``InternalError``, e.g. the runtime could not start the proce
 A clean close (1000) without a status gives ``returncode=None``; a drop before the status raises
 :class:`ConnectionLostError`.
 
-stdin: sent on channel 0, then closed with ``[255, 0]`` when v5 was negotiated. On v4 there is
-no way to signal EOF: a command that reads stdin to the end waits until its timeout.
+stdin (bytes, str or a binary file object read in chunks): sent on channel 0, then closed with
+``[255, 0]`` when v5 was negotiated. On v4 there is no way to signal EOF: a command that reads
+stdin to the end waits until its timeout.
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
+import io
 import ipaddress
 import json
 import logging
@@ -29,7 +33,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote, urlencode, urlsplit
 
 import websocket
@@ -44,6 +48,15 @@ from .errors import (
     InvalidInputError,
     PodNotRunningError,
     TrainJobError,
+)
+from .output import (
+    EMPTY,
+    MAX_MEMORY_OUTPUT,
+    CapturedOutput,
+    OutputBuffer,
+    Sink,
+    SpillDir,
+    sink_writer,
 )
 from .result import ExecResult
 from .retry import with_retries
@@ -69,7 +82,12 @@ _NOT_RUNNING = re.compile(
     re.IGNORECASE,
 )
 
+LOST_HINT = "check with another command"
+STDIN_JOIN = 5.0  # seconds to wait for the stdin sender after the command ended
+
 OnOutput = Callable[[str, str], None]
+Progress = Callable[[int], None]  # bytes of stdin sent in this step
+Stdin = bytes | bytearray | memoryview | str | BinaryIO
 
 
 class _Lost(Exception):
@@ -210,17 +228,38 @@ def _is_loopback(host: str) -> bool:
 
 
 class _Collector:
-    """Collects output chunks per stream and feeds ``on_output`` with incrementally decoded text."""
+    """Routes each output frame: to the stream's sink when it has one, else into a bounded
+    :class:`OutputBuffer`; feeds ``on_output`` with incrementally decoded text (collected
+    streams only). Nothing else is decoded while the command runs."""
 
-    def __init__(self, on_output: OnOutput | None) -> None:
-        self.chunks: dict[int, list[Any]] = {STDOUT: [], STDERR: []}
+    def __init__(
+        self,
+        on_output: OnOutput | None,
+        *,
+        pod: str = "",
+        limit: int | None = MAX_MEMORY_OUTPUT,
+        spill_dir: SpillDir | None = None,
+        sinks: dict[int, Sink | None] | None = None,
+    ) -> None:
         self.on_output = on_output
-        self.decoders = {
-            ch: codecs.getincrementaldecoder("utf-8")(errors="replace") for ch in self.chunks
+        self.sinks = {ch: sink_writer(s) for ch, s in (sinks or {}).items() if s is not None}
+        self.buffers = {
+            ch: OutputBuffer(limit, spill_dir, f"{pod or 'exec'}-{STREAM_NAMES[ch]}-")
+            for ch in (STDOUT, STDERR)
+            if ch not in self.sinks
         }
+        self.decoders = (
+            {ch: codecs.getincrementaldecoder("utf-8")(errors="replace") for ch in self.buffers}
+            if on_output is not None
+            else {}
+        )
 
     def add(self, channel: int, data: memoryview) -> None:
-        self.chunks[channel].append(data)
+        sink = self.sinks.get(channel)
+        if sink is not None:
+            sink(data)
+            return
+        self.buffers[channel].add(data)
         if self.on_output is not None:
             text = self.decoders[channel].decode(data)
             if text:
@@ -236,24 +275,28 @@ class _Collector:
                 self.on_output(STREAM_NAMES[channel], text)
 
     def result(self, returncode: int | None, started: float, pod: str) -> ExecResult:
-        out = b"".join(self.chunks[STDOUT])
-        err = b"".join(self.chunks[STDERR])
-        return ExecResult(
-            stdout=out.decode("utf-8", "replace"),
-            stderr=err.decode("utf-8", "replace"),
-            returncode=returncode,
-            duration=time.monotonic() - started,
-            stdout_bytes=out,
-            stderr_bytes=err,
-            pod=pod,
+        def captured(channel: int) -> CapturedOutput:
+            buffer = self.buffers.get(channel)
+            return buffer.freeze() if buffer is not None else EMPTY
+
+        return ExecResult.from_captured(
+            captured(STDOUT), captured(STDERR), returncode, time.monotonic() - started, pod
         )
 
 
 class ExecClient:
     """Runs commands in pods through pods/exec; safe to use from several threads."""
 
-    def __init__(self, api_client: ApiClient) -> None:
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        spill_dir: SpillDir | None = None,
+        max_memory_output: int = MAX_MEMORY_OUTPUT,
+    ) -> None:
         self.configuration = api_client.configuration
+        self.spill_dir = spill_dir  # None: the process-wide default directory
+        self.max_memory_output = max_memory_output  # bytes per stream kept in memory
         self._ssl_context: ssl.SSLContext | None = None
         self._lock = threading.Lock()
 
@@ -363,11 +406,23 @@ class ExecClient:
         argv: Sequence[str],
         *,
         container: str | None = None,
-        stdin: bytes | None = None,
+        stdin: Stdin | None = None,
         timeout: float | None = None,
         on_output: OnOutput | None = None,
+        on_stdin: Progress | None = None,
+        stdout_sink: Sink | None = None,
+        stderr_sink: Sink | None = None,
+        max_memory_output: int | None = None,
     ) -> ExecResult:
-        """Run ``argv`` in ``pod`` and return its output and exit status."""
+        """Run ``argv`` in ``pod`` and return its output and exit status.
+
+        ``stdin``: bytes, str (UTF-8) or a binary file object read to EOF in chunks (then
+        half-closed on v5); ``on_stdin(n)`` is called after each chunk sent. A
+        ``stdout_sink``/``stderr_sink`` (callable taking bytes, or a binary file) receives that
+        stream's raw bytes instead of the result (no decode, no ``on_output``). Each collected
+        stream keeps at most ``max_memory_output`` bytes in memory (default: the client's
+        :attr:`max_memory_output`), the rest goes to a spill file (``ExecResult.stdout_path``).
+        """
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
         url = exec_url(
@@ -380,11 +435,17 @@ class ExecClient:
         )
         # A handshake that failed (5xx, connection error) started nothing: safe to retry.
         ws = with_retries(lambda: self._connect(url, namespace, pod), what=f"exec in pod {pod}")
-        collector = _Collector(on_output)
+        collector = _Collector(
+            on_output,
+            pod=pod,
+            limit=self.max_memory_output if max_memory_output is None else max_memory_output,
+            spill_dir=self.spill_dir,
+            sinks={STDOUT: stdout_sink, STDERR: stderr_sink},
+        )
         sender: threading.Thread | None = None
         try:
             if stdin is not None:
-                sender = self._send_stdin(ws, stdin)
+                sender = self._send_stdin(ws, stdin, on_stdin)
             returncode, message, got_status = self._read_loop(
                 ws, collector, deadline, pod, started, timeout
             )
@@ -395,7 +456,7 @@ class ExecClient:
         finally:
             ws.shutdown()
             if sender is not None:
-                sender.join(timeout=0.5)
+                sender.join(timeout=STDIN_JOIN)
         collector.flush()
         if got_status and returncode is None:
             raise ApiServerError(
@@ -405,14 +466,26 @@ class ExecClient:
             )
         return collector.result(returncode, started, pod)
 
-    def _send_stdin(self, ws: websocket.WebSocket, data: bytes) -> threading.Thread | None:
+    @staticmethod
+    def _send_stdin(
+        ws: websocket.WebSocket, stdin: Stdin, on_stdin: Progress | None
+    ) -> threading.Thread | None:
+        """Send ``stdin`` on channel 0 then half-close it (v5): inline when it is small bytes,
+        else from a helper thread so output keeps flowing."""
         v5 = ws.getsubprotocol() == V5
+        if isinstance(stdin, str):
+            stdin = stdin.encode("utf-8")
+        inline = isinstance(stdin, (bytes, bytearray, memoryview)) and len(stdin) <= INLINE_STDIN
+        source: Any = (
+            io.BytesIO(stdin) if isinstance(stdin, (bytes, bytearray, memoryview)) else stdin
+        )
 
         def send() -> None:
             try:
-                view = memoryview(data)
-                for start in range(0, len(view), RECV_SIZE):
-                    ws.send_binary(b"\x00" + view[start : start + RECV_SIZE].tobytes())
+                while chunk := source.read(RECV_SIZE):
+                    ws.send_binary(b"\x00" + chunk)
+                    if on_stdin is not None:
+                        on_stdin(len(chunk))
                 if v5:
                     ws.send_binary(bytes([CLOSE, STDIN]))
             except (websocket.WebSocketException, OSError) as exc:
@@ -420,7 +493,7 @@ class ExecClient:
 
         if not v5:
             log.debug("v4.channel.k8s.io negotiated: stdin cannot be closed")
-        if len(data) <= INLINE_STDIN:
+        if inline:
             send()
             return None
         thread = threading.Thread(target=send, name="trainjob-exec-stdin", daemon=True)
@@ -485,6 +558,7 @@ class ExecClient:
         except TimeoutError:
             if got_status:
                 return returncode, message, got_status
+            collector.flush()
             partial = collector.result(None, started, pod)
             raise ExecTimeoutError(
                 f"the command did not finish within {timeout:g}s; it may still be running in pod "
@@ -497,7 +571,7 @@ class ExecClient:
             collector.flush()
             raise ConnectionLostError(
                 f"the connection to pod {pod} was lost before the command finished ({exc}); "
-                "the command may still be running in the pod: check with another command",
+                f"the command may still be running in the pod: {LOST_HINT}",
                 partial=collector.result(None, started, pod),
             ) from None
 

@@ -12,13 +12,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from .exec_client import ExecClient
+from .errors import CommandInterruptedError
+from .interrupt import StopReport, stop_summary
 from .result import ExecResult
 
 OnPodOutput = Callable[[str, str, str], None]  # (pod, stream, text)
 OnPodDone = Callable[[str, ExecResult, "BaseException | None"], None]  # (pod, result, error)
 MAX_PARALLEL = 32
+INTERRUPT_WAIT = 5.0  # seconds to collect the pods' last output after stopping them
 
 
 @dataclass(frozen=True)
@@ -103,8 +106,24 @@ def _empty(pod: str, started: float) -> ExecResult:
     return ExecResult("", "", None, time.monotonic() - started, pod=pod)
 
 
+class PodRunner(Protocol):
+    """What runs one pod's command: an :class:`ExecClient` or a session's ``SessionRunner``."""
+
+    def run(
+        self,
+        namespace: str,
+        pod: str,
+        argv: Sequence[str],
+        *,
+        container: str | None = None,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+        on_output: Callable[[str, str], None] | None = None,
+    ) -> ExecResult: ...
+
+
 def run_on_pods(
-    client: ExecClient,
+    client: PodRunner,
     namespace: str,
     targets: Sequence[PodCommand],
     argv: Sequence[str],
@@ -113,19 +132,23 @@ def run_on_pods(
     timeout: float | None = None,
     on_output: OnPodOutput | None = None,
     on_done: OnPodDone | None = None,
+    on_interrupt: Callable[[], list[StopReport]] | None = None,
     max_parallel: int = MAX_PARALLEL,
 ) -> MultiExecResult:
     """Run ``argv`` on every target concurrently and wait for all of them.
 
     ``on_output`` and ``on_done`` are called from the per-pod threads (make them thread-safe).
     ``timeout`` applies to each pod separately; a pod that times out gets an
-    :class:`ExecTimeoutError` entry and does not delay the others' results.
+    :class:`ExecTimeoutError` entry and does not delay the others' results. A KeyboardInterrupt
+    while waiting calls ``on_interrupt`` (which stops every pod's command), then raises
+    :class:`CommandInterruptedError` with the results so far in ``.partial``.
     """
     started = time.monotonic()
     results: dict[str, ExecResult] = {t.pod: _empty(t.pod, started) for t in targets}
     errors: dict[str, BaseException] = {}
     lock = threading.Lock()
     gate = threading.Semaphore(max(1, max_parallel))
+    labels = {t.pod: t.label for t in targets if t.label}
 
     def one(target: PodCommand) -> None:
         pod = target.pod
@@ -159,18 +182,45 @@ def run_on_pods(
         if on_done is not None:
             on_done(pod, result, error)
 
+    def snapshot() -> MultiExecResult:
+        with lock:
+            return MultiExecResult(
+                results=dict(results),
+                errors=dict(errors),
+                duration=time.monotonic() - started,
+                labels=labels,
+            )
+
     threads = [
         threading.Thread(target=one, args=(t,), name=f"trainjob-exec-{t.pod}", daemon=True)
         for t in targets
     ]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
-    labels = {t.pod: t.label for t in targets if t.label}
-    return MultiExecResult(
-        results=dict(results), errors=errors, duration=time.monotonic() - started, labels=labels
-    )
+    try:
+        for thread in threads:
+            thread.join()
+    except KeyboardInterrupt:
+        reports = on_interrupt() if on_interrupt is not None else []
+        deadline = time.monotonic() + INTERRUPT_WAIT
+        for thread in threads:  # the stopped commands end: collect what they sent
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if on_interrupt is None:
+            message = (
+                f"interrupted: stopped reading; the command may still be running on "
+                f"{len(targets)} pod(s)"
+            )
+        else:
+            message = "interrupted: " + stop_summary(f"on {len(targets)} pod(s)", reports)
+        raise CommandInterruptedError(message, partial=snapshot(), reports=reports) from None
+    return snapshot()
 
 
-__all__ = ["MultiExecResult", "OnPodDone", "OnPodOutput", "PodCommand", "run_on_pods"]
+__all__ = [
+    "MultiExecResult",
+    "OnPodDone",
+    "OnPodOutput",
+    "PodCommand",
+    "PodRunner",
+    "run_on_pods",
+]

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from .errors import InvalidInputError, TrainJobError
+from .exec_client import ExecClient
 from .fanout import PodCommand
 from .result import ExecResult
-from .streaming import StreamingExecClient
 
 TransferProgress = Callable[[int, int], None]  # (bytes done, bytes total)
 
@@ -287,18 +287,15 @@ def build_tar(local: Path, arcname: str, out: BinaryIO) -> dict[str, FileInfo]:
 class _RangeReader:
     """A private read cursor over an open file descriptor (one per pod, thread-safe)."""
 
-    def __init__(self, fd: int, size: int, progress: Callable[[int], None]) -> None:
+    def __init__(self, fd: int, size: int) -> None:
         self.fd = fd
         self.size = size
         self.offset = 0
-        self.progress = progress
 
     def read(self, n: int = -1) -> bytes:
         n = self.size - self.offset if n < 0 else min(n, self.size - self.offset)
         data = os.pread(self.fd, n, self.offset) if n > 0 else b""
         self.offset += len(data)
-        if data:
-            self.progress(len(data))
         return data
 
 
@@ -334,7 +331,7 @@ def _check(result: ExecResult, what: str, pod: str) -> None:
 
 
 def upload(
-    client: StreamingExecClient,
+    client: ExecClient,
     namespace: str,
     targets: Sequence[PodCommand],
     local: str | os.PathLike[str],
@@ -365,13 +362,14 @@ def upload(
 
         def one(target: PodCommand) -> None:
             try:
-                reader = _RangeReader(tmp.fileno(), size, total.add)
-                res = client.run_stream(
+                reader = _RangeReader(tmp.fileno(), size)
+                res = client.run(
                     namespace,
                     target.pod,
                     ["sh", "-c", UNPACK_SH, "sh", parent],
                     container=target.container,
                     stdin=reader,  # type: ignore[arg-type]
+                    on_stdin=total.add,
                     timeout=timeout,
                 )
                 _check(res, f"unpacking into {parent}", target.pod)
@@ -410,7 +408,7 @@ def _run_all(fn: Callable[[PodCommand], None], targets: Sequence[PodCommand]) ->
 
 
 def _verify_remote(
-    client: StreamingExecClient,
+    client: ExecClient,
     namespace: str,
     target: PodCommand,
     parent: str,
@@ -431,7 +429,7 @@ def _verify_remote(
 
 
 def write_file(
-    client: StreamingExecClient,
+    client: ExecClient,
     namespace: str,
     targets: Sequence[PodCommand],
     path: str,
@@ -584,7 +582,7 @@ def _place(src: Path, dest: Path) -> None:
 
 
 def download(
-    client: StreamingExecClient,
+    client: ExecClient,
     namespace: str,
     target: PodCommand,
     remote: str,
@@ -616,7 +614,7 @@ def download(
             tmp.write(data)
             total.add(len(data))
 
-        res = client.run_stream(
+        res = client.run(
             namespace,
             target.pod,
             archive_argv(parent, name),

@@ -14,9 +14,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .apierrors import request
 from .errors import TrainJobError
-from .pods import RJOB_LABEL, is_running, jobset_selector, pod_name, pods_path
+from .pods import RJOB_LABEL, is_running, list_job_pods, pod_name
 from .remote import heartbeat_argv, heartbeat_interval
 
 log = logging.getLogger(__name__)
@@ -37,18 +36,9 @@ def idle_timeout_of(trainjob: Mapping[str, Any] | None) -> float | None:
 
 def watchdog_pods(session: Any) -> list[str]:
     """Running pods of the trainer's replicated job (the ones running the keep-alive)."""
-    data = request(
-        session.api_client,
-        "GET",
-        pods_path(session.namespace),
-        verb="list",
-        resource="pods",
-        namespace=session.namespace,
-        query=[("labelSelector", jobset_selector(session.name))],
-    )
     rjob = getattr(getattr(session, "target", None), "replicated_job", None)
     names = []
-    for pod in data.get("items") or []:
+    for pod in list_job_pods(session.api_client, session.namespace, session.name):
         labels = (pod.get("metadata") or {}).get("labels") or {}
         if is_running(pod) and (rjob is None or labels.get(RJOB_LABEL) == rjob):
             names.append(pod_name(pod))

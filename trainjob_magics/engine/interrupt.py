@@ -69,4 +69,15 @@ def stop_command(
     return StopReport(pod, exec_id, False, text or f"stopper exited {result.returncode}")
 
 
-__all__ = ["INT_GRACE", "TERM_GRACE", "StopReport", "stop_command"]
+def stop_summary(where: str, reports: list[StopReport]) -> str:
+    """What stopping did, for one command or several (one pod each); ``where`` is e.g.
+    ``in pod p`` or ``on 3 pods``."""
+    if not reports:
+        return f"the command {where} had already ended"
+    bad = [r for r in reports if not r.stopped]
+    if len(reports) > 3 and not bad:
+        return f"stopped the remote command on {len(reports)} pods"
+    return "; ".join(r.line() for r in (bad or reports))
+
+
+__all__ = ["INT_GRACE", "TERM_GRACE", "StopReport", "stop_command", "stop_summary"]

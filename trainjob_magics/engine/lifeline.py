@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from kubernetes.client import ApiClient
@@ -17,14 +17,16 @@ from kubernetes.client import ApiClient
 from .apierrors import request
 from .errors import (
     CommandInterruptedError,
+    ConnectionLostError,
+    ExecTimeoutError,
     IdleReleasedError,
     InvalidInputError,
     PodNotRunningError,
     TrainJobError,
 )
-from .exec_client import OnOutput
+from .exec_client import LOST_HINT, OnOutput
 from .heartbeat import Heartbeat
-from .interrupt import StopReport, stop_command
+from .interrupt import StopReport, stop_command, stop_summary
 from .remote import new_exec_id, wants_wrapper, wrap
 from .result import ExecResult
 from .retry import with_retries
@@ -45,13 +47,23 @@ def run_command(
     stdin: bytes | None,
     timeout: float | None,
     on_output: OnOutput | None,
+    exec_id: str | None = None,
+    max_memory_output: int | None = None,
 ) -> ExecResult:
-    """Run ``argv`` in ``pod``; shell commands run under the pid-file wrapper so that a
-    KeyboardInterrupt here (or ``session.interrupt()`` from another thread) stops their whole
-    process tree. A KeyboardInterrupt raises :class:`CommandInterruptedError` with the output
-    received so far."""
-    exec_id = new_exec_id() if wants_wrapper(argv) else None
+    """Run ``argv`` in ``pod``; shell commands run under the pid-file wrapper (as ``exec_id``
+    when given) so that their whole process tree can be stopped.
+
+    A KeyboardInterrupt here (or ``session.interrupt()`` from another thread) stops it and
+    raises :class:`CommandInterruptedError`; a timeout stops it before raising
+    :class:`ExecTimeoutError`; a dropped connection leaves it registered so that
+    ``session.interrupt()`` can still stop it. Every error keeps the output so far in
+    ``.partial``."""
+    if not wants_wrapper(argv):
+        exec_id = None
+    elif exec_id is None:
+        exec_id = new_exec_id()
     run_argv = wrap(exec_id, argv) if exec_id else list(argv)
+    keep_registered = False
     if exec_id:
         session._inflight[exec_id] = (pod, container)
     try:
@@ -63,6 +75,7 @@ def run_command(
             stdin=stdin,
             timeout=timeout,
             on_output=on_output,
+            max_memory_output=max_memory_output,
         )
     except KeyboardInterrupt as exc:
         partial = getattr(exc, "partial", None)
@@ -72,8 +85,23 @@ def run_command(
             partial=partial,
             reports=reports,
         ) from None
+    except ExecTimeoutError as exc:
+        if not exec_id:
+            raise
+        reports = interrupt(session, only=exec_id)
+        raise ExecTimeoutError(
+            timeout_message(pod, timeout, reports), partial=exc.partial, reports=reports
+        ) from None
+    except ConnectionLostError as exc:
+        if not exec_id:
+            raise
+        keep_registered = True  # it may still run: session.interrupt() can stop it
+        raise ConnectionLostError(
+            str(exc).replace(LOST_HINT, f"stop it with session.interrupt(), or {LOST_HINT}"),
+            partial=exc.partial,
+        ) from None
     finally:
-        if exec_id:
+        if exec_id and not keep_registered:
             session._inflight.pop(exec_id, None)
 
 
@@ -84,26 +112,80 @@ def interrupted_message(pod: str, reports: list[StopReport], *, wrapped: bool = 
             f"interrupted: stopped reading; the command (not run by a shell, so it has no pid "
             f"file) may still be running in pod {pod}"
         )
-    if not reports:
-        return f"interrupted: the command in pod {pod} had already ended"
-    if all(r.stopped for r in reports):
-        return "interrupted: " + "; ".join(r.line() for r in reports)
-    bad = [r for r in reports if not r.stopped]
-    return "interrupted: " + "; ".join(r.line() for r in bad)
+    return "interrupted: " + stop_summary(f"in pod {pod}", reports)
 
 
-def interrupt(session: Any, only: str | None = None) -> list[StopReport]:
-    """Stop the session's running commands (all, or the one with exec id ``only``), each with
-    SIGINT, then SIGTERM, then SIGKILL; returns one report per command."""
+def timeout_message(pod: str, timeout: float | None, reports: list[StopReport]) -> str:
+    """One line for a timeout that stopped (or tried to stop) the remote command."""
+    limit = f"{timeout:g}s" if timeout is not None else "its timeout"
+    return f"the command did not finish within {limit}: " + stop_summary(f"in pod {pod}", reports)
+
+
+class SessionRunner:
+    """An ``ExecClient``-like ``run`` through :func:`run_command`, for a group of commands (one
+    per pod): each is wrapped and stopped on timeout; :meth:`interrupt` stops all of them and
+    keeps the group from starting more."""
+
+    def __init__(self, session: Any, max_memory_output: int | None = None) -> None:
+        self.session = session
+        self.max_memory_output = max_memory_output
+        self.exec_ids: list[str] = []
+        self.cancelled = False
+        self._lock = threading.Lock()
+
+    def run(
+        self,
+        namespace: str,
+        pod: str,
+        argv: Sequence[str],
+        *,
+        container: str | None = None,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+        on_output: OnOutput | None = None,
+    ) -> ExecResult:
+        exec_id = new_exec_id() if wants_wrapper(argv) else None
+        with self._lock:
+            if self.cancelled:
+                raise CommandInterruptedError(f"interrupted: the command never started in {pod}")
+            if exec_id:
+                self.exec_ids.append(exec_id)
+                self.session._inflight[exec_id] = (pod, container)
+        return run_command(
+            self.session,
+            pod,
+            argv,
+            container=container,
+            stdin=stdin,
+            timeout=timeout,
+            on_output=on_output,
+            exec_id=exec_id,
+            max_memory_output=self.max_memory_output,
+        )
+
+    def interrupt(self) -> list[StopReport]:
+        """Stop every command of the group still running; no new ones start."""
+        with self._lock:
+            self.cancelled = True
+            ids = set(self.exec_ids)
+        return interrupt(self.session, only=ids) if ids else []
+
+
+def interrupt(session: Any, only: str | Collection[str] | None = None) -> list[StopReport]:
+    """Stop the session's running commands (all, or those with the exec ids ``only``), each
+    with SIGINT, then SIGTERM, then SIGKILL; returns one report per command."""
+    wanted = {only} if isinstance(only, str) else only
     targets = [
         (eid, pod, container)
         for eid, (pod, container) in list(session._inflight.items())
-        if only is None or eid == only
+        if wanted is None or eid in wanted
     ]
     reports: list[StopReport | None] = [None] * len(targets)
 
     def stop(i: int, eid: str, pod: str, container: str | None) -> None:
         reports[i] = stop_command(session._exec, session.namespace, pod, container, eid)
+        if reports[i].stopped:  # type: ignore[union-attr]
+            session._inflight.pop(eid, None)
 
     threads = [
         threading.Thread(target=stop, args=(i, *t), daemon=True, name="trainjob-stop")
@@ -194,6 +276,7 @@ def create_trainjob(api: ApiClient, namespace: str, name: str, body: dict[str, A
 
 
 __all__ = [
+    "SessionRunner",
     "StopReport",
     "create_trainjob",
     "interrupt",
@@ -202,4 +285,5 @@ __all__ = [
     "run_command",
     "start_heartbeat",
     "stop_heartbeat",
+    "timeout_message",
 ]

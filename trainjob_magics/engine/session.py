@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -23,8 +24,8 @@ from .errors import (
 )
 from .exec_client import ExecClient, OnOutput
 from .fanout import MultiExecResult
-from .files import TransferProgress, TransferResult
 from .heartbeat import idle_timeout_of
+from .jobops import JobOps
 from .kueue import (
     QueueReporter,
     SessionPreemptedError,
@@ -39,7 +40,7 @@ from .kueue import (
     queue_of,
     queue_status,
 )
-from .logs import OnLog, PodLogs
+from .output import MAX_MEMORY_OUTPUT, SpillDir
 from .pods import (
     TRAINER_CONTAINER,
     TrainerTarget,
@@ -48,17 +49,17 @@ from .pods import (
     is_running,
     job_status,
     jobset_selector,
+    list_job_pods,
     list_runtime_names,
     pod_name,
     pod_phase,
-    pods_path,
     select_trainer_pod,
     target_from_jobset_spec,
     target_from_runtime,
 )
 from .remote import DEFAULT_IDLE_TIMEOUT, validate_idle_timeout
 from .result import ExecResult, JobStatus
-from .targets import PodRef, TargetSpec
+from .targets import TargetSpec
 from .trainjob_body import (
     GROUP,
     build_trainjob,
@@ -69,8 +70,10 @@ from .trainjob_body import (
 from .validation import (
     validate_command,
     validate_env,
+    validate_exec,
     validate_gpu,
     validate_labels,
+    validate_max_memory_output,
     validate_name,
     validate_namespace,
     validate_num_nodes,
@@ -108,11 +111,12 @@ def _delete_hint(name: str, namespace: str) -> str:
     return f"`kubectl delete trainjob {name} -n {namespace}`"
 
 
-class TrainJobSession:
+class TrainJobSession(JobOps):
     """A running TrainJob whose trainer pod runs commands through pods/exec.
 
     ``execute`` may be called from any thread; ``close`` is idempotent and also runs when the
-    session is used as a context manager.
+    session is used as a context manager. Whole-job methods (``pods``, ``upload``,
+    ``download``, ``write_file``, ``logs``) come from :class:`~.jobops.JobOps`.
     """
 
     def __init__(
@@ -148,7 +152,8 @@ class TrainJobSession:
             self.container = container or TRAINER_CONTAINER
         self.target = target
         self.started_at = time.monotonic() if started_at is None else started_at
-        self._exec = ExecClient(api_client)
+        self._spill = SpillDir(name)
+        self._exec = ExecClient(api_client, spill_dir=self._spill)
         self._lock = threading.Lock()
         self._close_lock = threading.Lock()
         self._closed = False
@@ -161,6 +166,17 @@ class TrainJobSession:
     def pod(self) -> str:
         """Name of the trainer pod commands run in."""
         return self._pod
+
+    @property
+    def max_memory_output(self) -> int:
+        """Bytes of each output stream ``execute`` keeps in memory (default 64 MiB); the rest
+        of a larger output is spilled to a temporary file (``ExecResult.stdout_path``)."""
+        return int(self._exec.max_memory_output)
+
+    @max_memory_output.setter
+    def max_memory_output(self, value: int) -> None:
+        limit = validate_max_memory_output(value)
+        self._exec.max_memory_output = MAX_MEMORY_OUTPUT if limit is None else limit
 
     @property
     def closed(self) -> bool:
@@ -184,48 +200,52 @@ class TrainJobSession:
         timeout: float | None = None,
         on_output: OnOutput | None = None,
         pods: TargetSpec = None,
+        max_memory_output: int | None = None,
     ) -> ExecResult | MultiExecResult:
         """Run ``command`` in the trainer pod (a str runs with ``sh -c``, a list as argv).
 
         ``pods`` other than None/``"trainer"`` (``"all"``, ``"node"``, ``"node-2"``, a pod name,
         a list) runs it on those pods concurrently and returns a :class:`MultiExecResult`;
-        ``on_output`` is then called as ``on_output(pod, stream, text)``.
+        ``on_output`` is then called as ``on_output(pod, stream, text)``. A timeout or Ctrl-C
+        stops the remote command (on every pod). Each output stream keeps at most
+        ``max_memory_output`` bytes in memory (default: :attr:`max_memory_output`), the rest
+        is spilled to a temporary file.
         """
         if self._closed:
             raise SessionClosedError(
                 f"TrainJob session {self.name} is closed; start a new one with connect(...)"
             )
+        limit = validate_max_memory_output(max_memory_output)
         if jobops.wants_multi(pods):
-            return jobops.execute_multi(
-                self,
+            return self._execute_multi(
                 command,
                 pods,
                 container=container,
                 stdin=stdin,
                 timeout=timeout,
                 on_output=on_output,  # type: ignore[arg-type]
+                max_memory_output=limit,
             )
-        if command is None:
-            raise InvalidInputError("command is empty: give a command to run")
-        argv = validate_command(command)
-        assert argv is not None
-        timeout = validate_timeout(timeout)
-        if isinstance(stdin, str):
-            stdin = stdin.encode("utf-8")
-        elif stdin is not None and not isinstance(stdin, (bytes, bytearray, memoryview)):
-            raise InvalidInputError(f"stdin must be bytes or str, got {type(stdin).__name__}")
-        data = bytes(stdin) if stdin is not None else None
+        argv, timeout, data = validate_exec(command, timeout, stdin)
         if self._preempted is not None:
             raise SessionPreemptedError(
                 str(self._preempted), queue=self._preempted.queue, partial=None
             )
         with self._lock:
             pod = self._pod
-        run_container = container or self.container
+        run = functools.partial(
+            self._execute,
+            argv=argv,
+            run_container=container or self.container,
+            data=data,
+            timeout=timeout,
+            on_output=on_output,
+            max_memory_output=limit,
+        )
         if not self.queue:
-            return self._execute(pod, argv, run_container, data, timeout, on_output)
+            return run(pod)
         try:
-            result = self._execute(pod, argv, run_container, data, timeout, on_output)
+            result = run(pod)
         except (PodNotRunningError, ConnectionLostError) as exc:
             self._check_preempted(getattr(exc, "partial", None))
             raise
@@ -258,22 +278,28 @@ class TrainJobSession:
     def _execute(
         self,
         pod: str,
+        *,
         argv: list[str],
         run_container: str,
         data: bytes | None,
         timeout: float | None,
         on_output: OnOutput | None,
+        max_memory_output: int | None,
     ) -> ExecResult:
-        try:
+        def run(target: str) -> ExecResult:
             return lifeline.run_command(
                 self,
-                pod,
+                target,
                 argv,
                 container=run_container,
                 stdin=data,
                 timeout=timeout,
                 on_output=on_output,
+                max_memory_output=max_memory_output,
             )
+
+        try:
+            return run(pod)
         except PodNotRunningError as exc:
             # The handshake failed, so the command never started: safe to retry once on a
             # recreated trainer pod (unless Kueue preempted the job: its state is gone; or the
@@ -284,15 +310,7 @@ class TrainJobSession:
             new_pod = self._reresolve(pod)
             if new_pod == pod:
                 raise
-            return lifeline.run_command(
-                self,
-                new_pod,
-                argv,
-                container=run_container,
-                stdin=data,
-                timeout=timeout,
-                on_output=on_output,
-            )
+            return run(new_pod)
 
     def interrupt(self) -> list[lifeline.StopReport]:
         """Stop every command of this session still running in a pod (from any thread): its
@@ -300,16 +318,7 @@ class TrainJobSession:
         return lifeline.interrupt(self)
 
     def _list_pods(self) -> list[dict[str, Any]]:
-        data = request(
-            self.api_client,
-            "GET",
-            pods_path(self.namespace),
-            verb="list",
-            resource="pods",
-            namespace=self.namespace,
-            query=[("labelSelector", jobset_selector(self.name))],
-        )
-        return list(data.get("items") or [])
+        return list_job_pods(self.api_client, self.namespace, self.name)
 
     def _reresolve(self, old_pod: str) -> str:
         """Find the current trainer pod after ``old_pod`` failed; raise if none is Running."""
@@ -331,65 +340,6 @@ class TrainJobSession:
         raise PodNotRunningError(
             f"the trainer pod of TrainJob {self.name} ({old_pod}) {state}; check "
             "session.status(), or close() the session and connect again"
-        )
-
-    # -- whole job: pods, files, logs (engine/jobops.py) --------------------------------------
-    def pods(self, target: TargetSpec = "all") -> list[PodRef]:
-        """The pods a target names (``all``, ``node``, ``node-2``, ``launcher``, a pod name)."""
-        return jobops.resolve(self, target)
-
-    def upload(
-        self,
-        local: str,
-        remote: str,
-        pods: TargetSpec = "trainer",
-        *,
-        progress: TransferProgress | None = None,
-        verify: bool = True,
-        timeout: float | None = None,
-    ) -> TransferResult:
-        """Copy a local file or directory to ``remote`` on the target pods (tar over exec)."""
-        return jobops.upload(
-            self, local, remote, pods, progress=progress, verify=verify, timeout=timeout
-        )
-
-    def download(
-        self,
-        remote: str,
-        local: str,
-        pod: TargetSpec = "trainer",
-        *,
-        progress: TransferProgress | None = None,
-        verify: bool = True,
-        timeout: float | None = None,
-    ) -> TransferResult:
-        """Copy ``remote`` (file or directory) from one pod to ``local``, unpacked safely."""
-        return jobops.download(
-            self, remote, local, pod, progress=progress, verify=verify, timeout=timeout
-        )
-
-    def write_file(
-        self, path: str, text: str | bytes, pods: TargetSpec = "trainer"
-    ) -> TransferResult:
-        """Write ``text`` to ``path`` on the target pods (parent directories created)."""
-        return jobops.write_file(self, path, text, pods)
-
-    def logs(
-        self,
-        pod: TargetSpec = None,
-        tail: int | None = None,
-        follow: bool = False,
-        container: str | None = None,
-        on_output: OnLog | None = None,
-        **kwargs: Any,
-    ) -> str | PodLogs:
-        """Pod logs: str for one pod, :class:`PodLogs` for ``all``/roles/lists.
-
-        ``on_output(pod, text)`` gets followed output as it arrives; ``stop=threading.Event()``
-        ends a follow from another thread.
-        """
-        return jobops.logs(
-            self, pod, tail=tail, follow=follow, container=container, on_output=on_output, **kwargs
         )
 
     # -- status -----------------------------------------------------------------------------
@@ -465,6 +415,7 @@ class TrainJobSession:
             if self._closed:
                 return
             lifeline.stop_heartbeat(self)
+            self._spill.close()  # results still held keep their spill files until collected
             deadline = time.monotonic() + timeout
             delete_trainjob(self.api_client, self.namespace, self.name)
             self._closed = True

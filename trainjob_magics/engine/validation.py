@@ -196,3 +196,33 @@ def validate_timeout(timeout: object, what: str = "timeout") -> float | None:
     if not timeout > 0 or not math.isfinite(timeout):
         raise InvalidInputError(f"{what} must be a positive number of seconds, got {timeout!r}")
     return float(timeout)
+
+
+def validate_exec(
+    command: object, timeout: object, stdin: object
+) -> tuple[list[str], float | None, bytes | None]:
+    """``(argv, timeout, stdin bytes)`` of an ``execute()`` call; stdin is bytes or str (UTF-8)."""
+    if command is None:
+        raise InvalidInputError("command is empty: give a command to run")
+    argv = validate_command(command)
+    assert argv is not None
+    if isinstance(stdin, str):
+        data: bytes | None = stdin.encode("utf-8")
+    elif stdin is None or isinstance(stdin, bytes):
+        data = stdin
+    elif isinstance(stdin, (bytearray, memoryview)):
+        data = bytes(stdin)
+    else:
+        raise InvalidInputError(f"stdin must be bytes or str, got {type(stdin).__name__}")
+    return argv, validate_timeout(timeout), data
+
+
+def validate_max_memory_output(value: object) -> int | None:
+    """``None`` (the default) or a number of bytes >= 0 kept in memory per output stream."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInputError(
+            f"max_memory_output must be a number of bytes >= 0 (or None), got {value!r}"
+        )
+    return value

@@ -2,64 +2,65 @@
 
 from __future__ import annotations
 
-from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
+from typing import Any
+
+from traitlets import Bool, CaselessStrEnum, Float, Int, TraitType, Unicode
 from traitlets.config import Configurable
+
+
+def _setting(kind: type[TraitType], default: Any, help: str) -> Any:
+    """A configurable trait (``%config`` and profiles can set it)."""
+    return kind(default, help=help).tag(config=True)
 
 
 class TrainJobConfig(Configurable):
     """Settings of the TrainJob magics (mixed into the ``TrainJobMagics`` class)."""
 
-    namespace = Unicode(
+    namespace = _setting(
+        Unicode, "", "Namespace for new sessions; empty: the kubeconfig context's namespace."
+    )
+    default_runtime = _setting(
+        Unicode,
         "",
-        help="Namespace for new sessions; empty: the kubeconfig context's namespace.",
-    ).tag(config=True)
-    default_runtime = Unicode(
-        "",
-        help="Runtime used by %trainjob_connect when none is given (e.g. 'mpi-interactive').",
-    ).tag(config=True)
-    connect_timeout = Float(
-        600.0,
-        help="Seconds %trainjob_connect waits for the trainer pod before giving up.",
-    ).tag(config=True)
-    keep_alive_command = Unicode(
-        "",
-        help="Shell command that keeps the trainer pod alive; empty: the engine's default.",
-    ).tag(config=True)
-    idle_timeout = Float(
+        "Runtime used by %trainjob_connect when none is given (e.g. 'mpi-interactive').",
+    )
+    connect_timeout = _setting(
+        Float, 600.0, "Seconds %trainjob_connect waits for the trainer pod before giving up."
+    )
+    keep_alive_command = _setting(
+        Unicode, "", "Shell command that keeps the trainer pod alive; empty: the engine's default."
+    )
+    idle_timeout = _setting(
+        Float,
         1800.0,
-        help="Seconds without a heartbeat from this kernel after which a new session's TrainJob "
+        "Seconds without a heartbeat from this kernel after which a new session's TrainJob "
         "ends itself and frees its resources (heartbeats flow while the kernel lives, so this "
         "bounds how long a killed kernel's job lingers); 0 keeps it forever.",
-    ).tag(config=True)
-    context = Unicode("", help="Kubeconfig context to use; empty: the current one.").tag(
-        config=True
     )
-    kubeconfig = Unicode("", help="Kubeconfig file; empty: $KUBECONFIG or ~/.kube/config.").tag(
-        config=True
+    context = _setting(Unicode, "", "Kubeconfig context to use; empty: the current one.")
+    kubeconfig = _setting(Unicode, "", "Kubeconfig file; empty: $KUBECONFIG or ~/.kube/config.")
+    display_max_lines = _setting(
+        Int, 1000, "Lines of a cell's output kept on screen; earlier lines are hidden (not lost)."
     )
-    display_max_lines = Int(
-        1000,
-        help="Lines of a cell's output kept on screen; earlier lines are hidden (not lost).",
-    ).tag(config=True)
-    display_max_line_chars = Int(
-        10000, help="Characters shown per output line; the rest is cut on screen."
-    ).tag(config=True)
-    update_interval = Float(
-        0.1, help="Minimum seconds between two screen updates of a streaming output."
-    ).tag(config=True)
-    raise_on_error = Bool(
+    display_max_line_chars = _setting(
+        Int, 10000, "Characters shown per output line; the rest is cut on screen."
+    )
+    update_interval = _setting(
+        Float, 0.1, "Minimum seconds between two screen updates of a streaming output."
+    )
+    raise_on_error = _setting(
+        Bool,
         True,
-        help="A non-zero remote exit code fails the cell (stops Run All, nbconvert, papermill).",
-    ).tag(config=True)
+        "A non-zero remote exit code fails the cell (stops Run All, nbconvert, papermill).",
+    )
     widgets = CaselessStrEnum(
         ["auto", "on", "off"],
         default_value="auto",
         help="Widget output: 'auto' uses widgets in a Jupyter kernel and text in a terminal.",
     ).tag(config=True)
-    close_timeout = Float(
-        180.0, help="Seconds %trainjob_close waits for the TrainJob's pods to go."
-    ).tag(config=True)
-    exit_close_timeout = Float(
-        4.0,
-        help="Seconds to wait per session when closing at kernel exit, restart or %reset.",
-    ).tag(config=True)
+    close_timeout = _setting(
+        Float, 180.0, "Seconds %trainjob_close waits for the TrainJob's pods to go."
+    )
+    exit_close_timeout = _setting(
+        Float, 4.0, "Seconds to wait per session when closing at kernel exit, restart or %reset."
+    )

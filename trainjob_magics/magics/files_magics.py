@@ -1,6 +1,6 @@
-"""Whole-job magics: ``%%trainjob --pod``, ``%%trainjob_writefile``, ``%trainjob_upload``,
-``%trainjob_download``, ``%trainjob_logs``. Thin: every call goes to the engine (jobops) in a
-worker thread while the cell's thread renders per-pod output and progress.
+"""Whole-job magics: ``%%trainjob_writefile``, ``%trainjob_upload``, ``%trainjob_download``,
+``%trainjob_logs``. Thin: every call goes to the engine (jobops) in a worker thread while the
+cell's thread renders per-pod output and progress. (``%%trainjob --pod`` lives in ``cell.py``.)
 """
 
 from __future__ import annotations
@@ -8,22 +8,21 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .magics import (
-    _LAST,
-    Pump,
-    TrainJobCellError,
-    TrainJobMagicError,
-    TrainJobMagics,
-    TrainJobUsageError,
-    as_one_line,
-    parse,
-)
-from .multipod_output import PrefixedTextView, ProgressView, TabbedWidgetView
+from .arguments import check_positive, parse, session_option
+from .cell import multi_view
+from .errors import TrainJobMagicError, TrainJobUsageError, as_one_line
+from .multipod_output import ProgressView
+from .worker import Pump
+
+if TYPE_CHECKING:
+    from .magics import TrainJobMagics
+
+POD_HELP = "Target: trainer, all, node, node-2, a pod name."
 
 
 def _main(shell: Any) -> TrainJobMagics:
@@ -35,113 +34,12 @@ def _main(shell: Any) -> TrainJobMagics:
     return found
 
 
-def _engine_error(exc: BaseException) -> BaseException:
-    return as_one_line(exc)
-
-
-def multi_view(main: TrainJobMagics, pods: list[tuple[str, str]], where: str) -> Any:
-    """Tab per pod (widgets) or prefixed lines (text)."""
-    if main._widgets():
-        return TabbedWidgetView(
-            pods,
-            max_lines=main.display_max_lines,
-            max_line_chars=main.display_max_line_chars,
-            interval=main.update_interval,
-            where=where,
-        )
-    return PrefixedTextView(pods)
-
-
-class _QuietView:
-    def write(self, pod: str, stream: str, text: str) -> None:
-        pass
-
-    def tick(self) -> None:
-        pass
-
-    def pod_done(self, pod: str, result: Any, error: BaseException | None) -> None:
-        pass
-
-    def finish(self, summary: str, ok: bool = True) -> None:
-        pass
-
-
-# ------------------------------------------------------------------ %%trainjob --pod
-
-
-def run_multi_cell(main: TrainJobMagics, entry: Any, cell: str, args: Any) -> None:
-    """``%%trainjob --pod TARGET``: run the body on every target pod, grouped output per pod.
-
-    The cell fails (naming the pods) when any pod failed, unless --no-raise-error.
-    """
-    from trainjob_magics.engine import jobops
-    from trainjob_magics.engine.fanout import run_on_pods
-
-    session = entry.session
-    try:
-        targets = jobops.commands(session, jobops.resolve(session, args.pod), args.container)
-    except Exception as exc:
-        raise _engine_error(exc) from None
-    where = f"{args.result or '_trainjob'}[pod].stdout"
-    pods = [(t.pod, t.label) for t in targets]
-    view = _QuietView() if args.quiet else multi_view(main, pods, where)
-
-    def work(emit: Callable[..., None]) -> Any:
-        return run_on_pods(
-            session._exec,
-            session.namespace,
-            targets,
-            ["sh", "-c", cell],
-            timeout=args.timeout,
-            on_output=lambda pod, stream, text: emit("out", pod, stream, text),
-            on_done=lambda pod, result, error: emit("done", pod, result, error),
-        )
-
-    def handle(kind: str, pod: str, *rest: Any) -> None:
-        if kind == "out":
-            view.write(pod, *rest)
-        else:
-            view.pod_done(pod, *rest)
-
-    pump = Pump()
-    try:
-        result = pump.run(work, handle, view.tick)
-    except KeyboardInterrupt:
-        pump.cancel()
-        view.finish("interrupted", ok=False)
-        raise TrainJobCellError(
-            f"interrupted: stopped reading; the command may still be running on {len(targets)} "
-            "pod(s)"
-        ) from None
-    except Exception as exc:
-        view.finish(type(exc).__name__, ok=False)
-        raise _engine_error(exc) from None
-    view.finish(result.summary(), ok=result.ok)
-    _store_multi(main, result, args)
-    raise_on_error = main.raise_on_error and not args.no_raise_error
-    if not result.ok and raise_on_error:
-        raise TrainJobCellError(result.summary(), result)
-
-
-def _store_multi(main: TrainJobMagics, result: Any, args: Any) -> None:
-    """``_trainjob`` and --result get the MultiExecResult; --out/--err dicts pod -> text."""
-    _LAST[0] = result
-    ns = main.shell.user_ns if main.shell is not None else {}
-    ns["_trainjob"] = result
-    if args.out:
-        ns[args.out] = {p: r.stdout for p, r in result.items()}
-    if args.err:
-        ns[args.err] = {p: r.stderr for p, r in result.items()}
-    if args.result:
-        ns[args.result] = result
-
-
 # ------------------------------------------------------------------ file and log magics
 
 
 def _run_with_progress(main: TrainJobMagics, label: str, fn: Callable[..., Any]) -> Any:
     """Run ``fn(progress)`` in a worker; show its progress here once the transfer is large."""
-    bar = ProgressView(label, main._widgets())
+    bar = ProgressView(label, main.use_widgets())
 
     def work(emit: Callable[..., None]) -> Any:
         return fn(lambda done, total: emit(done, total))
@@ -155,9 +53,13 @@ def _run_with_progress(main: TrainJobMagics, label: str, fn: Callable[..., Any])
         raise TrainJobMagicError(f"interrupted: {label.lower()} abandoned") from None
     except Exception as exc:
         bar.finish(ok=False)
-        raise _engine_error(exc) from None
+        raise as_one_line(exc) from None
     bar.finish(ok=True)
     return result
+
+
+def _no_verify(f: Callable[..., Any]) -> Callable[..., Any]:
+    return argument("--no-verify", action="store_true", help="Skip the size/sha256 check.")(f)
 
 
 @magics_class
@@ -165,12 +67,20 @@ class TrainJobFileMagics(Magics):
     """Files and logs across the job's pods."""
 
     def _session(self, alias: str | None) -> Any:
-        return _main(self.shell)._entry(alias).session
+        return _main(self.shell).entry(alias).session
+
+    def _transfer(self, label: str, args: Any, call: Callable[[Any, Any], Any]) -> None:
+        """``call(session, progress)`` with a progress bar; prints the transfer's summary."""
+        session = self._session(args.session)
+        result = _run_with_progress(
+            _main(self.shell), label, lambda progress: call(session, progress)
+        )
+        print(result.summary())
 
     @magic_arguments()
     @argument("path", help="File to write in the pod(s); relative to the working directory.")
-    @argument("--pod", default="trainer", help="Target: trainer, all, node, node-2, a pod name.")
-    @argument("--session", metavar="ALIAS", help="Session (default: the last connected).")
+    @argument("--pod", default="trainer", help=POD_HELP)
+    @session_option
     @cell_magic
     def trainjob_writefile(self, line: str, cell: str) -> None:
         """Write the cell body to PATH in the pod(s), as ``%%writefile`` does locally."""
@@ -179,65 +89,60 @@ class TrainJobFileMagics(Magics):
         try:
             result = session.write_file(args.path, cell, pods=args.pod)
         except Exception as exc:
-            raise _engine_error(exc) from None
+            raise as_one_line(exc) from None
         where = result.pods[0] if len(result.pods) == 1 else f"{len(result.pods)} pods"
         print(f"Wrote {result.bytes} bytes to {args.path} on {where}.")
 
     @magic_arguments()
     @argument("local", help="Local file or directory.")
     @argument("remote", help="Destination in the pod(s); ending in / means inside that directory.")
-    @argument("--pod", default="trainer", help="Target: trainer, all, node, node-2, a pod name.")
-    @argument("--no-verify", action="store_true", help="Skip the size/sha256 check.")
-    @argument("--session", metavar="ALIAS", help="Session (default: the last connected).")
+    @argument("--pod", default="trainer", help=POD_HELP)
+    @_no_verify
+    @session_option
     @line_magic
     def trainjob_upload(self, line: str = "") -> None:
         """Copy a local file or directory to the pod(s) as a tar stream (like kubectl cp)."""
         args = parse(self.trainjob_upload, line)
-        session = self._session(args.session)
-        result = _run_with_progress(
-            _main(self.shell),
+        self._transfer(
             "Uploading",
-            lambda progress: session.upload(
+            args,
+            lambda session, progress: session.upload(
                 args.local, args.remote, pods=args.pod, progress=progress, verify=not args.no_verify
             ),
         )
-        print(result.summary())
 
     @magic_arguments()
     @argument("remote", help="File or directory in the pod.")
     @argument("local", help="Local destination; ending in / means inside that directory.")
     @argument("--pod", default="trainer", help="One pod: trainer, node-2, a pod name.")
-    @argument("--no-verify", action="store_true", help="Skip the size/sha256 check.")
-    @argument("--session", metavar="ALIAS", help="Session (default: the last connected).")
+    @_no_verify
+    @session_option
     @line_magic
     def trainjob_download(self, line: str = "") -> None:
         """Copy a file or directory from a pod, refusing archive members that escape LOCAL."""
         args = parse(self.trainjob_download, line)
-        session = self._session(args.session)
-        result = _run_with_progress(
-            _main(self.shell),
+        self._transfer(
             "Downloading",
-            lambda progress: session.download(
+            args,
+            lambda session, progress: session.download(
                 args.remote, args.local, pod=args.pod, progress=progress, verify=not args.no_verify
             ),
         )
-        print(result.summary())
 
     @magic_arguments()
-    @argument("--pod", default="trainer", help="Target: trainer, all, node, node-2, a pod name.")
+    @argument("--pod", default="trainer", help=POD_HELP)
     @argument("--tail", type=int, help="Only the last N lines.")
     @argument("--follow", action="store_true", help="Keep streaming until interrupted.")
     @argument("--timeout", type=float, help="With --follow: stop after this many seconds.")
     @argument("--container", help="Container (default: the trainer container).")
-    @argument("--session", metavar="ALIAS", help="Session (default: the last connected).")
+    @session_option
     @line_magic
     def trainjob_logs(self, line: str = "") -> None:
         """Show pod logs (e.g. the sshd logs of MPI node pods), grouped per pod."""
         args = parse(self.trainjob_logs, line)
         if args.tail is not None and args.tail < 0:
             raise TrainJobUsageError(f"--tail must be >= 0, got {args.tail}")
-        if args.timeout is not None and args.timeout <= 0:
-            raise TrainJobUsageError(f"--timeout must be positive, got {args.timeout}")
+        check_positive(args.timeout, "--timeout")
         main = _main(self.shell)
         session = self._session(args.session)
         from trainjob_magics.engine import jobops
@@ -245,7 +150,7 @@ class TrainJobFileMagics(Magics):
         try:
             targets = jobops.commands(session, jobops.resolve(session, args.pod), args.container)
         except Exception as exc:
-            raise _engine_error(exc) from None
+            raise as_one_line(exc) from None
         view = multi_view(main, [(t.pod, t.label) for t in targets], "session.logs()")
         stop = threading.Event()
         started = time.monotonic()
@@ -278,7 +183,7 @@ class TrainJobFileMagics(Magics):
             return
         except Exception as exc:
             view.finish(type(exc).__name__, ok=False)
-            raise _engine_error(exc) from None
+            raise as_one_line(exc) from None
         for pod in logs:
             error = logs.errors.get(pod)
             if error is not None:

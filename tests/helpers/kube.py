@@ -1,0 +1,76 @@
+"""Read TrainJobs and pods of a (local) cluster through the kubernetes python client."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+
+
+def list_trainjobs(kubeconfig: str | Path, namespace: str = "default") -> list[dict[str, Any]]:
+    """Every TrainJob object in ``namespace`` (those being deleted included)."""
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        return client.CustomObjectsApi(api).list_namespaced_custom_object(
+            GROUP, VERSION, namespace, "trainjobs"
+        )["items"]
+    finally:
+        api.close()
+
+
+def trainjob_names(
+    kubeconfig: str | Path, namespace: str = "default", *, include_deleting: bool = True
+) -> list[str]:
+    """TrainJob names in ``namespace``; without ``include_deleting`` only the live ones."""
+    return [
+        item["metadata"]["name"]
+        for item in list_trainjobs(kubeconfig, namespace)
+        if include_deleting or not item["metadata"].get("deletionTimestamp")
+    ]
+
+
+def get_trainjob(
+    kubeconfig: str | Path, name: str, namespace: str = "default"
+) -> dict[str, Any] | None:
+    """The TrainJob ``name``, or None when it does not exist."""
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        return client.CustomObjectsApi(api).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "trainjobs", name
+        )
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    finally:
+        api.close()
+
+
+def jobset_pods(kubeconfig: str | Path, name: str, namespace: str = "default") -> list[Any]:
+    """The pods of the TrainJob ``name`` (by the JobSet name label), as V1Pod objects."""
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        return (
+            client.CoreV1Api(api)
+            .list_namespaced_pod(namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}")
+            .items
+        )
+    finally:
+        api.close()
+
+
+def wait_trainjob_gone(
+    kubeconfig: str | Path, name: str, timeout: float, interval: float = 0.2
+) -> bool:
+    """Wait until no live (not deleting) TrainJob ``name`` is left; False after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if name not in trainjob_names(kubeconfig, include_deleting=False):
+            return True
+        time.sleep(interval)
+    return False

@@ -1,0 +1,265 @@
+"""Captured command output with bounded memory.
+
+Each stream keeps at most ``limit`` bytes in memory (:data:`MAX_MEMORY_OUTPUT` by default); past
+that, everything received so far and the rest go to a spill file. Nothing is decoded while the
+output streams: :class:`CapturedOutput` decodes on access.
+
+Spill files live in ``<tmp>/trainjob-magics-<pid>-XXXX/<session>-XXXX/``. A file belongs to the
+object that holds it (the :class:`ExecResult`): it is removed when that object is garbage
+collected (``weakref.finalize``), at the latest when the interpreter exits. Closing a session
+removes its directory once no result holds a file in it: a result the user keeps stays readable.
+Roots left behind by a killed process (its pid is gone) are removed when the next process spills.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import tempfile
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+MAX_MEMORY_OUTPUT = 64 << 20  # bytes per stream kept in memory before spilling to a file
+ROOT_PREFIX = "trainjob-magics-"
+SPILL_BUFFER = 1 << 20  # write buffer of a spill file
+
+Sink = Callable[[bytes], Any] | BinaryIO  # raw bytes receiver: a callable or a binary file
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+class _SpillFile:
+    """Owns one spill file: removed when this object is collected (or at exit)."""
+
+    __slots__ = ("__weakref__", "_remove", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._remove = weakref.finalize(self, _unlink, path)
+
+
+class CapturedOutput:
+    """One stream's captured bytes: in memory, or in a spill file (:attr:`path`)."""
+
+    __slots__ = ("_data", "_spill", "_text", "size")
+
+    def __init__(
+        self,
+        data: bytes | None = None,
+        *,
+        text: str | None = None,
+        spill: _SpillFile | None = None,
+        size: int | None = None,
+    ) -> None:
+        self._data = data
+        self._text = text
+        self._spill = spill
+        if size is None:
+            size = len(data) if data is not None else len(self.read_bytes())
+        self.size = size
+
+    @property
+    def path(self) -> str | None:
+        """The spill file, None when the bytes are in memory."""
+        return self._spill.path if self._spill is not None else None
+
+    def read_bytes(self) -> bytes:
+        """Every byte (read from the spill file when there is one)."""
+        if self._data is not None:
+            return self._data
+        if self._spill is not None:
+            with open(self._spill.path, "rb") as fh:
+                return fh.read()
+        self._data = (self._text or "").encode("utf-8", "surrogatepass")
+        return self._data
+
+    def text(self) -> str:
+        """UTF-8 text, invalid bytes replaced (cached unless spilled)."""
+        if self._text is not None:
+            return self._text
+        text = self.read_bytes().decode("utf-8", "replace")
+        if self._spill is None:
+            self._text = text
+        return text
+
+    def head(self, n: int) -> str:
+        """The first ``n`` bytes as text (a cut multi-byte character is dropped)."""
+        if self._text is not None:
+            return self._text[:n]
+        if self._data is not None:
+            raw = self._data[:n]
+        elif self._spill is not None:
+            with open(self._spill.path, "rb") as fh:
+                raw = fh.read(n)
+        else:
+            raw = b""
+        return raw.decode("utf-8", "ignore" if len(raw) == n else "replace")
+
+
+EMPTY = CapturedOutput(b"")
+
+
+class SpillDir:
+    """Where one session's spill files go; created on the first spill."""
+
+    def __init__(self, label: str = "exec") -> None:
+        self.label = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:60] or "x"
+        self.path: str | None = None
+        self._lock = threading.Lock()
+
+    def new_file(self, prefix: str) -> tuple[BinaryIO, _SpillFile]:
+        """A fresh spill file opened for writing, and its owner."""
+        with self._lock:
+            if self.path is None or not os.path.isdir(self.path):
+                self.path = tempfile.mkdtemp(prefix=f"{self.label}-", dir=_process_root())
+            fd, path = tempfile.mkstemp(prefix=prefix, suffix=".out", dir=self.path)
+        owner = _SpillFile(path)
+        return os.fdopen(fd, "wb", buffering=SPILL_BUFFER), owner
+
+    def close(self) -> None:
+        """Remove the directory when no spill file is left in it."""
+        with self._lock:
+            if self.path is not None:
+                with contextlib.suppress(OSError):
+                    os.rmdir(self.path)
+
+
+_ROOT: dict[str, Any] = {}
+_ROOT_LOCK = threading.Lock()
+
+
+def _process_root() -> str:
+    """This process's spill root (created once; removed at exit; stale roots swept first)."""
+    with _ROOT_LOCK:
+        if _ROOT.get("pid") != os.getpid() or not os.path.isdir(_ROOT.get("path", "")):
+            sweep_stale_roots()
+            path = tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-")
+            if "path" not in _ROOT:
+                atexit.register(_remove_root)
+            _ROOT.update(pid=os.getpid(), path=path)
+        return str(_ROOT["path"])
+
+
+def _remove_root() -> None:
+    if _ROOT.get("pid") == os.getpid():
+        shutil.rmtree(_ROOT["path"], ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale_roots(tmp: str | None = None) -> list[str]:
+    """Remove spill roots (ours, by uid) whose process is gone; returns what was removed."""
+    base = tmp or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(ROOT_PREFIX):
+            continue
+        pid_text = entry.name[len(ROOT_PREFIX) :].split("-", 1)[0]
+        try:
+            st = entry.stat(follow_symlinks=False)
+            pid = int(pid_text)
+        except (OSError, ValueError):
+            continue
+        if not entry.is_dir(follow_symlinks=False) or st.st_uid != os.getuid():
+            continue
+        if pid != os.getpid() and not _pid_alive(pid):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    return removed
+
+
+class OutputBuffer:
+    """Collects one stream as it arrives: memory up to ``limit`` bytes, then a spill file.
+
+    ``limit`` None keeps everything in memory.
+    """
+
+    def __init__(self, limit: int | None, spill_dir: SpillDir | None, prefix: str) -> None:
+        self.limit = limit
+        self.spill_dir = spill_dir
+        self.prefix = prefix
+        self.chunks: list[Any] = []
+        self.size = 0
+        self._file: BinaryIO | None = None
+        self._spill: _SpillFile | None = None
+        self._frozen: CapturedOutput | None = None
+
+    def add(self, data: memoryview | bytes) -> None:
+        self.size += len(data)
+        if self._file is not None:
+            self._file.write(data)
+            return
+        self.chunks.append(data)
+        if self.limit is not None and self.size > self.limit:
+            self._start_spill()
+
+    def _start_spill(self) -> None:
+        spill_dir = self.spill_dir or default_spill_dir()
+        self._file, self._spill = spill_dir.new_file(self.prefix)
+        for chunk in self.chunks:
+            self._file.write(chunk)
+        self.chunks = []
+
+    def freeze(self) -> CapturedOutput:
+        """The captured output (idempotent; no more ``add`` after this)."""
+        if self._frozen is None:
+            if self._file is not None:
+                self._file.close()
+                self._frozen = CapturedOutput(spill=self._spill, size=self.size)
+            else:
+                self._frozen = CapturedOutput(b"".join(self.chunks), size=self.size)
+                self.chunks = []
+        return self._frozen
+
+
+_DEFAULT_DIR: list[SpillDir] = []
+
+
+def default_spill_dir() -> SpillDir:
+    """The spill directory of execs outside a session."""
+    with _ROOT_LOCK:
+        if not _DEFAULT_DIR:
+            _DEFAULT_DIR.append(SpillDir("exec"))
+        return _DEFAULT_DIR[0]
+
+
+def sink_writer(sink: Sink) -> Callable[[memoryview], Any]:
+    """A callable taking each chunk: ``sink.write`` for a file, else ``sink(bytes)``."""
+    write = getattr(sink, "write", None)
+    if write is not None:
+        return write  # type: ignore[no-any-return]
+    if not callable(sink):
+        raise TypeError(f"a sink must be callable or have .write(), got {type(sink).__name__}")
+    return lambda data: sink(bytes(data))
+
+
+__all__ = [
+    "EMPTY",
+    "MAX_MEMORY_OUTPUT",
+    "CapturedOutput",
+    "OutputBuffer",
+    "Sink",
+    "SpillDir",
+    "default_spill_dir",
+    "sink_writer",
+    "sweep_stale_roots",
+]

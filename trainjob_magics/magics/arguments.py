@@ -1,0 +1,168 @@
+"""Shared magic_arguments groups and parsing helpers of the magics.
+
+The groups play the part of ipyparallel's ``exec_args``: each magic stacks the ones it needs, so
+an option has the same name, meaning and help text everywhere.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic_arguments import argument, parse_argstring
+
+from .errors import TrainJobUsageError
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+SESSION_HELP = "Session of this kernel (default: the last connected)."
+
+
+def _apply(f: Callable[..., Any], decorators: list[Decorator]) -> Callable[..., Any]:
+    for d in reversed(decorators):
+        f = d(f)
+    return f
+
+
+def session_args(f: Callable[..., Any]) -> Callable[..., Any]:
+    """[ALIAS] and --session ALIAS: the session to use (either form; the default: the last)."""
+    return _apply(
+        f,
+        [
+            argument(
+                "alias", nargs="?", metavar="ALIAS", help=f"{SESSION_HELP} Same as --session."
+            ),
+            session_option,
+        ],
+    )
+
+
+def session_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--session ALIAS (for magics whose positional arguments are something else)."""
+    return argument("--session", metavar="ALIAS", help=SESSION_HELP)(f)
+
+
+def cluster_args(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--namespace, --context, --kubeconfig."""
+    return _apply(
+        f,
+        [
+            argument(
+                "--namespace", help="Namespace (default: TrainJobMagics.namespace or kubeconfig)."
+            ),
+            argument("--context", help="Kubeconfig context (default: the current one)."),
+            argument(
+                "--kubeconfig",
+                metavar="PATH",
+                help="Kubeconfig file (default: TrainJobMagics.kubeconfig, $KUBECONFIG or "
+                "~/.kube/config).",
+            ),
+        ],
+    )
+
+
+def exec_args(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--container, --timeout of a command in the trainer pod."""
+    return _apply(
+        f,
+        [
+            argument("--container", help="Container of the trainer pod (default: the trainer's)."),
+            argument("--timeout", type=float, help="Seconds before the command is abandoned."),
+        ],
+    )
+
+
+def output_args(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--out, --err, --result, --no-raise-error, --quiet: where a command's result goes."""
+    stores = [
+        argument(f"--{opt}", metavar="VAR", help=f"Store the {what} in the Python variable VAR.")
+        for opt, what in (("out", "stdout text"), ("err", "stderr text"), ("result", "ExecResult"))
+    ]
+    return _apply(
+        f,
+        [
+            *stores,
+            argument(
+                "--no-raise-error",
+                action="store_true",
+                help="A non-zero exit code does not fail the cell (TrainJobMagics.raise_on_error).",
+            ),
+            argument("--quiet", action="store_true", help="Do not show the output (still stored)."),
+        ],
+    )
+
+
+# ------------------------------------------------------------------ parsing
+
+
+def parse(fn: Callable[..., Any], line: str) -> Any:
+    """``parse_argstring`` with errors turned into one line naming the magic and its help."""
+    try:
+        return parse_argstring(fn, line)
+    except UsageError as exc:
+        msg = " ".join(str(exc).split())
+        hint = _did_you_mean(fn, msg)
+        name = fn.__name__
+        raise TrainJobUsageError(f"%{name}: {msg}{hint}; see %{name}? for every option") from None
+
+
+def _did_you_mean(fn: Callable[..., Any], msg: str) -> str:
+    """`` (did you mean --gpu?)`` for a mistyped option in an argparse message."""
+    parser = getattr(fn, "parser", None)
+    if parser is None or "unrecognized arguments:" not in msg:
+        return ""
+    known = [o for o in parser._option_string_actions if o.startswith("--")]
+    unknown = [w for w in msg.split("unrecognized arguments:", 1)[1].split() if w.startswith("--")]
+    for word in unknown:
+        close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.6)
+        if close:
+            return f" (did you mean {close[0]}?)"
+    return ""
+
+
+def chosen_session(args: Any) -> str | None:
+    """The session named by ``ALIAS`` or ``--session`` (None: the default one)."""
+    positional = getattr(args, "alias", None)
+    option = getattr(args, "session", None)
+    if positional and option and positional != option:
+        raise TrainJobUsageError(
+            f"two sessions given ({positional!r} and --session {option}): give one of them"
+        )
+    return option or positional
+
+
+def cluster_settings(args: Any, config: Any) -> dict[str, str | None]:
+    """``namespace``, ``context``, ``config_file`` from the options, else the configuration."""
+    return {
+        "namespace": args.namespace or config.namespace or None,
+        "context": args.context or config.context or None,
+        "config_file": args.kubeconfig or config.kubeconfig or None,
+    }
+
+
+def parse_env(items: list[list[str]] | None) -> dict[str, str] | None:
+    """``[['A=1', 'B=2'], ['C=3']]`` -> ``{'A': '1', ...}``; a bad item is a one-line error."""
+    if not items:
+        return None
+    env: dict[str, str] = {}
+    for group in items:
+        for item in group:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise TrainJobUsageError(f"--env expects KEY=VALUE, got {item!r}")
+            env[key] = value
+    return env
+
+
+def check_var(name: str | None, option: str) -> None:
+    """Variable names of --out/--err/--result must be Python identifiers."""
+    if name is not None and not name.isidentifier():
+        raise TrainJobUsageError(f"{option} expects a Python variable name, got {name!r}")
+
+
+def check_positive(value: float | None, option: str) -> None:
+    """Timeouts and the like must be > 0 when given."""
+    if value is not None and value <= 0:
+        raise TrainJobUsageError(f"{option} must be positive, got {value:g}")

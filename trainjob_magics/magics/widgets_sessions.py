@@ -1,0 +1,41 @@
+"""``%trainjob_sessions`` as an HTML table widget (with the text table as its fallback)."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from .text_output import SESSION_COLUMNS, SessionRow, format_sessions
+from .widgets_status import _CELL, _TABLE, _badge
+
+
+def render_sessions_html(rows: list[SessionRow]) -> str:
+    """This kernel's sessions as an HTML table; the default one in bold."""
+    if not rows:
+        return (
+            f'<div class="tjm-sessions" style="color:#555">{html.escape(format_sessions([]))}</div>'
+        )
+    th = "".join(f'<th style="{_CELL}">{c.title()}</th>' for c in SESSION_COLUMNS)
+    body = []
+    for r in rows:
+        alias = html.escape(r.alias) + (" (default)" if r.default else "")
+        cells = [alias, *(html.escape(x or "-") for x in (r.name, r.namespace, r.runtime))]
+        tds = "".join(f'<td style="{_CELL}">{c}</td>' for c in cells)
+        weight = "font-weight:bold" if r.default else ""
+        body.append(f'<tr style="{weight}">{tds}<td style="{_CELL}">{_badge(r.state)}</td></tr>')
+    return (
+        f'<table class="tjm-sessions" style="{_TABLE}"><thead><tr>{th}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def show_sessions(rows: list[SessionRow]) -> Any:
+    """Display the table widget (``text/plain``: the text table); returns the widget."""
+    import ipywidgets as w
+
+    from .frontend import WidgetDisplay
+
+    widget = w.HTML(value=render_sessions_html(rows))
+    widget.add_class("trainjob-sessions")
+    WidgetDisplay(widget, format_sessions(rows))
+    return widget
