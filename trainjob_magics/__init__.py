@@ -8,15 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .engine import (
-    ExecResult,
-    JobStatus,
-    PodInfo,
-    TrainJobSession,
-    attach,
-    connect,
-    errors,
-)
+from .engine import *  # noqa: F403  (the engine's public API, listed in engine.__all__)
+from .engine import __all__ as _ENGINE_ALL
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -33,14 +26,4 @@ def unload_ipython_extension(ipython: Any) -> None:
     extension.unload_ipython_extension(ipython)
 
 
-__all__ = [
-    "ExecResult",
-    "JobStatus",
-    "PodInfo",
-    "TrainJobSession",
-    "attach",
-    "connect",
-    "errors",
-    "load_ipython_extension",
-    "unload_ipython_extension",
-]
+__all__ = [*_ENGINE_ALL, "load_ipython_extension", "unload_ipython_extension"]

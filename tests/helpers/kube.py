@@ -74,3 +74,40 @@ def wait_trainjob_gone(
             return True
         time.sleep(interval)
     return False
+
+
+def delete_all_trainjobs(
+    kubeconfig: str | Path, namespace: str = "default", timeout: float = 30
+) -> None:
+    """Delete every TrainJob in ``namespace`` and wait until they and their pods are gone.
+
+    Leaves a (local) cluster quiet: no object changes, no pod processes.
+    """
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        co, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        for item in co.list_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs")[
+            "items"
+        ]:
+            try:
+                co.delete_namespaced_custom_object(
+                    GROUP, VERSION, namespace, "trainjobs", item["metadata"]["name"]
+                )
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+        deadline = time.monotonic() + timeout
+        while True:
+            jobs = co.list_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs")
+            pods = core.list_namespaced_pod(namespace).items
+            if not jobs["items"] and not pods:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"still there after {timeout}s: TrainJobs "
+                    f"{[i['metadata']['name'] for i in jobs['items']]}, "
+                    f"pods {[p.metadata.name for p in pods]}"
+                )
+            time.sleep(0.1)
+    finally:
+        api.close()

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.kube import delete_all_trainjobs
 from trainjob_magics import connect
 from trainjob_magics.engine import (
     QueuedTimeoutError,
@@ -29,6 +30,9 @@ def kcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]
     root = tmp_path_factory.mktemp("kueue-cluster")
     with LocalCluster(root_dir=root, kueue=cfg, bookmark_interval=0.5) as c:
         yield c
+        # Stop on a quiet cluster: store events racing the shutdown can leave the Kueue
+        # simulation running (LocalCluster.stop then waits 15 s and leaks the pod processes).
+        delete_all_trainjobs(c.kubeconfig_path)
 
 
 @pytest.fixture
@@ -37,6 +41,9 @@ def kc(kcluster: LocalCluster) -> Iterator[str]:
     kcluster.kueue.set_quota({"cpu": "1"})
     yield str(kcluster.kubeconfig_path)
     kcluster.faults.clear()
+    # A TrainJob a test left queued is admitted once the quota is back and would hold the
+    # quota the next test needs.
+    delete_all_trainjobs(kcluster.kubeconfig_path)
 
 
 def _connect(kc: str, **kw: Any) -> Any:

@@ -197,3 +197,11 @@ def test_format_age() -> None:
 
 def test_format_sessions_empty() -> None:
     assert "%trainjob_connect" in format_sessions([])
+
+
+def test_hidden_note_names_the_spill_file() -> None:
+    note = hidden_note(5, "_trainjob.stdout", "/tmp/x/p-stdout-1.out")
+    assert note == (
+        "[… 5 lines hidden; the full output is in _trainjob.stdout, stored in the file "
+        "/tmp/x/p-stdout-1.out]"
+    )

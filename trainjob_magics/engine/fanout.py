@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from .errors import CommandInterruptedError
 from .interrupt import StopReport, stop_summary
@@ -109,17 +109,9 @@ def _empty(pod: str, started: float) -> ExecResult:
 class PodRunner(Protocol):
     """What runs one pod's command: an :class:`ExecClient` or a session's ``SessionRunner``."""
 
-    def run(
-        self,
-        namespace: str,
-        pod: str,
-        argv: Sequence[str],
-        *,
-        container: str | None = None,
-        stdin: bytes | None = None,
-        timeout: float | None = None,
-        on_output: Callable[[str, str], None] | None = None,
-    ) -> ExecResult: ...
+    def run(self, namespace: str, pod: str, argv: Sequence[str], **options: Any) -> ExecResult:
+        """Run ``argv`` in ``pod`` with ``container``, ``stdin``, ``timeout``, ``on_output``."""
+        ...
 
 
 def run_on_pods(

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import TrainJobError
-from .pods import RJOB_LABEL, is_running, list_job_pods, pod_name
+from .pods import RJOB_LABEL, is_running, pod_name
 from .remote import heartbeat_argv, heartbeat_interval
+from .targets import list_job_pods
 
 log = logging.getLogger(__name__)
 

@@ -141,9 +141,9 @@ class SessionRunner:
         *,
         container: str | None = None,
         stdin: bytes | None = None,
-        timeout: float | None = None,
-        on_output: OnOutput | None = None,
+        **options: Any,
     ) -> ExecResult:
+        """Run ``argv`` in ``pod`` (``timeout``, ``on_output`` as for ``ExecClient.run``)."""
         exec_id = new_exec_id() if wants_wrapper(argv) else None
         with self._lock:
             if self.cancelled:
@@ -157,8 +157,8 @@ class SessionRunner:
             argv,
             container=container,
             stdin=stdin,
-            timeout=timeout,
-            on_output=on_output,
+            timeout=options.get("timeout"),
+            on_output=options.get("on_output"),
             exec_id=exec_id,
             max_memory_output=self.max_memory_output,
         )

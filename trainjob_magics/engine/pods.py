@@ -62,20 +62,6 @@ def jobset_selector(name: str) -> str:
     return f"{JOBSET_NAME_LABEL}={name}"
 
 
-def list_job_pods(api: ApiClient, namespace: str, name: str) -> list[dict[str, Any]]:
-    """Every pod of TrainJob ``name`` (by its JobSet label)."""
-    data = request(
-        api,
-        "GET",
-        pods_path(namespace),
-        verb="list",
-        resource="pods",
-        namespace=namespace,
-        query=[("labelSelector", jobset_selector(name))],
-    )
-    return list(data.get("items") or [])
-
-
 def runtime_path(kind: str, namespace: str, name: str | None = None) -> str:
     """REST path of a (Cluster)TrainingRuntime, or of the collection."""
     if kind == RUNTIME_KIND:

@@ -49,7 +49,6 @@ from .pods import (
     is_running,
     job_status,
     jobset_selector,
-    list_job_pods,
     list_runtime_names,
     pod_name,
     pod_phase,
@@ -59,7 +58,7 @@ from .pods import (
 )
 from .remote import DEFAULT_IDLE_TIMEOUT, validate_idle_timeout
 from .result import ExecResult, JobStatus
-from .targets import TargetSpec
+from .targets import TargetSpec, list_job_pods
 from .trainjob_body import (
     GROUP,
     build_trainjob,

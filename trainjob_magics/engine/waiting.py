@@ -98,17 +98,22 @@ class Watcher:
             query.append(("fieldSelector", self.field_selector))
         return query
 
-    def relist(self) -> None:
-        """Replace the local copy with a fresh list and remember its resourceVersion."""
-        data = request(
+    def _get(self, verb: str, query: list[tuple[str, str]], **kw: Any) -> Any:
+        """GET the collection (``list`` or ``watch``)."""
+        return request(
             self.api,
             "GET",
             self.path,
-            verb="list",
+            verb=verb,
             resource=self.resource,
             namespace=self.namespace,
-            query=self._selectors(),
+            query=query,
+            **kw,
         )
+
+    def relist(self) -> None:
+        """Replace the local copy with a fresh list and remember its resourceVersion."""
+        data = self._get("list", self._selectors())
         self.objects = {pod_name(item): item for item in data.get("items") or [] if pod_name(item)}
         self.resource_version = str((data.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -185,17 +190,7 @@ class Watcher:
         ]
         if self.resource_version:
             query.append(("resourceVersion", self.resource_version))
-        resp = request(
-            self.api,
-            "GET",
-            self.path,
-            verb="watch",
-            resource=self.resource,
-            namespace=self.namespace,
-            query=query,
-            stream=True,
-            timeout=(10.0, min(seconds, remaining) + 1.0),
-        )
+        resp = self._get("watch", query, stream=True, timeout=(10.0, min(seconds, remaining) + 1.0))
         lines = iter_lines(resp)
         try:
             while True:

@@ -125,10 +125,12 @@ class ScreenBuffer:
         return [*self.lines, *self.partials()]
 
 
-def hidden_note(hidden: int, where: str) -> str:
-    """The line saying how much output was hidden and where the full output is."""
+def hidden_note(hidden: int, where: str, path: str | None = None) -> str:
+    """The line saying how much output was hidden and where the full output is (``path``: the
+    file it was spilled to when it outgrew the memory limit)."""
     s = "" if hidden == 1 else "s"
-    return f"[… {hidden:,} line{s} hidden; the full output is in {where}]"
+    spilled = f", stored in the file {path}" if path else ""
+    return f"[… {hidden:,} line{s} hidden; the full output is in {where}{spilled}]"
 
 
 def footer_text(returncode: int | None, duration: float, pod: str = "", extra: str = "") -> str:
@@ -158,6 +160,7 @@ class TextOutputView:
         self.max_lines = max(1, max_lines)
         self.tail: deque[tuple[str, str]] = deque(maxlen=max(1, self.max_lines // 10))
         self.where = where
+        self.output_path: str | None = None  # the result's spill file, set before finish()
         self.buffer = ScreenBuffer(max_lines=1, max_line_chars=max_line_chars)
         self.throttle = Throttle(interval, clock)
         self._out = {"stdout": stdout, "stderr": stderr}
@@ -221,7 +224,7 @@ class TextOutputView:
                 self.tail.append((name, text))
         if self.tail:
             if self._hidden:
-                self._emit("stdout", hidden_note(self._hidden, self.where) + "\n")
+                self._emit("stdout", hidden_note(self._hidden, self.where, self.output_path) + "\n")
             for name, line in self.tail:
                 self._emit(name, line + "\n")
             self.tail.clear()

@@ -22,11 +22,13 @@ _OK = "color:#1e7b34"
 _FAIL = "color:#b3261e;font-weight:bold"
 
 
-def render_lines_html(lines: list[tuple[str, str]], hidden: int, where: str) -> str:
+def render_lines_html(
+    lines: list[tuple[str, str]], hidden: int, where: str, path: str | None = None
+) -> str:
     """HTML of the kept lines, stderr styled apart, with the hidden-lines note on top."""
     parts = []
     if hidden:
-        note = html.escape(hidden_note(hidden, where))
+        note = html.escape(hidden_note(hidden, where, path))
         parts.append(f'<span class="tjm-note" style="{_NOTE}">{note}</span>\n')
     for stream, text in lines:
         t = html.escape(strip_ansi(text))
@@ -38,9 +40,11 @@ def render_lines_html(lines: list[tuple[str, str]], hidden: int, where: str) -> 
     return f'<div class="tjm-output" style="{_BOX}"><pre style="{_PRE}">{body}</pre></div>'
 
 
-def render_lines_text(lines: list[tuple[str, str]], hidden: int, where: str) -> str:
+def render_lines_text(
+    lines: list[tuple[str, str]], hidden: int, where: str, path: str | None = None
+) -> str:
     """Plain text of the same view (the widget's ``text/plain`` fallback)."""
-    out = [hidden_note(hidden, where)] if hidden else []
+    out = [hidden_note(hidden, where, path)] if hidden else []
     out.extend(strip_ansi(t) for _, t in lines)
     return "\n".join(out)
 
@@ -64,6 +68,7 @@ class WidgetOutputView:
         import ipywidgets as w
 
         self.where = where
+        self.output_path: str | None = None  # the result's spill file, set before finish()
         self.buffer = ScreenBuffer(max_lines=max_lines, max_line_chars=max_line_chars)
         self.throttle = Throttle(interval, clock)
         self.body = w.HTML(value="")
@@ -92,11 +97,15 @@ class WidgetOutputView:
     def _render(self) -> None:
         self._dirty = False
         self.renders += 1
-        self.body.value = render_lines_html(self.buffer.view(), self.buffer.hidden, self.where)
+        self.body.value = render_lines_html(
+            self.buffer.view(), self.buffer.hidden, self.where, self.output_path
+        )
 
     def text(self) -> str:
         """The shown output as plain text."""
-        return render_lines_text(self.buffer.view(), self.buffer.hidden, self.where)
+        return render_lines_text(
+            self.buffer.view(), self.buffer.hidden, self.where, self.output_path
+        )
 
     def finish(self, footer: str | None = None, ok: bool = True) -> None:
         """Final render, footer, and the text fallback for front ends without widget state."""
