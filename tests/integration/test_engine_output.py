@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 
@@ -20,6 +22,7 @@ from trainjob_magics.localcluster import LocalCluster
 pytestmark = pytest.mark.timeout(120)
 
 SIZE_64MB = 64 * 1024 * 1024
+SIZE_32MB = 32 * 1024 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -109,10 +112,86 @@ def test_stdin_round_trip(session) -> None:
 
 
 def test_large_stdin_while_output_flows(session) -> None:
-    """4 MB in, 4 MB out at the same time: the sender thread keeps both directions moving."""
+    """4 MB in, 4 MB out at the same time over one TLS connection (one thread does both)."""
     data = bytes(range(256)) * (4 * 4096)
     res = session.execute(["cat"], stdin=data, timeout=60)
     assert res.ok and res.stdout_bytes == data
+
+
+def test_32mb_stdin_and_32mb_stdout_at_once(local_cluster, session) -> None:
+    """Both directions full at the same time: what the pod read and what came back are both
+    byte-exact."""
+    data = random.Random(32).randbytes(SIZE_32MB)
+    expected = hashlib.sha256(data).hexdigest()
+    res = session.execute(["tee", "stdin-copy.bin"], stdin=data, timeout=90)
+    assert res.ok, res.stderr
+    assert res.stdout_size == SIZE_32MB
+    assert hashlib.sha256(res.stdout_bytes).hexdigest() == expected
+    copy = local_cluster.pod_dir("default", session.pod) / "stdin-copy.bin"
+    assert hashlib.sha256(copy.read_bytes()).hexdigest() == expected
+    copy.unlink()
+
+
+def test_slow_stdin_reader_does_not_deadlock(session) -> None:
+    """The command reads nothing for a second, then echoes 8 MB: the sender waits for the
+    socket instead of blocking, and output keeps being read meanwhile."""
+    data = random.Random(8).randbytes(8 * 1024 * 1024)
+    started = time.monotonic()
+    res = session.execute(["sh", "-c", "sleep 1; cat"], stdin=data, timeout=60)
+    elapsed = time.monotonic() - started
+    assert res.ok and res.stdout_bytes == data
+    assert 1 <= elapsed < 20, f"took {elapsed:.1f}s"
+
+
+def test_stdin_file_object_progress_in_the_calling_thread(session, tmp_path) -> None:
+    """A file object is streamed in chunks; ``on_stdin`` reports every byte, from the thread
+    that called ``run`` (no helper thread touches the socket)."""
+    src = tmp_path / "stdin.bin"
+    src.write_bytes(os.urandom(3 * 1024 * 1024 + 17))
+    progress: list[int] = []
+    threads: set[str] = set()
+
+    def on_stdin(n: int) -> None:
+        progress.append(n)
+        threads.add(threading.current_thread().name)
+
+    with src.open("rb") as f:
+        res = session._exec.run(
+            session.namespace, session.pod, ["sha256sum"], stdin=f, on_stdin=on_stdin, timeout=60
+        )
+    assert res.ok, res.stderr
+    assert res.stdout.split()[0] == hashlib.sha256(src.read_bytes()).hexdigest()
+    assert sum(progress) == src.stat().st_size and len(progress) > 1
+    assert threads == {threading.current_thread().name}
+
+
+def test_command_ignoring_stdin_ends_promptly(session) -> None:
+    """The command exits without reading its 32 MB of stdin: its status ends the exec."""
+    started = time.monotonic()
+    res = session.execute(["head", "-c", "5"], stdin=b"hello" + bytes(SIZE_32MB), timeout=60)
+    assert res.ok and res.stdout_bytes == b"hello"
+    assert time.monotonic() - started < 15
+
+
+def test_timeout_while_stdin_is_blocked(session) -> None:
+    """The command never reads its stdin: the timeout still fires on time and stops it."""
+    marker = f"30.{os.getpid() % 100000:05d}{int(time.time() * 1000) % 100000:05d}"
+    started = time.monotonic()
+    with pytest.raises(E.ExecTimeoutError) as info:
+        session.execute(f"echo before; sleep {marker}", stdin=bytes(16 * 1024 * 1024), timeout=1)
+    assert time.monotonic() - started < 8
+    assert info.value.partial is not None and info.value.partial.stdout == "before\n"
+    assert [r.stopped for r in info.value.reports] == [True]
+    assert wait_dead(marker_processes(f"sleep {marker}"), 5) == []
+
+
+def test_timeout_while_output_trickles(session) -> None:
+    """Output arriving now and then does not postpone the timeout."""
+    started = time.monotonic()
+    with pytest.raises(E.ExecTimeoutError) as info:
+        session.execute("while :; do echo tick; sleep 0.1; done", timeout=1)
+    assert time.monotonic() - started < 6
+    assert info.value.partial is not None and "tick" in info.value.partial.stdout
 
 
 BODIES = [

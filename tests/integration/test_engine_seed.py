@@ -371,16 +371,7 @@ def test_execute_follows_a_recreated_trainer_pod(cluster, api, unique_name) -> N
                 p.metadata.name != old and p.status.phase == "Running" for p in job_pods(api, name)
             )
 
-        try:
-            wait_until(new_running, timeout=3)
-        except AssertionError:
-            # Local-cluster bug (controller._handle forgets the pod's owner before looking it
-            # up on DELETED, so the Job does not recreate the pod until the next TrainJob
-            # event). Nudge it with a harmless label change; remove once fixed.
-            k8s.CustomObjectsApi(api).patch_namespaced_custom_object(
-                GROUP, VERSION, "default", "trainjobs", name, {"metadata": {"labels": {"n": "1"}}}
-            )
-            wait_until(new_running)
+        wait_until(new_running)  # the Job recreates the deleted pod
         res = s.execute("hostname")
         assert res.ok and res.pod != old and s.pod == res.pod
         assert res.stdout.strip() == f"{name}-node-0-0"

@@ -188,3 +188,24 @@ def test_terminal_ipython_text_fallback(terminal: TerminalIPython, own_cluster: 
     assert terminal.exit() == 0, terminal.text()
     assert job not in trainjob_names(own_cluster.kubeconfig_path), "the TrainJob outlived the shell"
     assert own_cluster.token not in terminal.text()
+
+
+def test_terminal_ctrl_c_footer_on_its_own_line(terminal: TerminalIPython) -> None:
+    """Ctrl-C in a cell: the terminal echoes ``^C``; the footer starts on the next line."""
+    assert "Error" not in terminal.run("%load_ext trainjob_magics")
+    terminal.run("%trainjob_connect mpi-interactive", timeout=120)
+    start = len(terminal.text())
+    terminal.wait_for(r"In \[\d+\]: ", 60, start - 20)
+    os.write(terminal.master, b"%%trainjob\necho started\nsleep 1000\n\n\n")
+    terminal.wait_for(r"started\n", 60, start)
+    time.sleep(0.3)
+    os.write(terminal.master, b"\x03")  # Ctrl-C typed: the pty echoes ^C ...
+    os.kill(terminal.proc.pid, signal.SIGINT)  # ... and (no controlling tty here) the SIGINT
+    terminal.wait_for(r"interrupted: stopped the remote command", 30, start)
+    out = terminal.text()[start:]
+    assert "^C" in out, out  # the pty echoed it, as a terminal does
+    assert not re.search(r"\^C(no )?exit code", out), out
+    assert re.search(
+        r"^(no exit code|exit code -?\d+) · [\d.]+ s · pod \S+ · interrupted$", out, re.M
+    ), out
+    assert terminal.exit() == 0, terminal.text()

@@ -8,6 +8,7 @@ label also reaches the pods. MPI runtimes with a launcher never resolve to a nod
 
 from __future__ import annotations
 
+import difflib
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -150,6 +151,18 @@ def list_runtime_names(api: ApiClient, namespace: str) -> list[str]:
                     else f"{item_name} ({ns_tag(namespace)})"
                 )
     return sorted(set(names))
+
+
+def unknown_runtime_message(runtime: str, namespace: str, available: list[str]) -> str:
+    """One line: the runtime is unknown, the closest names (difflib), every available one."""
+    bare = {name.split(" (", 1)[0]: name for name in available}
+    close = difflib.get_close_matches(runtime, list(bare), n=3, cutoff=0.6)
+    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+    listed = ", ".join(available) if available else "none found"
+    return (
+        f"unknown runtime {runtime!r} in namespace {namespace}{hint}; available: {listed}: "
+        "pass one of them"
+    )
 
 
 def ns_tag(namespace: str) -> str:

@@ -23,7 +23,7 @@ from .errors import (
     TrainJobError,
 )
 from .exec_client import ExecClient, OnOutput
-from .fanout import MultiExecResult
+from .fanout import MultiExecResult, OnPodDone
 from .heartbeat import idle_timeout_of
 from .jobops import JobOps
 from .kueue import (
@@ -55,6 +55,7 @@ from .pods import (
     select_trainer_pod,
     target_from_jobset_spec,
     target_from_runtime,
+    unknown_runtime_message,
 )
 from .remote import DEFAULT_IDLE_TIMEOUT, validate_idle_timeout
 from .result import ExecResult, JobStatus
@@ -200,12 +201,14 @@ class TrainJobSession(JobOps):
         on_output: OnOutput | None = None,
         pods: TargetSpec = None,
         max_memory_output: int | None = None,
+        on_done: OnPodDone | None = None,
     ) -> ExecResult | MultiExecResult:
         """Run ``command`` in the trainer pod (a str runs with ``sh -c``, a list as argv).
 
         ``pods`` other than None/``"trainer"`` (``"all"``, ``"node"``, ``"node-2"``, a pod name,
         a list) runs it on those pods concurrently and returns a :class:`MultiExecResult`;
-        ``on_output`` is then called as ``on_output(pod, stream, text)``. A timeout or Ctrl-C
+        ``on_output`` is then called as ``on_output(pod, stream, text)`` and ``on_done`` as
+        ``on_done(pod, result, error)`` when a pod's command ends. A timeout or Ctrl-C
         stops the remote command (on every pod). Each output stream keeps at most
         ``max_memory_output`` bytes in memory (default: :attr:`max_memory_output`), the rest
         is spilled to a temporary file.
@@ -223,6 +226,7 @@ class TrainJobSession(JobOps):
                 stdin=stdin,
                 timeout=timeout,
                 on_output=on_output,  # type: ignore[arg-type]
+                on_done=on_done,
                 max_memory_output=limit,
             )
         argv, timeout, data = validate_exec(command, timeout, stdin)
@@ -539,10 +543,7 @@ def connect(
     info = fetch_runtime(api, ns, runtime)
     if info is None:
         available = list_runtime_names(api, ns)
-        raise InvalidInputError(
-            f"unknown runtime {runtime!r} in namespace {ns}; available: "
-            f"{', '.join(available) if available else 'none found'}: pass one of them"
-        )
+        raise InvalidInputError(unknown_runtime_message(runtime, ns, available))
     job_name = name or generate_name()
     body = build_trainjob(
         job_name,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -68,38 +69,69 @@ def output_view(magics: TrainJobMagics, where: str) -> Any:
     return TextOutputView(**_view_limits(magics, where))
 
 
-def partial_result(stdout: list[str], stderr: list[str], started: float, pod: str) -> Any:
-    """An ``ExecResult`` without exit code from the output received so far."""
+INTERRUPT_WAIT = 2.0  # seconds to wait for the stopped command's result after Ctrl-C
+TAIL_CHARS = 64 << 10  # characters per stream kept for a partial result the engine did not give
+
+
+class OutputTail:
+    """The last ``limit`` characters of each stream (chunks, so adding is cheap)."""
+
+    def __init__(self, limit: int = TAIL_CHARS) -> None:
+        self.limit = limit
+        self.chunks: dict[str, deque[str]] = {"stdout": deque(), "stderr": deque()}
+        self.sizes = {"stdout": 0, "stderr": 0}
+
+    def add(self, stream: str, text: str) -> None:
+        chunks = self.chunks.setdefault(stream, deque())
+        chunks.append(text)
+        size = self.sizes.get(stream, 0) + len(text)
+        while len(chunks) > 1 and size - len(chunks[0]) >= self.limit:
+            size -= len(chunks.popleft())
+        self.sizes[stream] = size
+
+    def text(self, stream: str) -> str:
+        return "".join(self.chunks.get(stream, ()))[-self.limit :]
+
+
+def partial_result(tail: OutputTail, started: float, pod: str) -> Any:
+    """An ``ExecResult`` without exit code from the end of the output received so far."""
     from trainjob_magics.engine.result import ExecResult
 
-    out, err = "".join(stdout), "".join(stderr)
     return ExecResult(
-        stdout=out,
-        stderr=err,
+        stdout=tail.text("stdout"),
+        stderr=tail.text("stderr"),
         returncode=None,
         duration=time.monotonic() - started,
-        stdout_bytes=out.encode("utf-8", "replace"),
-        stderr_bytes=err.encode("utf-8", "replace"),
         pod=pod,
     )
+
+
+def stopped_result(pump: Pump, wait: float = INTERRUPT_WAIT) -> Any:
+    """The engine's result of a command stopped after Ctrl-C: what it returned, or the
+    ``.partial`` of what it raised; None when it did not end within ``wait`` seconds."""
+    try:
+        if not pump.join(wait):
+            return None
+    except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
+        return None
+    if pump.error is not None:
+        return getattr(pump.error, "partial", None)
+    return pump.value
 
 
 def run_exec(entry: Entry, cell: str, args: Any, view: Any) -> tuple[Any, BaseException | None]:
     """Run the body; returns (result, error to raise) with the view finished."""
     session = entry.session
     started = time.monotonic()
-    got: dict[str, list[str]] = {"stdout": [], "stderr": []}
+    tail = OutputTail()
 
     def work(emit: Callable[..., None]) -> Any:
         return session.execute(
-            ["sh", "-c", cell],
-            container=args.container,
-            timeout=args.timeout,
-            on_output=lambda stream, text: emit(stream, text),
+            ["sh", "-c", cell], container=args.container, timeout=args.timeout, on_output=emit
         )
 
     def handle(stream: str, text: str) -> None:
-        got.setdefault(stream, []).append(text)
+        tail.add(stream, text)
         view.write(stream, text)
 
     pump = Pump()
@@ -108,36 +140,47 @@ def run_exec(entry: Entry, cell: str, args: Any, view: Any) -> tuple[Any, BaseEx
         result = pump.run(work, handle, view.tick)
     except KeyboardInterrupt:
         pump.cancel()
-        message = interrupt_remote(session, pod)
-        partial = partial_result(got["stdout"], got["stderr"], started, pod)
-        view.finish(footer_text(None, partial.duration, partial.pod, "interrupted"), ok=False)
+        message, stopped = interrupt_remote(session, pod)
+        partial = stopped_result(pump) if stopped else None
+        if partial is None:
+            partial = partial_result(tail, started, pod)
+        finish(view, partial, "interrupted", interrupted=True)
         return partial, TrainJobCellError(message, partial)
     except Exception as exc:
         partial = getattr(exc, "partial", None)
         if partial is None:
-            partial = partial_result(got["stdout"], got["stderr"], started, pod)
-        view.finish(footer_text(None, partial.duration, partial.pod, type(exc).__name__), ok=False)
+            partial = partial_result(tail, started, pod)
+        finish(view, partial, type(exc).__name__)
         return partial, as_one_line(exc)
-    view.finish(footer_text(result.returncode, result.duration, result.pod), ok=result.ok)
+    finish(view, result)
     return result, None
 
 
-def interrupt_remote(session: Any, pod: str) -> str:
-    """Stop the session's remote commands (SIGINT, SIGTERM, SIGKILL); one line saying how."""
+def finish(view: Any, result: Any, extra: str = "", interrupted: bool = False) -> None:
+    """Footer of a single-pod cell; the hidden-lines note names the spill file, if any."""
+    view.output_path = getattr(result, "stdout_path", None)
+    ok = result.ok and not extra
+    footer = footer_text(result.returncode, result.duration, result.pod, extra)
+    view.finish(footer, ok=ok, interrupted=interrupted)
+
+
+def interrupt_remote(session: Any, pod: str) -> tuple[str, bool]:
+    """Stop the session's remote commands (SIGINT, SIGTERM, SIGKILL): one line saying how,
+    and whether a command was stopped (so its result is on its way)."""
     where = f" (pod {pod})" if pod else ""
     fallback = f"interrupted: stopped reading; the remote command may still be running{where}"
     interrupt = getattr(session, "interrupt", None)
     if interrupt is None:
-        return fallback
+        return fallback, False
     try:
         reports = interrupt()
     except Exception as exc:
-        return f"{fallback}; stopping it failed: {type(exc).__name__}: {exc}"
+        return f"{fallback}; stopping it failed: {type(exc).__name__}: {exc}", False
     if not isinstance(reports, list):
-        return f"interrupted: sent an interrupt to the remote command{where}"
+        return f"interrupted: sent an interrupt to the remote command{where}", False
     from trainjob_magics.engine.lifeline import interrupted_message
 
-    return interrupted_message(pod, reports)
+    return interrupted_message(pod, reports), any(r.stopped for r in reports)
 
 
 def store(magics: TrainJobMagics, result: Any, args: Any, per_pod: bool = False) -> None:
@@ -180,32 +223,34 @@ def multi_view(magics: TrainJobMagics, pods: list[tuple[str, str]], where: str) 
     """Tab per pod (widgets) or prefixed lines (text)."""
     if magics.use_widgets():
         return TabbedWidgetView(pods, **_view_limits(magics, where))
-    return PrefixedTextView(pods)
+    return PrefixedTextView(pods, max_line_chars=magics.display_max_line_chars)
 
 
 def run_multi_cell(magics: TrainJobMagics, entry: Entry, cell: str, args: Any) -> None:
     """``%%trainjob --pod TARGET``: run the body on every target pod, grouped output per pod.
 
-    The cell fails (naming the pods) when any pod failed, unless --no-raise-error.
+    Ctrl-C stops the command on every pod. The cell fails (naming the pods) when any pod
+    failed, unless --no-raise-error.
     """
     from trainjob_magics.engine import jobops
-    from trainjob_magics.engine.fanout import run_on_pods
 
     session = entry.session
     try:
-        targets = jobops.commands(session, jobops.resolve(session, args.pod), args.container)
+        targets = jobops.commands(session, session.pods(args.pod), args.container)
     except Exception as exc:
         raise as_one_line(exc) from None
     where = f"{args.result or '_trainjob'}[pod].stdout"
-    pods = [(t.pod, t.label) for t in targets]
-    view = _QuietView() if args.quiet else multi_view(magics, pods, where)
+    view = (
+        _QuietView()
+        if args.quiet
+        else multi_view(magics, [(t.pod, t.label) for t in targets], where)
+    )
 
     def work(emit: Callable[..., None]) -> Any:
-        return run_on_pods(
-            session._exec,
-            session.namespace,
-            targets,
+        return session.execute(
             ["sh", "-c", cell],
+            pods=[t.pod for t in targets],
+            container=args.container,
             timeout=args.timeout,
             on_output=lambda pod, stream, text: emit("out", pod, stream, text),
             on_done=lambda pod, result, error: emit("done", pod, result, error),
@@ -222,11 +267,12 @@ def run_multi_cell(magics: TrainJobMagics, entry: Entry, cell: str, args: Any) -
         result = pump.run(work, handle, view.tick)
     except KeyboardInterrupt:
         pump.cancel()
-        view.finish("interrupted", ok=False)
-        raise TrainJobCellError(
-            f"interrupted: stopped reading; the command may still be running on {len(targets)} "
-            "pod(s)"
-        ) from None
+        message, stopped = interrupt_pods(session, len(targets))
+        partial = stopped_result(pump) if stopped else None
+        view.finish("interrupted", ok=False, interrupted=True)
+        if partial is not None:
+            store(magics, partial, args, per_pod=True)
+        raise TrainJobCellError(message, partial) from None
     except Exception as exc:
         view.finish(type(exc).__name__, ok=False)
         raise as_one_line(exc) from None
@@ -234,3 +280,19 @@ def run_multi_cell(magics: TrainJobMagics, entry: Entry, cell: str, args: Any) -
     store(magics, result, args, per_pod=True)
     if not result.ok and magics.raise_on_error and not args.no_raise_error:
         raise TrainJobCellError(result.summary(), result)
+
+
+def interrupt_pods(session: Any, n: int) -> tuple[str, bool]:
+    """Stop the session's remote commands on every pod: one line saying how, and whether
+    a command was stopped."""
+    from trainjob_magics.engine.interrupt import stop_summary
+
+    where = f"on {n} pod{'s' if n != 1 else ''}"
+    try:
+        reports = session.interrupt()
+    except Exception as exc:
+        return (
+            f"interrupted: stopped reading; the command may still be running {where}; "
+            f"stopping it failed: {type(exc).__name__}: {exc}"
+        ), False
+    return "interrupted: " + stop_summary(where, reports), any(r.stopped for r in reports)

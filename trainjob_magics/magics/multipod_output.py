@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from .text_output import Throttle, strip_ansi
+from .text_output import Throttle, echoes_ctrl_c, strip_ansi
 
 RUNNING, OK, FAILED = "…", "✓", "✗"
 
@@ -29,17 +29,24 @@ def _ok(result: Any, error: BaseException | None) -> bool:
 
 
 class PrefixedTextView:
-    """Per-pod output as prefixed lines: complete lines print as they arrive."""
+    """Per-pod output as prefixed lines: complete lines print as they arrive.
+
+    An unfinished line keeps at most ``max_line_chars`` characters (after its last ``\r``).
+    """
 
     def __init__(
         self,
         pods: Sequence[tuple[str, str]],
         stdout: TextIO | None = None,
         stderr: TextIO | None = None,
+        max_line_chars: int = 10000,
     ) -> None:
         self.labels = {pod: label or pod for pod, label in pods}
+        self.max_line_chars = max(1, max_line_chars)
         self._partial: dict[tuple[str, str], str] = {}
+        self._cut: dict[tuple[str, str], int] = {}  # characters dropped from the partial line
         self._out = {"stdout": stdout, "stderr": stderr}
+        self._at_line_start = True
 
     def _stream(self, name: str) -> TextIO:
         s = self._out.get(name)
@@ -54,15 +61,35 @@ class PrefixedTextView:
         s = self._stream(stream)
         s.write("".join(f"{prefix}{strip_ansi(line)}\n" for line in lines))
         s.flush()
+        self._at_line_start = True
 
     def write(self, pod: str, stream: str, text: str) -> None:
         """Take a chunk of one pod's stream."""
         key = (pod, stream)
         data = self._partial.pop(key, "") + text.replace("\r\n", "\n")
         *lines, rest = data.split("\n")
+        shown = [self._clip(key, self._after_cr(key, line)) for line in lines]
+        rest = self._after_cr(key, rest)
+        if len(rest) > self.max_line_chars:
+            self._cut[key] = self._cut.get(key, 0) + len(rest) - self.max_line_chars
+            rest = rest[: self.max_line_chars]
         if rest:
             self._partial[key] = rest
-        self._emit(stream, pod, [line.rsplit("\r", 1)[-1] for line in lines])
+        self._emit(stream, pod, shown)
+
+    def _after_cr(self, key: tuple[str, str], line: str) -> str:
+        """What a terminal shows of a line with ``\r``: the text after the last one."""
+        if "\r" not in line:
+            return line
+        self._cut.pop(key, None)  # the cut part was overwritten
+        return line.rsplit("\r", 1)[-1]
+
+    def _clip(self, key: tuple[str, str], line: str) -> str:
+        """The line cut to ``max_line_chars``, saying how much more it had."""
+        more = self._cut.pop(key, 0) + max(0, len(line) - self.max_line_chars)
+        if not more:
+            return line
+        return f"{line[: self.max_line_chars]} … [{more} more characters]"
 
     def tick(self) -> None:
         """Nothing to refresh in text mode."""
@@ -71,23 +98,26 @@ class PrefixedTextView:
         for stream in ("stdout", "stderr"):
             rest = self._partial.pop((pod, stream), None)
             if rest:
-                self._emit(stream, pod, [rest.rsplit("\r", 1)[-1]])
+                self._emit(stream, pod, [self._clip((pod, stream), rest)])
 
     def pod_done(self, pod: str, result: Any, error: BaseException | None) -> None:
         """Flush the pod's unfinished lines and print its exit code."""
         self._flush(pod)
         self._emit("stdout", pod, [pod_footer(result, error)])
 
-    def finish(self, summary: str, ok: bool = True) -> None:
-        """Flush everything and print the summary line."""
+    def finish(self, summary: str, ok: bool = True, interrupted: bool = False) -> None:
+        """Flush everything and print the summary line (on a line of its own, also after a
+        ``^C`` the terminal echoed when ``interrupted``)."""
         for pod in list(self.labels):
             self._flush(pod)
-        self._emit_plain(summary)
+        glued = interrupted and echoes_ctrl_c(self._stream("stdout"))
+        self._emit_plain(("" if self._at_line_start and not glued else "\n") + summary)
 
     def _emit_plain(self, line: str) -> None:
         s = self._stream("stdout")
         s.write(line + "\n")
         s.flush()
+        self._at_line_start = True
 
 
 class TabbedWidgetView:
@@ -147,6 +177,7 @@ class TabbedWidgetView:
         """Final render of one pod, its exit code in the footer and the tab title."""
         ok = _ok(result, error)
         self.state[pod] = OK if ok else FAILED
+        self.views[pod].output_path = getattr(result, "stdout_path", None)
         self.views[pod].finish(pod_footer(result, error) + f" · pod {pod}", ok=ok)
         self._set_titles()
 
@@ -161,7 +192,7 @@ class TabbedWidgetView:
             lines.append(summary)
         return "\n".join(lines)
 
-    def finish(self, summary: str, ok: bool = True) -> None:
+    def finish(self, summary: str, ok: bool = True, interrupted: bool = False) -> None:
         """Final render of every pod and the summary under the tabs."""
         for pod, view in self.views.items():
             view.tick()

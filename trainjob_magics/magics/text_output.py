@@ -144,6 +144,21 @@ def footer_text(returncode: int | None, duration: float, pod: str = "", extra: s
     return " · ".join(parts)
 
 
+def echoes_ctrl_c(stream: Any) -> bool:
+    """True when ``stream`` is a terminal that shows a typed Ctrl-C as ``^C`` (so the next
+    output would be glued to it)."""
+    try:
+        import termios
+
+        if not stream.isatty():
+            return False
+        lflag = termios.tcgetattr(stream.fileno())[3]
+    except Exception:  # no termios, no fileno, not a terminal (termios.error)
+        return False
+    echoctl = getattr(termios, "ECHOCTL", 0)
+    return bool(echoctl and lflag & termios.ECHO and lflag & echoctl)
+
+
 class TextOutputView:
     """Streams a cell's output as text: the first ``max_lines`` lines live, then the tail."""
 
@@ -168,6 +183,7 @@ class TextOutputView:
         self._hidden = 0
         self._printed_partial: dict[str, str] = {}
         self._dirty = False
+        self._at_line_start = True  # the last text written ended with a newline
 
     def _stream(self, name: str) -> TextIO:
         s = self._out.get(name)
@@ -179,6 +195,8 @@ class TextOutputView:
         s = self._stream(name)
         s.write(text)
         s.flush()
+        if text:
+            self._at_line_start = text.endswith("\n")
 
     def write(self, stream: str, text: str) -> None:
         """Take a chunk; complete lines are printed at once (within the cap)."""
@@ -211,8 +229,9 @@ class TextOutputView:
                 self._emit(name, self._overwrite(name, text))
                 self._printed_partial[name] = text
 
-    def finish(self, footer: str | None = None, ok: bool = True) -> None:
-        """Print the unfinished lines, the hidden-lines note, the tail and the footer."""
+    def finish(self, footer: str | None = None, ok: bool = True, interrupted: bool = False) -> None:
+        """Print the unfinished lines, the hidden-lines note, the tail and the footer (on a
+        line of its own, also after a ``^C`` the terminal echoed when ``interrupted``)."""
         for name, text in self.buffer.partials():
             self.buffer.feed(name, "\n")
             if self._shown < self.max_lines:
@@ -229,7 +248,9 @@ class TextOutputView:
                 self._emit(name, line + "\n")
             self.tail.clear()
         if footer:
-            self._emit("stdout", footer + "\n")
+            glued = interrupted and echoes_ctrl_c(self._stream("stdout"))
+            lead = "" if self._at_line_start and not glued else "\n"
+            self._emit("stdout", lead + footer + "\n")
 
 
 class NullOutputView:
@@ -241,7 +262,7 @@ class NullOutputView:
     def tick(self) -> None:
         pass
 
-    def finish(self, footer: str | None = None, ok: bool = True) -> None:
+    def finish(self, footer: str | None = None, ok: bool = True, interrupted: bool = False) -> None:
         pass
 
 

@@ -107,7 +107,7 @@ class WidgetOutputView:
             self.buffer.view(), self.buffer.hidden, self.where, self.output_path
         )
 
-    def finish(self, footer: str | None = None, ok: bool = True) -> None:
+    def finish(self, footer: str | None = None, ok: bool = True, interrupted: bool = False) -> None:
         """Final render, footer, and the text fallback for front ends without widget state."""
         self._render()
         if footer:

@@ -1,0 +1,190 @@
+"""Bounded memory on the magics side: the worker pump's backpressure, the views' tails, the
+partial-result tail, and the footer after a ``^C`` echoed by a terminal."""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from trainjob_magics.magics.cell import OutputTail, partial_result
+from trainjob_magics.magics.multipod_output import PrefixedTextView
+from trainjob_magics.magics.text_output import TextOutputView, echoes_ctrl_c
+from trainjob_magics.magics.worker import Pump
+
+pytestmark = pytest.mark.timeout(60)
+
+
+# ------------------------------------------------------------------ Pump
+
+
+def test_pump_bounds_queued_text_when_the_screen_is_slow() -> None:
+    pump = Pump(interval=0.01, max_pending=10_000)
+    chunk = "x" * 1000
+    peak = {"pending": 0}
+    got: list[int] = []
+
+    def work(emit: Any) -> str:
+        for _ in range(300):
+            emit("stdout", chunk)
+            peak["pending"] = max(peak["pending"], pump.pending)
+        return "done"
+
+    def handle(stream: str, text: str) -> None:
+        got.append(len(text))
+        time.sleep(0.0005)  # a screen slower than the producer
+
+    assert pump.run(work, handle) == "done"
+    assert sum(got) == 300_000  # nothing lost, in order
+    assert peak["pending"] <= 10_000 + len(chunk)
+
+
+def test_pump_cancel_releases_a_blocked_producer() -> None:
+    pump = Pump(interval=0.01, max_pending=10)
+    released = threading.Event()
+
+    def work(emit: Any) -> None:
+        for _ in range(100):
+            emit("stdout", "0123456789")
+        released.set()
+
+    def handle(stream: str, text: str) -> None:
+        raise KeyboardInterrupt  # what Ctrl-C does in the cell's thread
+
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        pump.run(work, handle)
+    assert released.wait(2), "the producer stayed blocked after the caller stopped"
+    assert pump.join(2) and time.monotonic() - t0 < 2
+    assert pump.pending == 0
+
+
+def test_pump_explicit_cancel_drops_events_and_unblocks() -> None:
+    pump = Pump(max_pending=5)
+    pump.emit("stdout", "12345")  # fills it; nobody consumes (run not called)
+    t = threading.Thread(target=pump.emit, args=("stdout", "more"), daemon=True)
+    t.start()
+    time.sleep(0.2)
+    assert t.is_alive()  # waiting for room
+    pump.cancel()
+    t.join(1)
+    assert not t.is_alive()
+    assert pump.pending == 0 and not pump._events
+
+
+def test_pump_returns_value_raises_error_and_keeps_order() -> None:
+    seen: list[Any] = []
+    assert Pump().run(lambda emit: [emit(i) for i in range(50)] and 7, seen.append) == 7
+    assert seen == list(range(50))
+
+    def boom(emit: Any) -> None:
+        emit("x")
+        raise ValueError("bad")
+
+    pump = Pump()
+    with pytest.raises(ValueError, match="bad"):
+        pump.run(boom, seen.append)
+    assert isinstance(pump.error, ValueError)
+
+
+# ------------------------------------------------------------------ tails
+
+
+def test_output_tail_keeps_only_the_end() -> None:
+    tail = OutputTail(limit=1000)
+    for i in range(10_000):
+        tail.add("stdout", f"{i:09d}\n")
+    assert tail.sizes["stdout"] < 2000
+    assert len(tail.chunks["stdout"]) < 200
+    text = tail.text("stdout")
+    assert len(text) == 1000 and text.endswith("000009999\n")
+    result = partial_result(tail, time.monotonic(), "p")
+    assert result.returncode is None and result.stdout == text and result.pod == "p"
+
+
+def test_text_view_keeps_a_bounded_tail() -> None:
+    out = io.StringIO()
+    view = TextOutputView(max_lines=100, stdout=out, stderr=out, interval=0)
+    for i in range(200):
+        view.write("stdout", "".join(f"line {i}-{j}\n" for j in range(1000)))
+    assert len(view.tail) <= 10 and len(view.buffer.lines) <= 1
+    view.output_path = "/tmp/spill.out"
+    view.finish("exit code 0")
+    text = out.getvalue()
+    assert "line 199-999\n" in text and "stored in the file /tmp/spill.out" in text
+
+
+def test_prefixed_view_bounds_a_line_without_newline() -> None:
+    out = io.StringIO()
+    view = PrefixedTextView([("p", "node-0")], stdout=out, stderr=out, max_line_chars=100)
+    for _ in range(1000):
+        view.write("p", "stdout", "y" * 1000)
+    assert len(view._partial[("p", "stdout")]) <= 100
+    view.write("p", "stdout", "z\n")
+    assert out.getvalue() == f"[node-0] {'y' * 100} … [{1000 * 1000 + 1 - 100} more characters]\n"
+    view.write("p", "stdout", "abc\rok\n")
+    assert out.getvalue().endswith("[node-0] ok\n")
+
+
+# ------------------------------------------------------------------ ^C in a terminal
+
+
+def _pty_stream() -> tuple[int, Any]:
+    master, slave = os.openpty()
+    return master, os.fdopen(slave, "w", encoding="utf-8")
+
+
+def _read(master: int) -> str:
+    os.set_blocking(master, False)
+    try:
+        return os.read(master, 65536).decode().replace("\r\n", "\n")
+    except BlockingIOError:
+        return ""
+
+
+def test_footer_starts_a_new_line_after_an_echoed_ctrl_c() -> None:
+    master, stream = _pty_stream()
+    try:
+        assert echoes_ctrl_c(stream)  # a fresh pty shows ^C, as terminals do
+        view = TextOutputView(stdout=stream, stderr=stream)
+        view.write("stdout", "started\n")
+        view.finish("no exit code · 1.00 s · interrupted", ok=False, interrupted=True)
+        assert _read(master) == "started\n\nno exit code · 1.00 s · interrupted\n"
+    finally:
+        stream.close()
+        os.close(master)
+
+
+def test_footer_not_pushed_down_without_a_terminal_or_interrupt() -> None:
+    out = io.StringIO()
+    assert not echoes_ctrl_c(out)
+    view = TextOutputView(stdout=out, stderr=out)
+    view.write("stdout", "started\n")
+    view.finish("no exit code · 1.00 s · interrupted", ok=False, interrupted=True)
+    assert out.getvalue() == "started\nno exit code · 1.00 s · interrupted\n"
+
+    master, stream = _pty_stream()
+    try:
+        view = TextOutputView(stdout=stream, stderr=stream)
+        view.write("stdout", "done\n")
+        view.finish("exit code 0 · 1.00 s")  # not interrupted: no ^C on the screen
+        assert _read(master) == "done\nexit code 0 · 1.00 s\n"
+    finally:
+        stream.close()
+        os.close(master)
+
+
+def test_prefixed_summary_starts_a_new_line_after_an_echoed_ctrl_c() -> None:
+    master, stream = _pty_stream()
+    try:
+        view = PrefixedTextView([("p", "node-0")], stdout=stream, stderr=stream)
+        view.write("p", "stdout", "hi\n")
+        view.finish("interrupted", ok=False, interrupted=True)
+        assert _read(master) == "[node-0] hi\n\ninterrupted\n"
+    finally:
+        stream.close()
+        os.close(master)
