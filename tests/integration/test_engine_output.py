@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import signal
 import subprocess
 import threading
 import time
@@ -183,6 +184,31 @@ def test_timeout_while_stdin_is_blocked(session) -> None:
     assert info.value.partial is not None and info.value.partial.stdout == "before\n"
     assert [r.stopped for r in info.value.reports] == [True]
     assert wait_dead(marker_processes(f"sleep {marker}"), 5) == []
+
+
+def test_ctrl_c_while_stdin_is_blocked(session) -> None:
+    """Ctrl-C lands while the loop waits to write stdin the command never reads: the command
+    is stopped, the output so far kept, and the session stays usable."""
+    marker = f"30.{os.getpid() % 100000:05d}{int(time.time() * 1000) % 100000:05d}"
+    started = threading.Event()
+
+    def ctrl_c() -> None:
+        started.wait(10)
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c, daemon=True).start()
+    t0 = time.monotonic()
+    with pytest.raises(E.CommandInterruptedError) as info:
+        session.execute(
+            f"echo before; sleep {marker}",
+            stdin=bytes(16 * 1024 * 1024),
+            on_output=lambda stream, text: started.set(),
+        )
+    assert time.monotonic() - t0 < 8
+    assert info.value.partial is not None and info.value.partial.stdout == "before\n"
+    assert wait_dead(marker_processes(f"sleep {marker}"), 5) == []
+    assert session.execute("echo still-usable").stdout == "still-usable\n"
 
 
 def test_timeout_while_output_trickles(session) -> None:

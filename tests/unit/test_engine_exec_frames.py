@@ -4,17 +4,25 @@ incremental UTF-8 decoding."""
 from __future__ import annotations
 
 import json
+import selectors
 import socket
 import struct
 import threading
+import time
+from types import SimpleNamespace
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
+import websocket
 
 from trainjob_magics.engine.exec_client import (
+    CLOSE_GRACE,
+    ExecClient,
     FrameReader,
+    _client_frame,
     _Collector,
     _Lost,
+    _Sender,
     exec_url,
     parse_exec_status,
 )
@@ -162,3 +170,153 @@ def test_invalid_utf8_is_replaced_but_bytes_kept() -> None:
     assert result.stdout == "ok\ufffd\ufffd\x00end"
     assert result.stdout_bytes == b"ok\xff\xfe\x00end"
     assert result.returncode is None and not result.ok
+
+
+def unmask_frames(data: bytes) -> list[tuple[int, bytes, bool]]:
+    """``(opcode, payload, masked)`` of each client frame in ``data``."""
+    out, pos = [], 0
+    while pos < len(data):
+        b0, b1 = data[pos], data[pos + 1]
+        n, pos = b1 & 0x7F, pos + 2
+        if n == 126:
+            (n,), pos = struct.unpack_from("!H", data, pos), pos + 2
+        elif n == 127:
+            (n,), pos = struct.unpack_from("!Q", data, pos), pos + 8
+        key = data[pos : pos + 4] if b1 & 0x80 else b"\0\0\0\0"
+        pos += 4 if b1 & 0x80 else 0
+        payload = websocket.ABNF.mask(key, data[pos : pos + n])
+        out.append((b0 & 0x0F, payload, bool(b1 & 0x80)))
+        pos += n
+    return out
+
+
+def test_sender_never_blocks_and_frames_stdin_masked() -> None:
+    """A peer that reads nothing: ``send`` returns waiting for writability instead of blocking;
+    once the peer drains, every stdin byte arrives in masked frames, then the v5 close."""
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    data = bytes(range(256)) * 8192  # 2 MiB: more than the socket buffers hold
+    progress: list[int] = []
+    sender = _Sender(a, data, v5=True, on_stdin=progress.append)
+    sender.send(1 << 30)
+    assert sender.busy and sender.waits_for == selectors.EVENT_WRITE
+    received = bytearray()
+    b.settimeout(5)
+    while sender.busy:
+        received += b.recv(1 << 20)
+        sender.send(1 << 30)
+    a.close()
+    while chunk := b.recv(1 << 20):
+        received += chunk
+    b.close()
+    frames = unmask_frames(bytes(received))
+    assert all(masked and op == 2 for op, _payload, masked in frames)
+    assert frames[-1][1] == bytes([255, 0])
+    assert all(p[0] == 0 for _op, p, _m in frames[:-1])
+    assert b"".join(p[1:] for _op, p, _m in frames[:-1]) == data
+    assert sum(progress) == len(data)
+
+
+def test_sender_abandon_keeps_a_started_frame_whole() -> None:
+    """Once a frame is partly written it is finished even when stdin is abandoned, so the
+    close reply that follows is not spliced into it."""
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    sender = _Sender(a, bytes(4 << 20), v5=True, on_stdin=None)
+    sender.send(1 << 30)
+    assert sender.frame is not None and sender.started
+    sender.abandon_stdin()
+    sender.queue_control(_client_frame(struct.pack("!H", 1000), 8))
+    b.settimeout(5)
+    received = bytearray()
+    while sender.busy:
+        received += b.recv(1 << 20)
+        sender.send(1 << 30)
+    a.close()
+    while chunk := b.recv(1 << 20):
+        received += chunk
+    b.close()
+    frames = unmask_frames(bytes(received))
+    assert [op for op, _p, _m in frames][-1] == 8
+    assert frames[-1][1] == b"\x03\xe8"
+    assert all(op == 2 and p[0] == 0 for op, p, _m in frames[:-1])
+
+
+def test_status_without_close_frame_ends_after_the_grace() -> None:
+    """The server sends the status but never the close frame (nor closes): the loop returns
+    after CLOSE_GRACE, not after the (absent) deadline."""
+    a, b = socket.socketpair()
+    status = json.dumps({"metadata": {}, "status": "Success"}).encode()
+    b.sendall(frame(b"\x01") + frame(b"\x01hi\n") + frame(b"\x03" + status))
+    collector = _Collector(None)
+    started = time.monotonic()
+    outcome = object.__new__(ExecClient)._io_loop(
+        SimpleNamespace(sock=a),
+        _Sender(a, None, v5=True, on_stdin=None),
+        collector,
+        None,
+    )
+    assert outcome == (0, "", True)
+    assert time.monotonic() - started < CLOSE_GRACE + 1
+    assert collector.result(0, 0.0, "p").stdout == "hi\n"
+    a.close()
+    b.close()
+
+
+def test_full_duplex_loop_with_a_slow_echo_peer() -> None:
+    """A peer that echoes stdin back only after a pause, then sends the status and the close:
+    the loop writes while it reads, answers the close, and every byte comes back."""
+    a, b = socket.socketpair()
+    data = bytes(range(256)) * 16384  # 4 MiB: far more than the socket buffers
+    status = json.dumps({"metadata": {}, "status": "Success"}).encode()
+
+    def peer() -> None:
+        time.sleep(0.3)  # read nothing at first: the client's writes must not block it
+        buf = bytearray()
+        while True:
+            chunk = b.recv(1 << 16)
+            if not chunk:
+                return
+            buf += chunk
+            last = _last_frame_start(buf)
+            if last >= 0 and unmask_frames(bytes(buf[last:]))[0][1] == bytes([255, 0]):
+                break
+        frames = unmask_frames(bytes(buf))
+        for _op, payload, _m in frames[:-1]:
+            b.sendall(frame(b"\x01" + payload[1:]))
+        b.sendall(frame(b"\x03" + status) + frame(struct.pack("!H", 1000), opcode=8))
+        reply = b.recv(64)  # our close reply
+        assert unmask_frames(reply)[0][0] == 8
+        b.close()
+
+    thread = threading.Thread(target=peer, daemon=True)
+    thread.start()
+    collector = _Collector(None)
+    outcome = object.__new__(ExecClient)._io_loop(
+        SimpleNamespace(sock=a), _Sender(a, data, v5=True, on_stdin=None), collector, None
+    )
+    thread.join(5)
+    assert outcome == (0, "", True)
+    assert collector.result(0, 0.0, "p").stdout_bytes == data
+    a.close()
+
+
+def _last_frame_start(buf: bytes | bytearray) -> int:
+    """Offset of the last frame when ``buf`` ends on a frame boundary, else -1."""
+    pos = last = 0
+    while pos < len(buf):
+        if len(buf) - pos < 2:
+            return -1
+        b1 = buf[pos + 1]
+        n, head = b1 & 0x7F, 2
+        if n == 126:
+            if len(buf) - pos < 4:
+                return -1
+            (n,), head = struct.unpack_from("!H", buf, pos + 2), 4
+        elif n == 127:
+            if len(buf) - pos < 10:
+                return -1
+            (n,), head = struct.unpack_from("!Q", buf, pos + 2), 10
+        last = pos
+        pos += head + (4 if b1 & 0x80 else 0) + n
+    return last if pos == len(buf) and buf else -1

@@ -670,6 +670,7 @@ class ExecClient:
                 if sender.busy and not sender.waits_for:
                     sender.send(WRITE_BUDGET)
                 idle = not sender.busy  # only reading: let the read wait
+                status_known = frames.got_status
                 wait = (IDLE_WAIT if limit is None else limit - now) if idle else 0.0
                 sock.settimeout(wait)
                 read_waits_for = 0
@@ -696,8 +697,8 @@ class ExecClient:
                     if frames.handle(*frame):  # the close frame
                         self._reply_close(sender, selector)
                         return frames.outcome()
-                    if idle and sender.busy:  # a pong to send: stop waiting in reads
-                        break
+                    if idle and (sender.busy or frames.got_status != status_known):
+                        break  # a pong to send, or the status came: stop waiting in reads
                 if idle or not read_waits_for or (pending is not None and pending()):
                     continue
                 if sender.busy and not sender.waits_for:
