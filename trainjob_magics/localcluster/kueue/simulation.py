@@ -92,6 +92,7 @@ class KueueSimulation:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._main: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Event | None = None
+        self._stopping = False
         if config.local_queue is not None:
             self._create_defaults()
 
@@ -148,6 +149,11 @@ class KueueSimulation:
         self._main = loop.create_task(self._run())
 
     async def shutdown(self) -> None:
+        # A flag as well as cancel(): on Python 3.11 asyncio.wait_for can swallow a
+        # cancellation that lands in the same loop turn as the wake-up it was waiting for.
+        self._stopping = True
+        if self._wakeup is not None:
+            self._wakeup.set()
         if self._main is not None:
             self._main.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -165,7 +171,7 @@ class KueueSimulation:
         _initial, _, sub = self.store.subscribe(None, self.store.resource_version, loop)
         self._wakeup = sub.wakeup
         try:
-            while True:
+            while not self._stopping:
                 self._sync_safe()
                 sub.wakeup.clear()
                 if not any(self._relevant(ev) for ev in sub.drain()):
