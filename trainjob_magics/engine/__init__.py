@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import errors
+from .connecting import attach, connect
 from .errors import (
     ApiServerError,
     CommandInterruptedError,
@@ -32,7 +33,7 @@ from .logs import PodLogs
 from .orphans import ManagedTrainJob, close_trainjob, list_trainjobs
 from .output import MAX_MEMORY_OUTPUT
 from .result import ExecResult, JobStatus, PodInfo
-from .session import TrainJobSession, attach, connect
+from .session import TrainJobSession
 from .targets import PodRef
 
 __all__ = [

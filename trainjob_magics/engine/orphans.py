@@ -157,8 +157,8 @@ def close_trainjob(
     InvalidInputError when it was not created by trainjob-magics."""
     import time
 
+    from .deletion import delete_trainjob
     from .errors import InvalidInputError
-    from .session import delete_trainjob
     from .waiting import fetch_trainjob, wait_pods_gone
 
     validate_name(name)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from .output import EMPTY, CapturedOutput
 
 if TYPE_CHECKING:
-    from .kueue import QueueStatus
+    from .kueue_status import QueueStatus
 
 
 class ExecResult:

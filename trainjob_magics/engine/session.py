@@ -1,4 +1,5 @@
-"""Interactive TrainJob sessions: ``connect()``, ``attach()`` and :class:`TrainJobSession`."""
+"""Interactive TrainJob sessions: :class:`TrainJobSession` (``connect()`` / ``attach()`` in
+``connecting.py`` open them)."""
 
 from __future__ import annotations
 
@@ -6,97 +7,44 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubernetes.client import ApiClient
 
-from . import jobops, kubeconfig, lifeline
-from .apierrors import request
+from . import jobops, lifeline, readiness
+from .deletion import delete_trainjob
 from .errors import (
     ConnectionLostError,
     InvalidInputError,
     NotFoundError,
-    PermissionDeniedError,
     PodNotRunningError,
     SessionClosedError,
     TrainJobError,
 )
 from .exec_client import ExecClient, OnOutput
 from .fanout import MultiExecResult, OnPodDone
-from .heartbeat import idle_timeout_of
 from .jobops import JobOps
-from .kueue import (
-    QueueReporter,
-    SessionPreemptedError,
-    admit_or_raise,
-    check_local_queue,
-    detect_preemption,
-    eviction_count,
-    find_workload,
-    parse_duration,
-    preempted_message,
-    queue_labels,
-    queue_of,
-    queue_status,
-)
+from .kueue import SessionPreemptedError, detect_preemption, preempted_message
+from .kueue_api import Visibility, queue_status
 from .output import MAX_MEMORY_OUTPUT, SpillDir
 from .pods import (
     TRAINER_CONTAINER,
     TrainerTarget,
-    fetch_jobset,
-    fetch_runtime,
     is_running,
     job_status,
     jobset_selector,
-    list_runtime_names,
     pod_name,
     pod_phase,
     select_trainer_pod,
-    target_from_jobset_spec,
-    target_from_runtime,
-    unknown_runtime_message,
 )
-from .remote import DEFAULT_IDLE_TIMEOUT, validate_idle_timeout
+from .readiness import OnStatus, eviction_baseline
 from .result import ExecResult, JobStatus
 from .targets import TargetSpec, list_job_pods
-from .trainjob_body import (
-    GROUP,
-    build_trainjob,
-    generate_name,
-    runtime_ref,
-    trainjob_path,
-)
-from .validation import (
-    validate_command,
-    validate_env,
-    validate_exec,
-    validate_gpu,
-    validate_labels,
-    validate_max_memory_output,
-    validate_name,
-    validate_namespace,
-    validate_num_nodes,
-    validate_object_name,
-    validate_quantity,
-    validate_timeout,
-)
-from .waiting import (
-    fetch_trainjob,
-    wait_for_trainer_pod,
-    wait_pods_gone,
-    wait_trainjob_gone,
-)
+from .validation import validate_exec, validate_max_memory_output, validate_timeout
+from .waiting import fetch_trainjob, wait_pods_gone, wait_trainjob_gone
 
 log = logging.getLogger(__name__)
-
-TRAINJOB_RESOURCE = f"trainjobs.{GROUP}"
-# Foreground deletion keeps the TrainJob object (and so its name) until the JobSet, Jobs, pods and
-# the MPI SSH secret are gone: once close() sees it disappear, reconnecting under the same name
-# cannot collide with leftovers of the old job.
-DELETE_BODY = {"propagationPolicy": "Foreground"}
-
-OnStatus = Callable[[JobStatus], None]
 
 
 def _container_of(pod: Mapping[str, Any]) -> str:
@@ -105,10 +53,6 @@ def _container_of(pod: Mapping[str, Any]) -> str:
     if TRAINER_CONTAINER in names or not names:
         return TRAINER_CONTAINER
     return str(names[0])
-
-
-def _delete_hint(name: str, namespace: str) -> str:
-    return f"`kubectl delete trainjob {name} -n {namespace}`"
 
 
 class TrainJobSession(JobOps):
@@ -158,7 +102,7 @@ class TrainJobSession(JobOps):
         self._close_lock = threading.Lock()
         self._closed = False
         if queue and job_uid:
-            self._evictions = _evictions(api_client, namespace, job_uid)
+            self._evictions = eviction_baseline(api_client, namespace, job_uid)
         self._heartbeat = lifeline.start_heartbeat(self)
 
     # -- properties -------------------------------------------------------------------------
@@ -366,7 +310,7 @@ class TrainJobSession(JobOps):
             deleted=trainjob is None,
         )
         if self.queue and self.job_uid and trainjob is not None:
-            from .kueue import Visibility, with_queue
+            from .kueue import with_queue
 
             qs = queue_status(
                 self.api_client,
@@ -391,7 +335,7 @@ class TrainJobSession(JobOps):
         wait_timeout = validate_timeout(timeout)
         if wait_timeout is None:
             raise InvalidInputError("timeout must be a positive number of seconds, got None")
-        pod = _wait_ready(
+        pod = readiness.wait_ready(
             self.api_client,
             self.namespace,
             self.name,
@@ -407,7 +351,7 @@ class TrainJobSession(JobOps):
             self._pod = pod_name(pod)
             self.container = _container_of(pod)
         if self.queue and self.job_uid:
-            self._evictions = _evictions(self.api_client, self.namespace, self.job_uid)
+            self._evictions = eviction_baseline(self.api_client, self.namespace, self.job_uid)
         self._preempted = None
         return self._pod
 
@@ -450,309 +394,3 @@ class TrainJobSession(JobOps):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def delete_trainjob(api: ApiClient, namespace: str, name: str) -> bool:
-    """Delete a TrainJob (foreground cascade); False when it was already gone."""
-    try:
-        request(
-            api,
-            "DELETE",
-            trainjob_path(namespace, name),
-            verb="delete",
-            resource=TRAINJOB_RESOURCE,
-            namespace=namespace,
-            name=name,
-            body=DELETE_BODY,
-        )
-    except NotFoundError:
-        return False
-    return True
-
-
-def connect(
-    runtime: str,
-    *,
-    image: str | None = None,
-    num_nodes: int | None = None,
-    command: str | Sequence[str] | None = None,
-    cpu: str | int | float | None = None,
-    memory: str | int | None = None,
-    gpu: int | str | None = None,
-    env: Mapping[str, str] | None = None,
-    name: str | None = None,
-    namespace: str | None = None,
-    labels: Mapping[str, str] | None = None,
-    timeout: float = 600.0,
-    context: str | None = None,
-    config_file: str | None = None,
-    on_status: OnStatus | None = None,
-    queue: str | None = None,
-    priority_class: str | None = None,
-    max_runtime: str | int | float | None = None,
-    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
-) -> TrainJobSession:
-    """Create an interactive TrainJob and return a session once its trainer pod is Running.
-
-    ``command=None`` injects the keep-alive command: an idle watchdog that ends the job after
-    ``idle_timeout`` seconds (default 30 min) without a heartbeat from this process (sent while
-    it lives); ``idle_timeout=None`` keeps it forever (``sleep infinity``). Raises
-    PodNotRunningError when the trainer pod finished, ConnectTimeoutError after ``timeout``
-    (the TrainJob is left in place).
-
-    ``queue`` (a Kueue LocalQueue) and ``priority_class`` set Kueue's labels; ``max_runtime``
-    (seconds or "8h", "90m") becomes ``kueue.x-k8s.io/max-exec-time-seconds`` with a queue and
-    ``spec.activeDeadlineSeconds`` without one (docs/kueue.md). A missing or inactive queue
-    raises QueueUnavailableError; a timeout while queued raises QueuedTimeoutError.
-    """
-    started = time.monotonic()
-    validate_object_name(runtime, "runtime name")
-    if name is not None:
-        validate_name(name)
-    if namespace is not None:
-        validate_namespace(namespace)
-    if image is not None and (not isinstance(image, str) or not image.strip()):
-        raise InvalidInputError(f"image must be a non-empty string, got {image!r}")
-    nodes = validate_num_nodes(num_nodes)
-    trainer_command = validate_command(command, "trainer command")
-    resources = {
-        "cpu": validate_quantity(cpu, "cpu"),
-        "memory": validate_quantity(memory, "memory"),
-        "gpu": validate_gpu(gpu),
-    }
-    env_vars = validate_env(env)
-    if queue is not None:
-        validate_object_name(queue, "queue name")
-    if priority_class is not None:
-        validate_object_name(priority_class, "priority class")
-    try:
-        max_seconds = parse_duration(max_runtime)
-    except ValueError as exc:
-        raise InvalidInputError(str(exc)) from None
-    kueue_labels = queue_labels(queue, priority_class, max_seconds if queue else None)
-    extra_labels = validate_labels({**(labels or {}), **kueue_labels} or None)
-    wait_timeout = validate_timeout(timeout)
-    if wait_timeout is None:
-        raise InvalidInputError("timeout must be a positive number of seconds, got None")
-    idle = validate_idle_timeout(idle_timeout) if trainer_command is None else None
-
-    api, default_namespace = kubeconfig.load(config_file, context)
-    ns = namespace or default_namespace
-    if queue:
-        check_local_queue(api, ns, queue)
-    info = fetch_runtime(api, ns, runtime)
-    if info is None:
-        available = list_runtime_names(api, ns)
-        raise InvalidInputError(unknown_runtime_message(runtime, ns, available))
-    job_name = name or generate_name()
-    body = build_trainjob(
-        job_name,
-        ns,
-        runtime,
-        runtime_kind=info.kind,
-        image=image,
-        num_nodes=nodes,
-        command=trainer_command,
-        env=env_vars,
-        labels=extra_labels,
-        idle_timeout=idle,
-        **resources,
-    )
-    if max_seconds and not queue:
-        body["spec"]["activeDeadlineSeconds"] = max_seconds
-    try:
-        created = lifeline.create_trainjob(api, ns, job_name, body)
-    except InvalidInputError as exc:
-        if exc.status == 409:
-            raise InvalidInputError(
-                f"TrainJob {job_name} already exists in namespace {ns}: attach to it with "
-                f"attach({job_name!r}), pick another name, or delete it with "
-                f"{_delete_hint(job_name, ns)}",
-                status=409,
-                reason="AlreadyExists",
-            ) from None
-        raise
-    target = target_from_runtime(info.obj) if info.obj is not None else None
-    if target is None:
-        jobset = fetch_jobset(api, ns, job_name)
-        target = (
-            target_from_jobset_spec(jobset.get("spec") or {}, is_mpi=None)
-            if jobset
-            else TrainerTarget(None, source="fallback")
-        )
-    job_uid = str(((created or {}).get("metadata") or {}).get("uid") or "") or None
-    try:
-        pod = _wait_ready(
-            api,
-            ns,
-            job_name,
-            target,
-            runtime=runtime,
-            timeout=wait_timeout,
-            started=started,
-            on_status=on_status,
-            queue=queue,
-            job_uid=job_uid,
-            delete_on_unavailable=True,
-        )
-    except (KeyboardInterrupt, PermissionDeniedError):
-        # The caller has no session to close (and cannot watch its pods without RBAC): do not
-        # leave the job holding resources.
-        try:
-            delete_trainjob(api, ns, job_name)
-        except TrainJobError as exc:
-            log.warning("could not delete TrainJob %s after the interrupt: %s", job_name, exc)
-        raise
-    return TrainJobSession(
-        job_name,
-        ns,
-        runtime,
-        api,
-        pod,
-        target=target,
-        started_at=started,
-        queue=queue,
-        job_uid=job_uid,
-        idle_timeout=idle,
-    )
-
-
-def _evictions(api: ApiClient, namespace: str, job_uid: str) -> int:
-    """How often the job's Workload was evicted so far (0 when it cannot be read)."""
-    try:
-        return eviction_count(find_workload(api, namespace, job_uid))
-    except TrainJobError:
-        return 0
-
-
-def _wait_ready(
-    api: ApiClient,
-    namespace: str,
-    name: str,
-    target: TrainerTarget | None,
-    *,
-    runtime: str,
-    timeout: float,
-    started: float,
-    on_status: OnStatus | None,
-    queue: str | None,
-    job_uid: str | None,
-    delete_on_unavailable: bool = False,
-) -> dict[str, Any]:
-    """Wait for Kueue admission (queued jobs), then for the trainer pod to run."""
-    if not queue or not job_uid:
-        return wait_for_trainer_pod(
-            api,
-            namespace,
-            name,
-            target,
-            runtime=runtime,
-            timeout=timeout,
-            started_at=started,
-            on_status=on_status,
-        )
-    deadline = time.monotonic() + timeout
-    reporter = QueueReporter(on_status)
-    admit_or_raise(
-        api,
-        namespace,
-        name,
-        job_uid,
-        queue,
-        runtime=runtime,
-        timeout=timeout,
-        deadline=deadline,
-        started=started,
-        reporter=reporter,
-        fetch_trainjob=lambda: fetch_trainjob(api, namespace, name),
-        delete_job=(lambda: delete_trainjob(api, namespace, name))
-        if delete_on_unavailable
-        else None,
-    )
-    return wait_for_trainer_pod(
-        api,
-        namespace,
-        name,
-        target,
-        runtime=runtime,
-        timeout=max(1.0, deadline - time.monotonic()),
-        started_at=started,
-        on_status=reporter.wrap,
-    )
-
-
-def attach(
-    name: str,
-    namespace: str | None = None,
-    context: str | None = None,
-    config_file: str | None = None,
-    timeout: float = 600.0,
-    on_status: OnStatus | None = None,
-) -> TrainJobSession:
-    """Return a session on an existing TrainJob, waiting until its trainer pod is Running."""
-    started = time.monotonic()
-    validate_name(name)
-    if namespace is not None:
-        validate_namespace(namespace)
-    wait_timeout = validate_timeout(timeout)
-    if wait_timeout is None:
-        raise InvalidInputError("timeout must be a positive number of seconds, got None")
-    api, default_namespace = kubeconfig.load(config_file, context)
-    ns = namespace or default_namespace
-    try:
-        trainjob = fetch_trainjob(api, ns, name)
-    except NotFoundError:
-        raise NotFoundError(
-            f"TrainJob {name} not found in namespace {ns}; list them with "
-            f"`kubectl get trainjobs -n {ns}` or create one with connect(...)",
-            status=404,
-            reason="NotFound",
-        ) from None
-    if (trainjob.get("metadata") or {}).get("deletionTimestamp"):
-        raise PodNotRunningError(
-            f"TrainJob {name} in namespace {ns} is being deleted; "
-            "create a new one with connect(...)"
-        )
-    runtime, _kind = runtime_ref(trainjob)
-    target = _attach_target(api, ns, name, runtime)
-    queue = queue_of(trainjob)
-    job_uid = str((trainjob.get("metadata") or {}).get("uid") or "") or None
-    pod = _wait_ready(
-        api,
-        ns,
-        name,
-        target,
-        runtime=runtime,
-        timeout=wait_timeout,
-        started=started,
-        on_status=on_status,
-        queue=queue,
-        job_uid=job_uid,
-    )
-    return TrainJobSession(
-        name,
-        ns,
-        runtime,
-        api,
-        pod,
-        target=target,
-        started_at=started,
-        queue=queue,
-        job_uid=job_uid,
-        idle_timeout=idle_timeout_of(trainjob),
-    )
-
-
-def _attach_target(api: ApiClient, namespace: str, name: str, runtime: str) -> TrainerTarget:
-    """Trainer target of an existing job: its JobSet, else its runtime, else the fallback."""
-    jobset = fetch_jobset(api, namespace, name)
-    info = fetch_runtime(api, namespace, runtime) if runtime else None
-    is_mpi = None
-    if info is not None and info.obj is not None:
-        is_mpi = "mpi" in ((info.obj.get("spec") or {}).get("mlPolicy") or {})
-    if jobset:
-        target = target_from_jobset_spec(jobset.get("spec") or {}, is_mpi=is_mpi)
-        return TrainerTarget(target.replicated_job, target.mpi_launcher, source="jobset")
-    if info is not None and info.obj is not None:
-        return target_from_runtime(info.obj)
-    return TrainerTarget(None, source="fallback")

@@ -255,7 +255,7 @@ def fetch_trainjob(api: ApiClient, namespace: str, name: str) -> dict[str, Any]:
     )
 
 
-def _delete_hint(name: str, namespace: str) -> str:
+def delete_hint(name: str, namespace: str) -> str:
     return f"`kubectl delete trainjob {name} -n {namespace}`"
 
 
@@ -307,7 +307,7 @@ def wait_for_trainer_pod(
                 )
             )
             raise TrainJobFailedError(
-                f"TrainJob {name} failed: {failure}; delete it with {_delete_hint(name, namespace)}"
+                f"TrainJob {name} failed: {failure}; delete it with {delete_hint(name, namespace)}"
                 " and connect again"
             )
 
@@ -324,7 +324,7 @@ def wait_for_trainer_pod(
             raise PodNotRunningError(
                 f"trainer pod {pod_name(trainer)} of TrainJob {name} already finished ({phase}) "
                 "and cannot run commands; use a command that keeps running (or the default), "
-                f"and delete the job with {_delete_hint(name, namespace)}"
+                f"and delete the job with {delete_hint(name, namespace)}"
             )
         return None
 
@@ -335,7 +335,7 @@ def wait_for_trainer_pod(
             f"the trainer pod of TrainJob {name} was not Running after {timeout:g}s ({last}); "
             f"the TrainJob still exists: keep waiting with attach({name!r}, "
             f"namespace={namespace!r}), or delete it with session.close() or "
-            f"{_delete_hint(name, namespace)}"
+            f"{delete_hint(name, namespace)}"
         )
     return pod
 

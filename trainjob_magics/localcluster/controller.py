@@ -8,30 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-import os
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import processes
 from .apierror import ApiError, invalid
+from .conditions import condition, has_condition, set_condition
+from .container_status import image_id, image_ref, pod_ready
 from .faults import Faults
-from .podspec import (
-    JOBSET_NAME,
-    TRAINER_CONTAINER,
-    PodSlot,
-    build_jobset_spec,
-    build_pod,
-    container_argv,
-    env_dict,
-    is_trainer_rjob,
-    mpi_policy,
-    slots,
-)
+from .job_status import JobStatusUpdater
+from .jobstate import JobState
+from .pod_lifecycle import NODE_NAME, SSHD_LOG, PodLifecycle
+from .podspec import JOBSET_NAME, build_jobset_spec, build_pod, slots
 from .resources import (
     CLUSTER_TRAINING_RUNTIMES,
     JOBSETS,
@@ -39,62 +30,23 @@ from .resources import (
     TRAINING_RUNTIMES,
     TRAINJOBS,
 )
-from .store import Event, Store, now_rfc3339
+from .store import Event, Store
 
 log = logging.getLogger(__name__)
-NODE_NAME = "local-node"
-SSHD_LOG = "Server listening on 0.0.0.0 port 2222.\nServer listening on :: port 2222.\n"
+
+__all__ = [
+    "NODE_NAME",
+    "SSHD_LOG",
+    "Controller",
+    "JobState",
+    "has_condition",
+    "image_id",
+    "image_ref",
+    "set_condition",
+]
 
 
-@dataclass
-class JobState:
-    """What the controller tracks for one TrainJob (by uid)."""
-
-    namespace: str
-    name: str
-    uid: str
-    runtime: dict[str, Any]
-    jobset_spec: dict[str, Any] = field(default_factory=dict)
-    job_uids: dict[tuple[str, int], str] = field(default_factory=dict)
-    pods: dict[PodSlot, str] = field(default_factory=dict)  # slot -> current pod name
-    started_rjobs: set[str] = field(default_factory=set)
-    finished: bool = False
-    was_suspended: bool = False
-    started_at: float | None = None
-    hostfile: Path | None = None
-
-
-def _cond(type_: str, status: str, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "type": type_,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": now_rfc3339(),
-    }
-
-
-def set_condition(status: dict[str, Any], cond: dict[str, Any]) -> None:
-    """Upsert a condition; keep lastTransitionTime when the status did not change."""
-    conds = status.setdefault("conditions", [])
-    for i, c in enumerate(conds):
-        if c.get("type") == cond["type"]:
-            if c.get("status") == cond["status"]:
-                cond = {**cond, "lastTransitionTime": c.get("lastTransitionTime")}
-            if c != cond:
-                conds[i] = cond
-            return
-    conds.append(cond)
-
-
-def has_condition(obj: dict[str, Any], type_: str) -> bool:
-    return any(
-        c.get("type") == type_ and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or []
-    )
-
-
-class Controller:
+class Controller(PodLifecycle, JobStatusUpdater):
     """The TrainJob/JobSet/Job/kubelet simulation."""
 
     def __init__(
@@ -306,13 +258,6 @@ class Controller:
 
             self.store.mutate(JOBSETS, st.namespace, st.name, set_suspend)
 
-    def _rjobs(self, st: JobState) -> list[dict[str, Any]]:
-        return list(st.jobset_spec.get("replicatedJobs") or [])
-
-    def _pod(self, st: JobState, slot: PodSlot) -> dict[str, Any] | None:
-        name = st.pods.get(slot)
-        return self.store.try_get(PODS, st.namespace, name) if name else None
-
     def _depends_met(self, st: JobState, rjob: dict[str, Any]) -> bool:
         all_slots = slots(st.jobset_spec)
         for dep in rjob.get("dependsOn") or []:
@@ -324,7 +269,7 @@ class Controller:
                 if dep.get("status") == "Complete":
                     if phase != "Succeeded":
                         return False
-                elif not (phase == "Running" and _pod_ready(pod)) and phase != "Succeeded":
+                elif not (phase == "Running" and pod_ready(pod)) and phase != "Succeeded":
                     return False
         return True
 
@@ -359,251 +304,6 @@ class Controller:
         if created and st.hostfile is not None:
             self._write_hostfile(st)
 
-    # -- pods ------------------------------------------------------------------------------
-
-    def _mpi_hosts(self, st: JobState) -> list[PodSlot]:
-        mpi = mpi_policy(st.runtime) or {}
-        all_slots = slots(st.jobset_spec)
-        hosts: list[PodSlot] = []
-        if mpi.get("runLauncherAsNode"):
-            hosts += all_slots.get("launcher", [])
-        hosts += all_slots.get("node", [])
-        return hosts
-
-    def _write_hostfile(self, st: JobState) -> None:
-        assert st.hostfile is not None
-        hosts = self._mpi_hosts(st)
-        names = [s.hostname(st.name) for s in hosts]
-        dirs: dict[str, Path] = {}
-        envs: dict[str, dict[str, str]] = {}
-        for slot in hosts:
-            pod_name = st.pods.get(slot)
-            sb = self.sandboxes.get((st.namespace, pod_name or ""))
-            if sb is not None:
-                dirs[sb.hostname] = sb.workdir
-                envs[sb.hostname] = {
-                    k: v for k, v in sb.env.items() if k not in ("PATH", "HOME", "HOSTNAME")
-                }
-        processes.write_hostfile(st.hostfile, names, dirs, envs)
-
-    def _start_pod(self, st: JobState, rjob: dict[str, Any], pod: dict[str, Any]) -> None:
-        ns, name = st.namespace, pod["metadata"]["name"]
-        container = next(
-            (c for c in pod["spec"].get("containers") or [] if c.get("name") == TRAINER_CONTAINER),
-            (pod["spec"].get("containers") or [{}])[0],
-        )
-        if mpi_policy(st.runtime) is not None and st.hostfile is None:
-            st.hostfile = (
-                self.root / "namespaces" / ns / "trainjobs" / f"{st.name}-{st.uid[:8]}" / "hostfile"
-            )
-        sandbox = processes.make_sandbox(
-            self.root, ns, name, pod["spec"]["hostname"], env_dict(container), st.hostfile
-        )
-        self.sandboxes[(ns, name)] = sandbox
-        argv = container_argv(container)
-        self._pod_tasks[(ns, name)] = asyncio.ensure_future(
-            self._pod_lifecycle(ns, name, sandbox, argv, is_trainer_rjob(rjob))
-        )
-
-    def _patch_status(self, ns: str, name: str, fn: Any) -> dict[str, Any] | None:
-        try:
-            return self.store.mutate(PODS, ns, name, fn)
-        except ApiError:
-            return None
-
-    async def _pod_lifecycle(
-        self,
-        ns: str,
-        name: str,
-        sandbox: processes.PodSandbox,
-        argv: list[str] | None,
-        is_trainer: bool,
-    ) -> None:
-        await asyncio.sleep(self.pending_delay)
-        cname = self._container_name(ns, name)
-
-        def scheduled(p: dict[str, Any]) -> None:
-            p["spec"]["nodeName"] = NODE_NAME
-            s = p["status"]
-            s["hostIP"] = "127.0.0.1"
-            s["hostIPs"] = [{"ip": "127.0.0.1"}]
-            s["conditions"] = [
-                _cond("PodReadyToStartContainers", "False", "", ""),
-                _cond("Initialized", "True", "", ""),
-                _cond(
-                    "Ready",
-                    "False",
-                    "ContainersNotReady",
-                    f"containers with unready status: [{cname}]",
-                ),
-                _cond(
-                    "ContainersReady",
-                    "False",
-                    "ContainersNotReady",
-                    f"containers with unready status: [{cname}]",
-                ),
-                _cond("PodScheduled", "True", "", ""),
-            ]
-            for c in s["conditions"]:
-                if not c["reason"]:
-                    del c["reason"], c["message"]
-            s["containerStatuses"] = [_waiting(p, cname, "ContainerCreating", "")]
-            s["startTime"] = now_rfc3339()
-
-        if self._patch_status(ns, name, scheduled) is None:
-            return
-        shown: str | None = None
-        while (hold := self.faults.pod_hold(name)) is not None:
-            if shown != hold.reason:
-                shown = hold.reason
-
-                def waiting(p: dict[str, Any], h: Any = hold) -> None:
-                    p["status"]["containerStatuses"] = [_waiting(p, cname, h.reason, h.message)]
-
-                self._patch_status(ns, name, waiting)
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(self.start_delay + self.faults.pod_delay(name))
-        started = now_rfc3339()
-        self._ip += 1
-        ip = f"10.244.{(self._ip >> 8) & 255}.{self._ip & 255}"
-
-        def running(p: dict[str, Any]) -> None:
-            s = p["status"]
-            s["phase"] = "Running"
-            s["podIP"] = ip
-            s["podIPs"] = [{"ip": ip}]
-            for c in s.get("conditions") or []:
-                c.update({"status": "True", "lastTransitionTime": started})
-                c.pop("reason", None)
-                c.pop("message", None)
-            s["containerStatuses"] = [
-                {
-                    "name": cname,
-                    "image": image_ref(_image(p, cname)),
-                    "imageID": image_id(_image(p, cname)),
-                    "containerID": f"containerd://{uuid.uuid4().hex}",
-                    "ready": True,
-                    "started": True,
-                    "restartCount": 0,
-                    "state": {"running": {"startedAt": started}},
-                    "lastState": {},
-                }
-            ]
-
-        if self._patch_status(ns, name, running) is None:
-            return
-        if argv is None or os.path.basename(argv[0]) == "sshd":
-            if argv is not None:
-                with open(sandbox.log_path, "a") as fh:
-                    fh.write(SSHD_LOG)
-            else:
-                sandbox.log_path.touch()
-            await asyncio.Event().wait()  # a daemon: Running until deleted
-            return
-        code = await processes.run_container(sandbox, argv)
-        self._terminate_pod(ns, name, code, "Completed" if code == 0 else "Error")
-
-    def _container_name(self, ns: str, name: str) -> str:
-        pod = self.store.try_get(PODS, ns, name) or {}
-        names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
-        return TRAINER_CONTAINER if TRAINER_CONTAINER in names else (names or ["node"])[0]
-
-    def _terminate_pod(self, ns: str, name: str, code: int, reason: str) -> None:
-        finished = now_rfc3339()
-        cname = self._container_name(ns, name)
-
-        def terminated(p: dict[str, Any]) -> None:
-            s = p["status"]
-            s["phase"] = "Succeeded" if code == 0 else "Failed"
-            for c in s.get("conditions") or []:
-                if c["type"] in ("Ready", "ContainersReady"):
-                    c.update(
-                        status="False",
-                        reason="PodCompleted" if code == 0 else "PodFailed",
-                        lastTransitionTime=finished,
-                    )
-                    c.pop("message", None)
-            old = (s.get("containerStatuses") or [{}])[0]
-            started = ((old.get("state") or {}).get("running") or {}).get("startedAt", finished)
-            s["containerStatuses"] = [
-                {
-                    **old,
-                    "name": cname,
-                    "ready": False,
-                    "started": False,
-                    "state": {
-                        "terminated": {
-                            "exitCode": code,
-                            "reason": reason,
-                            "startedAt": started,
-                            "finishedAt": finished,
-                            "containerID": old.get("containerID", ""),
-                        }
-                    },
-                }
-            ]
-
-        self._patch_status(ns, name, terminated)
-
-    def _fail_pod_threadsafe(self, ns: str, name: str, code: int, reason: str) -> None:
-        if self._loop is None:
-            raise RuntimeError("the local cluster is not running")
-        fut = asyncio.run_coroutine_threadsafe(self._fail_pod(ns, name, code, reason), self._loop)
-        fut.result(timeout=10)
-
-    async def _fail_pod(self, ns: str, name: str, code: int, reason: str) -> None:
-        self.store.get(PODS, ns, name)
-        task = self._pod_tasks.pop((ns, name), None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        sb = self.sandboxes.get((ns, name))
-        if sb is not None:
-            processes.kill_all(sb)
-        self._terminate_pod(ns, name, code or 1, reason)
-
-    async def _finalize_pod(self, key: tuple[str, str], grace: Any) -> None:
-        task = self._pod_tasks.pop(key, None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        sb = self.sandboxes.get(key)
-        if sb is not None:
-            processes.kill_all(sb)
-        delay = self.delete_grace if grace is None or int(grace) > 0 else 0.0
-        await asyncio.sleep(delay)
-        with contextlib.suppress(ApiError):
-            self.store.remove(PODS, key[0], key[1])
-
-    def _forget_pod(self, key: tuple[str, str]) -> None:
-        task = self._pod_tasks.pop(key, None)
-        if task is not None:
-            task.cancel()
-        sb = self.sandboxes.pop(key, None)
-        if sb is not None:
-            processes.kill_all(sb)
-        self._finalizing.discard(key)
-        owner = self._pod_owner.pop(key, None)
-        st = self._jobs.get(owner or "")
-        if st is not None:
-            for slot, pod_name in list(st.pods.items()):
-                if pod_name == key[1]:
-                    del st.pods[slot]
-
-    def _delete_pods(self, st: JobState, only_active: bool = False) -> None:
-        for slot, pod_name in list(st.pods.items()):
-            pod = self.store.try_get(PODS, st.namespace, pod_name)
-            if pod is None:
-                st.pods.pop(slot, None)
-                continue
-            phase = (pod.get("status") or {}).get("phase")
-            if only_active and phase in ("Succeeded", "Failed"):
-                continue
-            with contextlib.suppress(ApiError):
-                self.store.mark_deleting(PODS, st.namespace, pod_name, 30)
-
     def _cascade(self, uid: str) -> None:
         """The TrainJob is gone: its JobSet goes now, its pods after the grace delay."""
         st = self._jobs.pop(uid, None)
@@ -634,7 +334,7 @@ class Controller:
         def fail(o: dict[str, Any]) -> None:
             set_condition(
                 o.setdefault("status", {}),
-                _cond(
+                condition(
                     "Failed", "True", "DeadlineExceeded", "TrainJob exceeded its active deadline"
                 ),
             )
@@ -643,91 +343,6 @@ class Controller:
             self.store.mutate(TRAINJOBS, st.namespace, st.name, fail)
 
     # -- status ----------------------------------------------------------------------------
-
-    def _update_status(self, tj: dict[str, Any], st: JobState, suspend: bool) -> None:
-        all_slots = slots(st.jobset_spec)
-        jobs_status: list[dict[str, Any]] = []
-        rjob_done: dict[str, bool] = {}
-        any_failed = False
-        for rjob in self._rjobs(st):
-            rname = rjob["name"]
-            replicas = int(rjob.get("replicas", 1))
-            counts = {"ready": 0, "succeeded": 0, "failed": 0, "active": 0, "suspended": 0}
-            done_jobs = 0
-            for j in range(replicas):
-                job_slots = [s for s in all_slots[rname] if s.job_index == j]
-                pods = [self._pod(st, s) for s in job_slots]
-                phases = [(p or {}).get("status", {}).get("phase") for p in pods]
-                if suspend:
-                    counts["suspended"] += 1
-                elif any(ph == "Failed" for ph in phases):
-                    counts["failed"] += 1
-                elif (job_slots and all(ph == "Succeeded" for ph in phases)) or not job_slots:
-                    counts["succeeded"] += 1
-                    done_jobs += 1
-                elif any(p is not None for p in pods):
-                    counts["active"] += 1
-                    ready = sum(
-                        1
-                        for p in pods
-                        if p is not None
-                        and (_pod_ready(p) or p["status"].get("phase") == "Succeeded")
-                    )
-                    if ready >= len(job_slots):
-                        counts["ready"] += 1
-            any_failed = any_failed or counts["failed"] > 0
-            rjob_done[rname] = done_jobs == replicas
-            jobs_status.append({"name": rname, **counts})
-        policy = st.jobset_spec.get("successPolicy") or {}
-        targets = policy.get("targetReplicatedJobs") or list(rjob_done)
-        if policy.get("operator") == "Any":
-            complete = any(rjob_done.get(t) for t in targets)
-        else:
-            complete = all(rjob_done.get(t) for t in targets)
-        conds_tj: list[dict[str, Any]] = []
-        conds_js: list[dict[str, Any]] = []
-        if suspend:
-            conds_tj.append(_cond("Suspended", "True", "Suspended", "TrainJob is suspended"))
-            conds_js.append(_cond("Suspended", "True", "SuspendedJobs", "jobset is suspended"))
-        elif st.was_suspended:
-            conds_tj.append(_cond("Suspended", "False", "Resumed", "TrainJob is resumed"))
-            conds_js.append(_cond("Suspended", "False", "ResumeJobs", "jobset is resumed"))
-        if not suspend and any_failed:
-            msg = "jobset failed due to one or more job failures"
-            conds_tj.append(_cond("Failed", "True", "FailedJobs", msg))
-            conds_js.append(_cond("Failed", "True", "FailedJobs", msg))
-            st.finished = True
-        elif not suspend and complete:
-            msg = "jobset completed successfully"
-            conds_tj.append(_cond("Complete", "True", "AllJobsCompleted", msg))
-            conds_js.append(_cond("Completed", "True", "AllJobsCompleted", msg))
-            st.finished = True
-        if st.finished:
-            self._delete_pods(st, only_active=True)
-
-        def apply(o: dict[str, Any], conds: list[dict[str, Any]], key: str) -> None:
-            status = o.setdefault("status", {})
-            for c in conds:
-                set_condition(status, c)
-            status[key] = jobs_status
-            if key == "replicatedJobsStatus":  # JobSetStatus: restarts is not omitempty
-                status.setdefault("restarts", 0)
-                for c in conds:
-                    if c["type"] in ("Completed", "Failed") and c["status"] == "True":
-                        status["terminalState"] = c["type"]
-
-        with contextlib.suppress(ApiError):
-            self.store.mutate(
-                TRAINJOBS, st.namespace, st.name, lambda o: apply(o, conds_tj, "jobsStatus")
-            )
-        with contextlib.suppress(ApiError):
-            self.store.mutate(
-                JOBSETS,
-                st.namespace,
-                st.name,
-                lambda o: apply(o, conds_js, "replicatedJobsStatus"),
-            )
-
     # -- queries used by the server --------------------------------------------------------
 
     def sandbox(self, ns: str, name: str) -> processes.PodSandbox | None:
@@ -735,53 +350,3 @@ class Controller:
 
     def job_of_pod(self, pod: dict[str, Any]) -> str | None:
         return (pod.get("metadata", {}).get("labels") or {}).get(JOBSET_NAME)
-
-
-def _pod_ready(pod: dict[str, Any]) -> bool:
-    css = (pod.get("status") or {}).get("containerStatuses") or []
-    return bool(css) and all(cs.get("ready") for cs in css)
-
-
-def _image(pod: dict[str, Any], cname: str) -> str:
-    for c in pod["spec"].get("containers") or []:
-        if c.get("name") == cname:
-            return c.get("image", "")
-    return ""
-
-
-def image_ref(image: str) -> str:
-    """The fully qualified reference containerd reports in containerStatuses[].image:
-    `busybox` -> `docker.io/library/busybox:latest`."""
-    name, _, digest = image.partition("@")
-    last = name.rsplit("/", 1)[-1]
-    tag = "" if digest or ":" in last else ":latest"
-    first = name.split("/", 1)[0]
-    if "/" not in name:
-        name = f"docker.io/library/{name}"
-    elif not ("." in first or ":" in first or first == "localhost"):
-        name = f"docker.io/{name}"
-    return name + tag + (f"@{digest}" if digest else "")
-
-
-def image_id(image: str) -> str:
-    """containerStatuses[].imageID: `<repository>@sha256:<digest>` (a stand-in digest)."""
-    ref = image_ref(image).split("@", 1)[0]
-    last = ref.rsplit("/", 1)[-1]
-    repo = ref[: len(ref) - len(last)] + last.split(":", 1)[0]
-    return f"{repo}@sha256:{hashlib.sha256(image.encode()).hexdigest()}"
-
-
-def _waiting(pod: dict[str, Any], cname: str, reason: str, message: str) -> dict[str, Any]:
-    state: dict[str, Any] = {"reason": reason}
-    if message:
-        state["message"] = message
-    return {
-        "name": cname,
-        "image": _image(pod, cname),
-        "imageID": "",
-        "ready": False,
-        "started": False,
-        "restartCount": 0,
-        "state": {"waiting": state},
-        "lastState": {},
-    }

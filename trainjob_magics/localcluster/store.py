@@ -150,19 +150,8 @@ class Store:
         """Store a new object, filling uid, creationTimestamp, resourceVersion, generation."""
         obj = copy.deepcopy(obj)
         meta = _meta(obj)
-        name = meta.get("name", "")
         with self._lock:
-            if kind.namespaced:
-                namespace = namespace or meta.get("namespace") or "default"
-                if kind.key != NAMESPACES.key and ("", namespace) not in self._bucket(NAMESPACES):
-                    raise not_found("namespaces", "", namespace)
-                meta["namespace"] = namespace
-            else:
-                meta.pop("namespace", None)
-                namespace = ""
-            key = (namespace, name)
-            if key in self._bucket(kind):
-                raise already_exists(kind.plural, kind.group, name)
+            key = self._new_key(kind, meta, namespace)
             obj["apiVersion"] = kind.api_version
             obj["kind"] = kind.kind
             meta["uid"] = str(uuid.uuid4())
@@ -174,6 +163,23 @@ class Store:
             self._bucket(kind)[key] = obj
             self._emit("ADDED", kind, obj, None)
             return copy.deepcopy(obj)
+
+    def _new_key(self, kind: Kind, meta: dict[str, Any], namespace: str | None) -> tuple[str, str]:
+        """The key of a new object; sets or drops its namespace. 404 when the namespace does
+        not exist, 409 when the name is taken. Call with the lock held."""
+        if kind.namespaced:
+            namespace = namespace or meta.get("namespace") or "default"
+            if kind.key != NAMESPACES.key and ("", namespace) not in self._bucket(NAMESPACES):
+                raise not_found("namespaces", "", namespace)
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
+            namespace = ""
+        name = meta.get("name", "")
+        key = (namespace, name)
+        if key in self._bucket(kind):
+            raise already_exists(kind.plural, kind.group, name)
+        return key
 
     def replace(self, kind: Kind, obj: dict[str, Any], *, check_rv: bool = True) -> dict[str, Any]:
         """Replace a stored object (PUT semantics for the whole object)."""
@@ -216,16 +222,7 @@ class Store:
         obj = copy.deepcopy(obj)
         meta = _meta(obj)
         with self._lock:
-            if kind.namespaced:
-                namespace = namespace or meta.get("namespace") or "default"
-                if kind.key != NAMESPACES.key and ("", namespace) not in self._bucket(NAMESPACES):
-                    raise not_found("namespaces", "", namespace)
-                meta["namespace"] = namespace
-            else:
-                meta.pop("namespace", None)
-                namespace = ""
-            if (namespace, meta.get("name", "")) in self._bucket(kind):
-                raise already_exists(kind.plural, kind.group, meta.get("name", ""))
+            self._new_key(kind, meta, namespace)
         obj["apiVersion"], obj["kind"] = kind.api_version, kind.kind
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339()

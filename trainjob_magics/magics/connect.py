@@ -55,7 +55,7 @@ def engine_delete(
 ) -> bool:
     """Delete a TrainJob whose connect was interrupted; False when it does not exist (yet)."""
     from trainjob_magics.engine import kubeconfig
-    from trainjob_magics.engine.session import delete_trainjob
+    from trainjob_magics.engine.deletion import delete_trainjob
 
     api, default_namespace = kubeconfig.load(config_file, context)
     try:

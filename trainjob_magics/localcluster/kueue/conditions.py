@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..controller import set_condition
+from ..conditions import set_condition
 from ..store import now_rfc3339
 
 QUOTA_RESERVED = "QuotaReserved"

@@ -1,0 +1,173 @@
+"""What the frames of one exec mean: output routed to sinks or bounded buffers (with
+incremental UTF-8 decoding for ``on_output``), the channel-3 exit status, fragments reassembled
+and pings answered."""
+
+from __future__ import annotations
+
+import codecs
+import json
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .frames import (
+    OP_BINARY,
+    OP_CLOSE,
+    OP_CONT,
+    OP_PING,
+    OP_PONG,
+    OP_TEXT,
+    STATUS,
+    STDERR,
+    STDOUT,
+    _client_frame,
+    _Lost,
+    _Sender,
+)
+from .output import (
+    EMPTY,
+    MAX_MEMORY_OUTPUT,
+    CapturedOutput,
+    OutputBuffer,
+    Sink,
+    SpillDir,
+    sink_writer,
+)
+from .result import ExecResult
+
+STREAM_NAMES = {STDOUT: "stdout", STDERR: "stderr"}
+CLOSE_GRACE = 1.0  # wait this long for the close frame after the status arrived
+
+OnOutput = Callable[[str, str], None]
+
+
+def parse_exec_status(payload: bytes | bytearray | memoryview) -> tuple[int | None, str]:
+    """``(returncode, message)`` from a channel-3 metav1.Status; returncode None = no exit code."""
+    try:
+        data = json.loads(bytes(payload).decode("utf-8", "replace"))
+    except ValueError:
+        return None, bytes(payload).decode("utf-8", "replace").strip()[:300]
+    if not isinstance(data, dict):
+        return None, str(data)[:300]
+    if data.get("status") == "Success":
+        return 0, ""
+    message = str(data.get("message") or data.get("reason") or "command failed")
+    for cause in (data.get("details") or {}).get("causes") or []:
+        if cause.get("reason") == "ExitCode":
+            try:
+                return int(str(cause.get("message")).strip()), message
+            except ValueError:
+                break
+    return None, message
+
+
+class _Collector:
+    """Routes each output frame: to the stream's sink when it has one, else into a bounded
+    :class:`OutputBuffer`; feeds ``on_output`` with incrementally decoded text (collected
+    streams only). Nothing else is decoded while the command runs."""
+
+    def __init__(
+        self,
+        on_output: OnOutput | None,
+        *,
+        pod: str = "",
+        limit: int | None = MAX_MEMORY_OUTPUT,
+        spill_dir: SpillDir | None = None,
+        sinks: dict[int, Sink | None] | None = None,
+    ) -> None:
+        self.on_output = on_output
+        self.sinks = {ch: sink_writer(s) for ch, s in (sinks or {}).items() if s is not None}
+        self.buffers = {
+            ch: OutputBuffer(limit, spill_dir, f"{pod or 'exec'}-{STREAM_NAMES[ch]}-")
+            for ch in (STDOUT, STDERR)
+            if ch not in self.sinks
+        }
+        self.decoders = (
+            {ch: codecs.getincrementaldecoder("utf-8")(errors="replace") for ch in self.buffers}
+            if on_output is not None
+            else {}
+        )
+
+    def add(self, channel: int, data: memoryview) -> None:
+        sink = self.sinks.get(channel)
+        if sink is not None:
+            sink(data)
+            return
+        self.buffers[channel].add(data)
+        if self.on_output is not None:
+            text = self.decoders[channel].decode(data)
+            if text:
+                self.on_output(STREAM_NAMES[channel], text)
+
+    def flush(self) -> None:
+        """Emit what the decoders still hold (a truncated multi-byte sequence)."""
+        if self.on_output is None:
+            return
+        for channel, decoder in self.decoders.items():
+            text = decoder.decode(b"", final=True)
+            if text:
+                self.on_output(STREAM_NAMES[channel], text)
+
+    def result(self, returncode: int | None, started: float, pod: str) -> ExecResult:
+        def captured(channel: int) -> CapturedOutput:
+            buffer = self.buffers.get(channel)
+            return buffer.freeze() if buffer is not None else EMPTY
+
+        return ExecResult.from_captured(
+            captured(STDOUT), captured(STDERR), returncode, time.monotonic() - started, pod
+        )
+
+
+class _FrameHandler:
+    """What the frames of one exec mean: output to the collector, the channel-3 status,
+    fragments reassembled, pings answered."""
+
+    def __init__(self, collector: _Collector, sender: _Sender) -> None:
+        self.collector = collector
+        self.sender = sender
+        self.returncode: int | None = None
+        self.message = ""
+        self.got_status = False
+        self.close_by = 0.0  # after the status: wait until then for the close frame
+        self.fragments: list[Any] = []
+        self.fragment_op = OP_BINARY
+
+    def outcome(self) -> tuple[int | None, str, bool]:
+        return self.returncode, self.message, self.got_status
+
+    def handle(self, fin: bool, opcode: int, payload: bytes | bytearray | memoryview) -> bool:
+        """Act on one frame; True for the close frame (raises :class:`_Lost` when it closes
+        abnormally before the status)."""
+        if opcode == OP_CONT:
+            self.fragments.append(payload)
+            if not fin:
+                return False
+            payload, opcode = b"".join(self.fragments), self.fragment_op
+            self.fragments = []
+        elif opcode in (OP_TEXT, OP_BINARY) and not fin:
+            self.fragments, self.fragment_op = [payload], opcode
+            return False
+        if opcode in (OP_TEXT, OP_BINARY):
+            if not payload:
+                return False
+            channel = payload[0]
+            data = memoryview(payload)[1:]
+            if channel in (STDOUT, STDERR):
+                if data:
+                    self.collector.add(channel, data)
+            elif channel == STATUS:
+                self.returncode, self.message = parse_exec_status(data)
+                self.got_status = True
+                self.close_by = time.monotonic() + CLOSE_GRACE
+                self.sender.abandon_stdin()  # the command has ended
+        elif opcode == OP_CLOSE:
+            code = struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else 1005
+            if not self.got_status and code not in (1000, 1005):
+                reason = bytes(payload[2:]).decode("utf-8", "replace")
+                self.sender.abandon_stdin()
+                raise _Lost(f"WebSocket closed with code {code} {reason}".strip())
+            return True
+        elif opcode == OP_PING:
+            self.sender.queue_control(_client_frame(bytes(payload), OP_PONG))
+        return False

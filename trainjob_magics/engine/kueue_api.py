@@ -1,0 +1,146 @@
+"""Kueue look-ups in the cluster: a TrainJob's Workload (by the ``kueue.x-k8s.io/job-uid`` label;
+its name hashes the UID, so it is never computed), LocalQueues, and queue positions from the
+visibility API (``None`` on 403/404).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kubernetes.client import ApiClient
+
+from .apierrors import request
+from .errors import ApiServerError, NotFoundError, PermissionDeniedError, TrainJobError
+from .kueue_status import QueueStatus, parse_workload
+
+log = logging.getLogger(__name__)
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+VISIBILITY_VERSIONS = ("v1beta2", "v1beta1")
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+MAX_EXEC_TIME_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+WORKLOAD_RESOURCE = f"workloads.{KUEUE_GROUP}"
+LOCALQUEUE_RESOURCE = f"localqueues.{KUEUE_GROUP}"
+VISIBILITY_RESOURCE = f"localqueues/pendingworkloads.{VISIBILITY_GROUP}"
+
+
+def workload_path(namespace: str) -> str:
+    return f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/namespaces/{namespace}/workloads"
+
+
+def localqueue_path(namespace: str, name: str) -> str:
+    return f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/namespaces/{namespace}/localqueues/{name}"
+
+
+def find_workload(api: ApiClient, namespace: str, job_uid: str) -> dict[str, Any] | None:
+    """The Workload whose job-uid label is the TrainJob's UID (newest if several), or None."""
+    data = request(
+        api,
+        "GET",
+        workload_path(namespace),
+        verb="list",
+        resource=WORKLOAD_RESOURCE,
+        namespace=namespace,
+        query=[("labelSelector", f"{JOB_UID_LABEL}={job_uid}")],
+    )
+    items = list(data.get("items") or [])
+    if not items:
+        return None
+    return max(items, key=lambda w: str((w.get("metadata") or {}).get("creationTimestamp") or ""))
+
+
+class Visibility:
+    """Queue positions from the visibility API; turns itself off after a 403 or 404."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self.api = api
+        self.note = ""  # set once positions became unavailable
+        self._versions = list(VISIBILITY_VERSIONS)
+        self._cluster_queues: dict[tuple[str, str], str | None] = {}
+
+    def cluster_queue(self, namespace: str, local_queue: str) -> str | None:
+        """The ClusterQueue behind a LocalQueue (read once; None when it cannot be read)."""
+        key = (namespace, local_queue)
+        if key not in self._cluster_queues:
+            try:
+                lq = request(
+                    self.api,
+                    "GET",
+                    localqueue_path(namespace, local_queue),
+                    verb="get",
+                    resource=LOCALQUEUE_RESOURCE,
+                    namespace=namespace,
+                    name=local_queue,
+                    timeout=10.0,
+                )
+                self._cluster_queues[key] = (lq.get("spec") or {}).get("clusterQueue") or None
+            except TrainJobError:
+                self._cluster_queues[key] = None
+        return self._cluster_queues[key]
+
+    def positions(
+        self, namespace: str, local_queue: str, workload: str
+    ) -> tuple[int | None, int | None]:
+        """(position in LocalQueue, in ClusterQueue), 0-based; (None, None) when unknown."""
+        while self._versions and not self.note:
+            version = self._versions[0]
+            path = (
+                f"/apis/{VISIBILITY_GROUP}/{version}/namespaces/{namespace}/localqueues/"
+                f"{local_queue}/pendingworkloads"
+            )
+            try:
+                data = request(
+                    self.api,
+                    "GET",
+                    path,
+                    verb="get",
+                    resource=VISIBILITY_RESOURCE,
+                    namespace=namespace,
+                    name=local_queue,
+                    timeout=10.0,
+                )
+            except PermissionDeniedError:
+                self.note = "no permission for the Kueue visibility API"
+                return None, None
+            except NotFoundError:
+                self._versions.pop(0)
+                if not self._versions:
+                    self.note = "Kueue visibility API not available"
+                continue
+            except ApiServerError as exc:
+                log.debug("visibility API failed: %s", exc)
+                return None, None
+            for item in data.get("items") or []:
+                if (item.get("metadata") or {}).get("name") == workload:
+                    return item.get("positionInLocalQueue"), item.get("positionInClusterQueue")
+            return None, None
+        return None, None
+
+
+def queue_status(
+    api: ApiClient,
+    namespace: str,
+    job_uid: str,
+    local_queue: str | None,
+    visibility: Visibility | None = None,
+) -> QueueStatus:
+    """The current QueueStatus of a TrainJob (positions filled while it waits)."""
+    try:
+        wl = find_workload(api, namespace, job_uid)
+    except PermissionDeniedError as exc:
+        return QueueStatus("Unknown", message=str(exc), local_queue=local_queue)
+    qs = parse_workload(wl, local_queue)
+    if visibility is not None and qs.waiting and qs.workload and qs.local_queue:
+        lq_pos, cq_pos = visibility.positions(namespace, qs.local_queue, qs.workload)
+        qs.position_in_local_queue, qs.position_in_cluster_queue = lq_pos, cq_pos
+        if qs.cluster_queue is None:
+            qs.cluster_queue = visibility.cluster_queue(namespace, qs.local_queue)
+        qs.position_note = visibility.note
+        if lq_pos is None and not qs.position_note:
+            qs.position_note = "not listed as pending"
+    return qs

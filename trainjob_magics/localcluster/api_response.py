@@ -1,0 +1,30 @@
+"""JSON responses (with Warning headers) and Status bodies for errors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from .apierror import ApiError
+
+NOT_FOUND = "the server could not find the requested resource"
+NOT_ALLOWED = "the server does not allow this method on the requested resource"
+
+
+def json_response(obj: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
+    headers: CIMultiDict[str] = CIMultiDict()
+    for w in warnings or []:
+        headers.add("Warning", '299 - "' + w.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return web.Response(
+        body=json.dumps(obj).encode(),
+        status=status,
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def error_response(err: ApiError) -> web.Response:
+    return json_response(err.status, err.code)

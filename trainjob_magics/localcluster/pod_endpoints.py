@@ -1,0 +1,110 @@
+"""The pod subresources pods/log and pods/exec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from . import exec_ws
+from .api_request import USER_KEY, Target, query_bool, query_int
+from .apierror import ApiError
+from .auth import Authorizer
+from .logs import follow_log, read_log
+from .resources import PODS
+
+
+class PodEndpoints(Authorizer):
+    """pods/log and pods/exec methods of the ApiServer (a mixin)."""
+
+    def _container(self, pod: dict[str, Any], requested: str | None) -> str:
+        name = pod["metadata"]["name"]
+        names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+        if not requested:
+            if len(names) == 1:
+                return names[0]
+            raise ApiError(
+                400,
+                f"a container name must be specified for pod {name}, choose one of: "
+                f"[{' '.join(names)}]",
+            )
+        if requested not in names:
+            raise ApiError(400, f"container {requested} is not valid for pod {name}")
+        return requested
+
+    async def _log(self, request: web.Request, t: Target) -> web.StreamResponse:
+        q = request.query
+        pod = self.ctx.store.get(PODS, t.namespace, t.name or "")
+        container = self._container(pod, q.get("container"))
+        if query_bool(q.get("previous")):
+            raise ApiError(
+                400,
+                f'previous terminated container "{container}" in pod "{t.name}" not found',
+            )
+        sandbox = self.ctx.controller.sandbox(t.namespace or "", t.name or "")
+        status = pod.get("status") or {}
+        waiting = next(
+            (
+                (cs.get("state") or {}).get("waiting")
+                for cs in status.get("containerStatuses") or []
+                if (cs.get("state") or {}).get("waiting")
+            ),
+            None,
+        )
+        if sandbox is None or status.get("phase") == "Pending":
+            reason = (waiting or {}).get("reason", "ContainerCreating")
+            raise ApiError(
+                400,
+                f'container "{container}" in pod "{t.name}" is waiting to start: {reason}',
+            )
+        timestamps = query_bool(q.get("timestamps"))
+        data = read_log(
+            sandbox.log_path,
+            query_int(q.get("tailLines"), "tailLines"),
+            query_int(q.get("limitBytes"), "limitBytes"),
+            timestamps,
+        )
+        if not query_bool(q.get("follow")):
+            return web.Response(body=data, content_type="text/plain")
+        ns, name = t.namespace, t.name or ""
+
+        def running() -> bool:
+            p = self.ctx.store.try_get(PODS, ns, name)
+            return p is not None and (p.get("status") or {}).get("phase") == "Running"
+
+        return await follow_log(
+            request, sandbox.log_path, data, running, self.ctx.stopping, timestamps
+        )
+
+    async def _exec(self, request: web.Request, t: Target) -> web.StreamResponse:
+        _, _user = request[USER_KEY]
+        for verb in ("create", "get"):
+            self._authorize(request, verb, t)
+        q = request.query
+        pod = self.ctx.store.get(PODS, t.namespace, t.name or "")
+        container = self._container(pod, q.get("container"))
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            raise ApiError(
+                400, f"cannot exec into a container in a completed pod; current phase is {phase}"
+            )
+        if not (pod.get("spec") or {}).get("nodeName"):
+            raise ApiError(400, f"pod {t.name} does not have a host assigned")
+        sandbox = self.ctx.controller.sandbox(t.namespace or "", t.name or "")
+        if phase != "Running" or sandbox is None:
+            raise ApiError(
+                400, f'unable to upgrade connection: container not found ("{container}")'
+            )
+        argv = q.getall("command", [])
+        if not argv:
+            raise ApiError(400, "you must specify at least 1 command")
+        return await exec_ws.handle_exec(
+            request,
+            sandbox,
+            list(argv),
+            stdin=query_bool(q.get("stdin")),
+            stdout=query_bool(q.get("stdout")),
+            stderr=query_bool(q.get("stderr")),
+            tty=query_bool(q.get("tty")),
+            drop_after_bytes=self.ctx.faults.exec_drop_after(t.name or ""),
+        )

@@ -1,0 +1,46 @@
+"""ServerContext: what the API server serves from (store, controller, users, hooks)."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .controller import Controller
+from .faults import Faults
+from .resources import Kind, Registry
+from .store import Store
+
+# Admission hook: (kind, operation "CREATE"|"UPDATE", new object, old object or None) ->
+# warnings; may mutate the new object or raise ApiError to deny.
+AdmissionHook = Callable[[Kind, str, dict[str, Any], "dict[str, Any] | None"], "list[str] | None"]
+
+SubresourceGetter = Callable[[str, str, "str | None", str, dict[str, str]], dict[str, Any]]
+
+
+@dataclass
+class User:
+    name: str
+    deny: set[tuple[str, str]] = field(default_factory=set)
+
+
+@dataclass
+class ServerContext:
+    store: Store
+    registry: Registry
+    controller: Controller
+    faults: Faults
+    users: dict[str, User]
+    stopping: asyncio.Event
+    address: str = "127.0.0.1:0"
+    bookmark_interval: float = 1.0
+    admission_hooks: list[AdmissionHook] = field(default_factory=list)
+    # (group, plural, subresource) -> fn(version, plural, namespace, name, query) -> JSON body;
+    # served for GET after authz ("get" on "plural/sub"), e.g. Kueue's pendingworkloads.
+    subresource_getters: dict[tuple[str, str, str], SubresourceGetter] = field(default_factory=dict)
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
