@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import select
 import threading
 import time
 from typing import Any
@@ -139,11 +140,17 @@ def _pty_stream() -> tuple[int, Any]:
 
 
 def _read(master: int) -> str:
-    os.set_blocking(master, False)
-    try:
-        return os.read(master, 65536).decode().replace("\r\n", "\n")
-    except BlockingIOError:
-        return ""
+    """Everything written to the pty so far (one read may return only part of it)."""
+    chunks = []
+    while select.select([master], [], [], 0.2)[0]:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    return b"".join(chunks).decode().replace("\r\n", "\n")
 
 
 def test_footer_starts_a_new_line_after_an_echoed_ctrl_c() -> None:

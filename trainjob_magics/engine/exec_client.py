@@ -8,8 +8,11 @@ incrementally so multi-byte UTF-8 split across frames stays intact. A stream can
 sink instead (file transfers).
 
 Exit status (channel 3): ``Success`` -> 0; ``NonZeroExitCode`` with an ``ExitCode`` cause -> N;
-any other failure (``InternalError``, e.g. the runtime could not start the process) raises
-:class:`ApiServerError` with the server's message and the output so far in ``.partial``.
+a failure that says the container is not running (``container not found``, completed pod: how a
+1.30+ apiserver reports it, after the upgrade) raises :class:`PodNotRunningError` like a 404/400
+handshake, when no output came; any other failure (``InternalError``, e.g. the runtime could not
+start the process) raises :class:`ApiServerError` with the server's message and the output so far
+in ``.partial``.
 A clean close (1000) without a status gives ``returncode=None``; a drop before the status raises
 :class:`ConnectionLostError`.
 
@@ -91,7 +94,14 @@ CLOSE_FLUSH = 0.5  # at most this long to write our close reply
 IDLE_WAIT = 60.0  # longest single wait for output when there is no deadline
 _NOT_RUNNING = re.compile(
     r"completed pod|current phase|does not have a host|not running|is terminated|"
-    r"waiting to start|being deleted|terminating",
+    r"waiting to start|being deleted|terminating|container not found",
+    re.IGNORECASE,
+)
+# A channel-3 failure without an exit code that means the command never started: a 1.30+
+# apiserver (WebSocket stream translator) upgrades first and reports kubelet's failed upgrade
+# as ``Internal error occurred: unable to upgrade connection: container not found ("node")``.
+_NEVER_STARTED = re.compile(
+    r"container not found|completed pod|current phase is|not running|CONTAINER_EXITED",
     re.IGNORECASE,
 )
 
@@ -134,6 +144,15 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(hostname).is_loopback
     except ValueError:
         return False
+
+
+def not_running_error(pod: str, message: str, *, status: int, reason: str) -> PodNotRunningError:
+    """The error for an exec the server refused because the pod's container is not running."""
+    return PodNotRunningError(
+        f"pod {pod} cannot run commands: {message}; check the TrainJob with session.status()",
+        status=status,
+        reason=reason,
+    )
 
 
 class ExecClient:
@@ -226,12 +245,7 @@ class ExecClient:
                 reason="NotFound",
             )
         if status == 400 and _NOT_RUNNING.search(message):
-            return PodNotRunningError(
-                f"pod {pod} cannot run commands: {message}; check the TrainJob with "
-                "session.status()",
-                status=400,
-                reason="BadRequest",
-            )
+            return not_running_error(pod, message, status=400, reason="BadRequest")
         if status == 400:
             return InvalidInputError(
                 f"the API server refused to exec in pod {pod}: {message or 'bad request'}; "
@@ -320,6 +334,11 @@ class ExecClient:
         finally:
             ws.shutdown()
         collector.flush()
+        never_started = not collector.received and _NEVER_STARTED.search(message)
+        if got_status and returncode is None and never_started:
+            # Upgraded, then refused (1.30+ apiserver): nothing ran, like a 404/400 handshake,
+            # so the session may re-resolve the trainer pod and retry.
+            raise not_running_error(pod, message, status=500, reason="InternalError")
         if got_status and returncode is None:
             raise ApiServerError(
                 f"the command could not run in pod {pod}: {message}",

@@ -77,6 +77,7 @@ class _Collector:
         sinks: dict[int, Sink | None] | None = None,
     ) -> None:
         self.on_output = on_output
+        self.received = 0  # output bytes seen (stdout + stderr, sinks included)
         self.sinks = {ch: sink_writer(s) for ch, s in (sinks or {}).items() if s is not None}
         self.buffers = {
             ch: OutputBuffer(limit, spill_dir, f"{pod or 'exec'}-{STREAM_NAMES[ch]}-")
@@ -90,6 +91,7 @@ class _Collector:
         )
 
     def add(self, channel: int, data: memoryview) -> None:
+        self.received += len(data)
         sink = self.sinks.get(channel)
         if sink is not None:
             sink(data)

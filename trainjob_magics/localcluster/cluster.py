@@ -40,12 +40,17 @@ from .tls import make_tls
 log = logging.getLogger(__name__)
 ADMIN_USER = "local-admin"
 START_TIMEOUT = 30.0
+# "pre-upgrade": exec into a container that is not running gets HTTP 400 before the WebSocket
+# upgrade; "translated": a 101, then the failure as a Status on channel 3 (1.30+ apiserver).
+EXEC_ERROR_MODES = ("pre-upgrade", "translated")
 
 
 class LocalCluster:
     """A local Kubernetes-API-compatible cluster for TrainJobs.
 
     Use as a context manager, or call start()/stop(). run_forever() blocks (for the CLI).
+    ``exec_errors="translated"`` reports an exec into a container that is not running after the
+    WebSocket upgrade, as a 1.30+ apiserver does (see docs/local-cluster.md).
     """
 
     def __init__(
@@ -60,7 +65,11 @@ class LocalCluster:
         bookmark_interval: float = 1.0,
         load_builtin_runtimes: bool = True,
         kueue: bool | KueueConfig = False,
+        exec_errors: str = "pre-upgrade",
     ) -> None:
+        if exec_errors not in EXEC_ERROR_MODES:
+            raise ValueError(f"exec_errors must be one of {EXEC_ERROR_MODES}, not {exec_errors!r}")
+        self.exec_errors = exec_errors
         self._own_root = root_dir is None
         self.root = Path(root_dir) if root_dir else Path(tempfile.mkdtemp(prefix="tjm-cluster-"))
         self.root.mkdir(parents=True, exist_ok=True)
@@ -142,6 +151,7 @@ class LocalCluster:
             bookmark_interval=self._bookmark_interval,
             admission_hooks=self.admission_hooks,
             subresource_getters=self.subresource_getters,
+            exec_errors=self.exec_errors,
         )
         self._ctx = ctx
         app = ApiServer(ctx).make_app()

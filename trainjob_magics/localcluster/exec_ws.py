@@ -5,6 +5,9 @@ Protocol (see ``/work/shared/reference.md`` section 3):
 - Subprotocols ``v5.channel.k8s.io`` (chosen whenever offered) and ``v4.channel.k8s.io``. A
   request offering neither gets HTTP 400 with a Status body. (A real kubelet answers a bare 403
   from its WebSocket handshake; 400 keeps clients from mistaking it for an RBAC denial.)
+- ``handle_upstream_error``: with ``LocalCluster(exec_errors="translated")``, an exec into a
+  container that is not running is answered like a 1.30+ apiserver's stream translator does
+  (101, ready frame, InternalError Status on channel 3, close 1000) instead of HTTP 400.
 - Binary messages: one channel byte + payload. 0 stdin, 1 stdout, 2 stderr, 3 status, 4 resize,
   255 close (v5 only: ``[255, 0]`` closes the process's stdin).
 - Right after the 101 an empty stdout frame ``b"\\x01"``; at the end a metav1.Status on channel
@@ -114,6 +117,66 @@ def start_error(argv: list[str], exc: OSError) -> str:
     )
 
 
+def _negotiate(
+    request: web.Request, *, stdin: bool, stdout: bool, stderr: bool
+) -> str | web.Response:
+    """The subprotocol to upgrade to, or the 400 answered before any upgrade."""
+    if not (stdin or stdout or stderr):
+        return _status_response(
+            400, "BadRequest", "you must specify at least 1 of stdin, stdout, stderr"
+        )
+    if request.headers.get("Upgrade", "").lower() != "websocket":
+        return _status_response(400, "BadRequest", "Upgrade request required")
+    offered = offered_protocols(request)
+    protocol = choose_protocol(offered)
+    if protocol is None:
+        return _status_response(
+            400,
+            "BadRequest",
+            f"requested protocol(s) are not supported: [{' '.join(offered)}]; "
+            f"supports [{' '.join(SUPPORTED)}]",
+        )
+    return protocol
+
+
+def _websocket(protocol: str) -> web.WebSocketResponse:
+    return web.WebSocketResponse(
+        protocols=(protocol,),
+        compress=False,
+        autoping=True,
+        autoclose=True,
+        max_msg_size=MAX_INCOMING,
+        timeout=CLOSE_TIMEOUT,
+    )
+
+
+def translates_errors(request: web.Request) -> bool:
+    """Whether a 1.30+ apiserver would serve this exec with its WebSocket stream translator
+    (the client offers v5), so that kubelet's failures arrive after the upgrade."""
+    return V5 in offered_protocols(request)
+
+
+async def handle_upstream_error(
+    request: web.Request, error: str, *, stdin: bool, stdout: bool, stderr: bool
+) -> web.StreamResponse:
+    """An exec whose upstream (kubelet) upgrade failed, as the 1.30+ apiserver's stream
+    translator reports it: the 101 (v5), an empty frame on the lowest writable channel, then
+    ``apierrors.NewInternalError`` of client-go's ``unable to upgrade connection: <kubelet
+    body>`` on channel 3, then a close with code 1000."""
+    negotiated = _negotiate(request, stdin=stdin, stdout=stdout, stderr=stderr)
+    if isinstance(negotiated, web.Response):
+        return negotiated
+    ws = _websocket(V5)
+    await ws.prepare(request)
+    ready = STDOUT if stdout else STDERR if stderr else STATUS
+    status = json.dumps(internal_error_status(error), separators=(",", ":")).encode()
+    with contextlib.suppress(Exception):
+        await ws.send_bytes(bytes([ready]))
+        await ws.send_bytes(bytes([STATUS]) + status)
+        await ws.close(code=1000)
+    return ws
+
+
 async def handle_exec(
     request: web.Request,
     sandbox: PodSandbox,
@@ -130,29 +193,11 @@ async def handle_exec(
     The process is supervised by a background task: if this handler is cancelled or the client
     goes away, the process keeps running and is reaped when it ends.
     """
-    if not (stdin or stdout or stderr):
-        return _status_response(
-            400, "BadRequest", "you must specify at least 1 of stdin, stdout, stderr"
-        )
-    if request.headers.get("Upgrade", "").lower() != "websocket":
-        return _status_response(400, "BadRequest", "Upgrade request required")
-    offered = offered_protocols(request)
-    protocol = choose_protocol(offered)
-    if protocol is None:
-        return _status_response(
-            400,
-            "BadRequest",
-            f"requested protocol(s) are not supported: [{' '.join(offered)}]; "
-            f"supports [{' '.join(SUPPORTED)}]",
-        )
-    ws = web.WebSocketResponse(
-        protocols=(protocol,),
-        compress=False,
-        autoping=True,
-        autoclose=True,
-        max_msg_size=MAX_INCOMING,
-        timeout=CLOSE_TIMEOUT,
-    )
+    negotiated = _negotiate(request, stdin=stdin, stdout=stdout, stderr=stderr)
+    if isinstance(negotiated, web.Response):
+        return negotiated
+    protocol = negotiated
+    ws = _websocket(protocol)
     await ws.prepare(request)
     session = _ExecSession(
         request,

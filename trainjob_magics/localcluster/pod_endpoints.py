@@ -84,17 +84,29 @@ class PodEndpoints(Authorizer):
         pod = self.ctx.store.get(PODS, t.namespace, t.name or "")
         container = self._container(pod, q.get("container"))
         phase = (pod.get("status") or {}).get("phase")
+        sandbox = self.ctx.controller.sandbox(t.namespace or "", t.name or "")
+        not_found = f'unable to upgrade connection: container not found ("{container}")'
+        translated = self.ctx.exec_errors == "translated" and exec_ws.translates_errors(request)
+        has_host = bool((pod.get("spec") or {}).get("nodeName"))
+        if translated and has_host and (phase != "Running" or sandbox is None):
+            # A 1.30+ apiserver does not look at the phase (completed pods included): it
+            # upgrades the WebSocket, kubelet finds no running container, and the failure
+            # arrives on channel 3.
+            return await exec_ws.handle_upstream_error(
+                request,
+                not_found,
+                stdin=query_bool(q.get("stdin")),
+                stdout=query_bool(q.get("stdout")),
+                stderr=query_bool(q.get("stderr")),
+            )
         if phase in ("Succeeded", "Failed"):
             raise ApiError(
                 400, f"cannot exec into a container in a completed pod; current phase is {phase}"
             )
-        if not (pod.get("spec") or {}).get("nodeName"):
+        if not has_host:
             raise ApiError(400, f"pod {t.name} does not have a host assigned")
-        sandbox = self.ctx.controller.sandbox(t.namespace or "", t.name or "")
         if phase != "Running" or sandbox is None:
-            raise ApiError(
-                400, f'unable to upgrade connection: container not found ("{container}")'
-            )
+            raise ApiError(400, not_found)
         argv = q.getall("command", [])
         if not argv:
             raise ApiError(400, "you must specify at least 1 command")

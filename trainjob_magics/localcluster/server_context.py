@@ -40,6 +40,10 @@ class ServerContext:
     # (group, plural, subresource) -> fn(version, plural, namespace, name, query) -> JSON body;
     # served for GET after authz ("get" on "plural/sub"), e.g. Kueue's pendingworkloads.
     subresource_getters: dict[tuple[str, str, str], SubresourceGetter] = field(default_factory=dict)
+    # How pods/exec reports a container that is not running: "pre-upgrade" (HTTP 400 before the
+    # WebSocket upgrade) or "translated" (after the 101, as a 1.30+ apiserver's stream
+    # translator does: a Status on channel 3).
+    exec_errors: str = "pre-upgrade"
 
 
 def new_token() -> str:
