@@ -40,6 +40,16 @@ def get_trainjob(
     """The TrainJob ``name``, or None when it does not exist."""
     api = config.new_client_from_config(config_file=str(kubeconfig))
     try:
+        return read_trainjob(api, name, namespace)
+    finally:
+        api.close()
+
+
+def read_trainjob(
+    api: client.ApiClient, name: str, namespace: str = "default"
+) -> dict[str, Any] | None:
+    """The TrainJob ``name`` read through an open ``api`` client, or None when it does not exist."""
+    try:
         return client.CustomObjectsApi(api).get_namespaced_custom_object(
             GROUP, VERSION, namespace, "trainjobs", name
         )
@@ -47,21 +57,24 @@ def get_trainjob(
         if exc.status == 404:
             return None
         raise
-    finally:
-        api.close()
 
 
 def jobset_pods(kubeconfig: str | Path, name: str, namespace: str = "default") -> list[Any]:
     """The pods of the TrainJob ``name`` (by the JobSet name label), as V1Pod objects."""
     api = config.new_client_from_config(config_file=str(kubeconfig))
     try:
-        return (
-            client.CoreV1Api(api)
-            .list_namespaced_pod(namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}")
-            .items
-        )
+        return list_jobset_pods(api, name, namespace)
     finally:
         api.close()
+
+
+def list_jobset_pods(api: client.ApiClient, name: str, namespace: str = "default") -> list[Any]:
+    """The pods of the TrainJob ``name`` read through an open ``api`` client."""
+    return (
+        client.CoreV1Api(api)
+        .list_namespaced_pod(namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}")
+        .items
+    )
 
 
 def wait_trainjob_gone(

@@ -4,13 +4,16 @@ cluster, over real HTTPS and WebSocket. Nothing is mocked."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from tests.helpers.kube import GROUP, VERSION
+from tests.helpers.kube import list_jobset_pods as job_pods
+from tests.helpers.kube import read_trainjob as trainjob
+from tests.helpers.polling import wait_until
 from trainjob_magics import ExecResult, JobStatus, TrainJobSession, attach, connect
 from trainjob_magics.engine import errors as E
 from trainjob_magics.engine.trainjob_body import KEEP_ALIVE_COMMAND
@@ -18,7 +21,6 @@ from trainjob_magics.localcluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(120)
 
-GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 NO_LABEL_RUNTIME = """
 apiVersion: trainer.kubeflow.org/v1alpha1
 kind: ClusterTrainingRuntime
@@ -61,40 +63,11 @@ def api(cluster: LocalCluster) -> Iterator[k8s.ApiClient]:
     client.close()
 
 
-def trainjob(api: k8s.ApiClient, name: str, ns: str = "default") -> dict[str, Any] | None:
-    try:
-        return k8s.CustomObjectsApi(api).get_namespaced_custom_object(
-            GROUP, VERSION, ns, "trainjobs", name
-        )
-    except k8s.ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
 def trainjob_names(api: k8s.ApiClient, ns: str = "default") -> set[str]:
     items = k8s.CustomObjectsApi(api).list_namespaced_custom_object(
         GROUP, VERSION, ns, "trainjobs"
     )["items"]
     return {i["metadata"]["name"] for i in items}
-
-
-def job_pods(api: k8s.ApiClient, name: str, ns: str = "default") -> list[Any]:
-    return (
-        k8s.CoreV1Api(api)
-        .list_namespaced_pod(ns, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")
-        .items
-    )
-
-
-def wait_until(cond: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture

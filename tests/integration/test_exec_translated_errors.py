@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import json
 import ssl
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -20,6 +19,7 @@ import websocket
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from tests.helpers.polling import wait_until
 from trainjob_magics import connect
 from trainjob_magics.engine import errors as E
 from trainjob_magics.localcluster import LocalCluster
@@ -32,16 +32,6 @@ NOT_FOUND = 'unable to upgrade connection: container not found ("node")'
 
 def kc(cluster: LocalCluster) -> str:
     return str(cluster.kubeconfig_path)
-
-
-def wait_until(cond: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture(scope="module")

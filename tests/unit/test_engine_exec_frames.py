@@ -190,6 +190,21 @@ def unmask_frames(data: bytes) -> list[tuple[int, bytes, bool]]:
     return out
 
 
+def drain(sender: _Sender, a: socket.socket, b: socket.socket) -> list[tuple[int, bytes, bool]]:
+    """Read ``b`` while ``sender`` writes into ``a`` until it is idle, then close both ends;
+    the frames received."""
+    received = bytearray()
+    b.settimeout(5)
+    while sender.busy:
+        received += b.recv(1 << 20)
+        sender.send(1 << 30)
+    a.close()
+    while chunk := b.recv(1 << 20):
+        received += chunk
+    b.close()
+    return unmask_frames(bytes(received))
+
+
 def test_sender_never_blocks_and_frames_stdin_masked() -> None:
     """A peer that reads nothing: ``send`` returns waiting for writability instead of blocking;
     once the peer drains, every stdin byte arrives in masked frames, then the v5 close."""
@@ -200,16 +215,7 @@ def test_sender_never_blocks_and_frames_stdin_masked() -> None:
     sender = _Sender(a, data, v5=True, on_stdin=progress.append)
     sender.send(1 << 30)
     assert sender.busy and sender.waits_for == selectors.EVENT_WRITE
-    received = bytearray()
-    b.settimeout(5)
-    while sender.busy:
-        received += b.recv(1 << 20)
-        sender.send(1 << 30)
-    a.close()
-    while chunk := b.recv(1 << 20):
-        received += chunk
-    b.close()
-    frames = unmask_frames(bytes(received))
+    frames = drain(sender, a, b)
     assert all(masked and op == 2 for op, _payload, masked in frames)
     assert frames[-1][1] == bytes([255, 0])
     assert all(p[0] == 0 for _op, p, _m in frames[:-1])
@@ -227,16 +233,7 @@ def test_sender_abandon_keeps_a_started_frame_whole() -> None:
     assert sender.frame is not None and sender.started
     sender.abandon_stdin()
     sender.queue_control(_client_frame(struct.pack("!H", 1000), 8))
-    b.settimeout(5)
-    received = bytearray()
-    while sender.busy:
-        received += b.recv(1 << 20)
-        sender.send(1 << 30)
-    a.close()
-    while chunk := b.recv(1 << 20):
-        received += chunk
-    b.close()
-    frames = unmask_frames(bytes(received))
+    frames = drain(sender, a, b)
     assert [op for op, _p, _m in frames][-1] == 8
     assert frames[-1][1] == b"\x03\xe8"
     assert all(op == 2 and p[0] == 0 for op, p, _m in frames[:-1])

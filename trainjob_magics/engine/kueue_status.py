@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .pods import parse_time
+
 # Messages Kueue writes when the queue itself keeps a workload out (not a matter of quota).
 QUEUE_PROBLEM = re.compile(
     r"^(LocalQueue|ClusterQueue) (\S*) (doesn't exist|is inactive|is stopped|"
@@ -97,13 +99,7 @@ def _true(wl: Mapping[str, Any], type_: str) -> bool:
 
 
 def _time(cond: Mapping[str, Any] | None) -> datetime | None:
-    stamp = (cond or {}).get("lastTransitionTime")
-    if not stamp:
-        return None
-    try:
-        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    return parse_time((cond or {}).get("lastTransitionTime"))
 
 
 def eviction_count(wl: Mapping[str, Any] | None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -13,7 +14,9 @@ from kubernetes.client import ApiClient
 
 from . import kubeconfig
 from .apierrors import request
-from .pods import JOBSET_NAME_LABEL, pod_phase, pods_path
+from .deletion import delete_trainjob
+from .errors import InvalidInputError
+from .pods import JOBSET_NAME_LABEL, parse_time, pod_phase, pods_path
 from .trainjob_body import (
     CREATED_BY_ANNOTATION,
     GROUP,
@@ -27,6 +30,7 @@ from .trainjob_body import (
     trainjob_path,
 )
 from .validation import validate_name, validate_namespace
+from .waiting import fetch_trainjob, wait_pods_gone
 
 
 @dataclass
@@ -55,15 +59,6 @@ class ManagedTrainJob:
             return None
         now = now or datetime.now(timezone.utc)
         return max(0.0, (now - self.created).total_seconds())
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def _state(trainjob: Mapping[str, Any], phases: list[str]) -> str:
@@ -120,7 +115,7 @@ def managed_trainjobs(api: ApiClient, namespace: str) -> list[ManagedTrainJob]:
                 pid=str(notes.get(OWNER_PID_ANNOTATION, "")),
                 user=str(notes.get(CREATED_BY_ANNOTATION, "")),
                 kernel=str(notes.get(OWNER_KERNEL_ANNOTATION, "")),
-                created=_parse_time(meta.get("creationTimestamp")),
+                created=parse_time(meta.get("creationTimestamp")),
                 idle_timeout=str(notes.get(IDLE_ANNOTATION, "")),
             )
         )
@@ -155,12 +150,6 @@ def close_trainjob(
     """Delete a TrainJob this project created (any owner) and wait for its pods; returns one
     line saying what happened. Raises NotFoundError when there is no such TrainJob and
     InvalidInputError when it was not created by trainjob-magics."""
-    import time
-
-    from .deletion import delete_trainjob
-    from .errors import InvalidInputError
-    from .waiting import fetch_trainjob, wait_pods_gone
-
     validate_name(name)
     if namespace is not None:
         validate_namespace(namespace)

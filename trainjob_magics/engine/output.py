@@ -4,8 +4,8 @@ Each stream keeps at most ``limit`` bytes in memory (:data:`MAX_MEMORY_OUTPUT` b
 that, everything received so far and the rest go to a spill file. Nothing is decoded while the
 output streams: :class:`CapturedOutput` decodes on access.
 
-Spill files live in ``<tmp>/trainjob-magics-<pid>-<random>/<session>-<random>/``. A file belongs to the
-object that holds it (the :class:`ExecResult`): it is removed when that object is garbage
+Spill files live in ``<tmp>/trainjob-magics-<pid>-<random>/<session>-<random>/``. A file belongs
+to the object that holds it (the :class:`ExecResult`): it is removed when that object is garbage
 collected (``weakref.finalize``), at the latest when the interpreter exits. Closing a session
 removes its directory once no result holds a file in it: a result the user keeps stays readable.
 Roots left behind by a killed process (its pid is gone) are removed when the next process spills.

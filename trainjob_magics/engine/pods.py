@@ -263,14 +263,18 @@ def select_trainer_pod(pods: Iterable[Pod], target: TrainerTarget | None) -> Pod
     )
 
 
-def _created(pod: Pod) -> datetime | None:
-    stamp = (pod.get("metadata") or {}).get("creationTimestamp")
-    if not stamp:
+def parse_time(value: Any) -> datetime | None:
+    """A Kubernetes timestamp (RFC 3339, ``Z`` suffix) as a datetime; None when absent or bad."""
+    if not value:
         return None
     try:
-        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def _created(pod: Pod) -> datetime | None:
+    return parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
 
 
 def _created_ts(pod: Pod) -> float:

@@ -26,9 +26,9 @@ from .resources import (
     Registry,
     default_registry,
 )
-from .server import (
+from .server import ApiServer
+from .server_context import (
     AdmissionHook,
-    ApiServer,
     ServerContext,
     SubresourceGetter,
     User,

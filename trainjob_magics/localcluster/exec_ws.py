@@ -37,6 +37,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from .apierror import status_body
 from .processes import PodSandbox, describe_spawn_error, exit_code, spawn
 
 V5 = "v5.channel.k8s.io"
@@ -65,16 +66,7 @@ def choose_protocol(offered: list[str]) -> str | None:
 
 
 def _status_response(code: int, reason: str, message: str) -> web.Response:
-    body = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    return web.json_response(body, status=code)
+    return web.json_response(status_body(code, message, reason), status=code)
 
 
 def success_status() -> dict[str, Any]:

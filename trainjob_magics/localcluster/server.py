@@ -10,7 +10,7 @@ from aiohttp import web
 from . import openapi
 from .api_request import USER_KEY, Target, query_bool
 from .api_response import NOT_ALLOWED, NOT_FOUND, error_response, json_response
-from .apierror import ApiError, status_body
+from .apierror import ApiError
 from .pod_endpoints import PodEndpoints
 from .resources import (
     api_group,
@@ -19,13 +19,7 @@ from .resources import (
     api_versions,
 )
 from .rest_handlers import RestHandlers
-from .server_context import (
-    AdmissionHook,
-    ServerContext,
-    SubresourceGetter,
-    User,
-    new_token,
-)
+from .server_context import ServerContext
 from .tables import include_object, to_table, wants_table
 
 log = logging.getLogger(__name__)
@@ -189,16 +183,3 @@ class ApiServer(RestHandlers, PodEndpoints):
         if verb == "delete":
             return await self._delete(request, t)
         return await self._delete_collection(request, t)
-
-    # -- reads -----------------------------------------------------------------------------
-
-
-__all__ = [
-    "AdmissionHook",
-    "ApiServer",
-    "ServerContext",
-    "SubresourceGetter",
-    "User",
-    "new_token",
-    "status_body",
-]

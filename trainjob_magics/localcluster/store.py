@@ -211,7 +211,7 @@ class Store:
                 return copy.deepcopy(old)  # a no-op update keeps the resourceVersion
             meta["resourceVersion"] = self._next_rv()
             self._bucket(kind)[key] = obj
-            self._emit("MODIFIED", kind, obj, copy.deepcopy(old))
+            self._emit("MODIFIED", kind, obj, old)  # `old` left the store: no copy needed
             return copy.deepcopy(obj)
 
     def dry_run_create(

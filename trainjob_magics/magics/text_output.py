@@ -201,16 +201,20 @@ class TextOutputView:
     def write(self, stream: str, text: str) -> None:
         """Take a chunk; complete lines are printed at once (within the cap)."""
         for name, line in self.buffer.feed(stream, text):
-            if self._shown < self.max_lines:
-                self._emit(name, self._overwrite(name, line) + "\n")
-                self._shown += 1
-            else:
-                self._printed_partial.pop(name, None)
-                if len(self.tail) == self.tail.maxlen:
-                    self._hidden += 1
-                self.tail.append((name, line))
+            self._complete(name, line)
         self._dirty = True
         self.tick()
+
+    def _complete(self, name: str, line: str) -> None:
+        """A finished line: printed within the cap, else kept in the tail."""
+        if self._shown < self.max_lines:
+            self._emit(name, self._overwrite(name, line) + "\n")
+            self._shown += 1
+        else:
+            self._printed_partial.pop(name, None)
+            if len(self.tail) == self.tail.maxlen:
+                self._hidden += 1
+            self.tail.append((name, line))
 
     def _overwrite(self, name: str, line: str) -> str:
         """``\\r`` + text padded over a progress line printed before, else the text."""
@@ -234,13 +238,7 @@ class TextOutputView:
         line of its own, also after a ``^C`` the terminal echoed when ``interrupted``)."""
         for name, text in self.buffer.partials():
             self.buffer.feed(name, "\n")
-            if self._shown < self.max_lines:
-                self._emit(name, self._overwrite(name, text) + "\n")
-                self._shown += 1
-            else:
-                if len(self.tail) == self.tail.maxlen:
-                    self._hidden += 1
-                self.tail.append((name, text))
+            self._complete(name, text)
         if self.tail:
             if self._hidden:
                 self._emit("stdout", hidden_note(self._hidden, self.where, self.output_path) + "\n")
