@@ -61,7 +61,7 @@ def test_harness_runs_a_trivial_notebook(
         print(f"\nscreenshot: {shot}")
 
 
-def _index(nb: Any, first_line: str) -> int:
+def label_index(nb: Any, first_line: str) -> int:
     """Index of the first code cell whose source starts with ``first_line``."""
     for index, cell in enumerate(nb.cells):
         if cell.cell_type == "code" and cell.source.startswith(first_line):
@@ -92,11 +92,11 @@ def test_quickstart_runs_in_jupyterlab(
         shots.append(screenshot_path("quickstart", "page"))
 
     cells = nbp.cells()
-    connect = _index(nb, "%trainjob_connect")
-    mpirun = _index(nb, "%%trainjob\nmpirun hostname")
-    multiline = _index(nb, '%%trainjob\necho "Running on')
-    failing = _index(nb, "%%trainjob --no-raise-error")
-    status = _index(nb, "%trainjob_status")
+    connect = label_index(nb, "%trainjob_connect")
+    mpirun = label_index(nb, "%%trainjob\nmpirun hostname")
+    multiline = label_index(nb, '%%trainjob\necho "Running on')
+    failing = label_index(nb, "%%trainjob --no-raise-error")
+    status = label_index(nb, "%trainjob_status")
     # the last comm messages may still be rendering: wait for the footers and the pod table
     for index in (mpirun, multiline, failing):
         cells.nth(index).locator(".tjm-footer").wait_for(timeout=30_000)
@@ -144,7 +144,7 @@ def test_quickstart_runs_in_jupyterlab(
     text = nbp.output_text(failing)
     assert re.search(r"exit code 3\b", text), text
     assert "/no/such/file" in text, text
-    assert "3" in nbp.output_text(_index(nb, "failed.returncode"))
+    assert "3" in nbp.output_text(label_index(nb, "failed.returncode"))
 
     # %trainjob_status: a pod table with every pod Running
     assert cells.nth(status).locator(".trainjob-status").count() == 1

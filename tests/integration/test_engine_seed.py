@@ -16,7 +16,7 @@ from tests.helpers.kube import read_trainjob as trainjob
 from tests.helpers.polling import wait_until
 from trainjob_magics import ExecResult, JobStatus, TrainJobSession, attach, connect
 from trainjob_magics.engine import errors as E
-from trainjob_magics.engine.trainjob_body import KEEP_ALIVE_COMMAND
+from trainjob_magics.engine.trainjob.body import KEEP_ALIVE_COMMAND
 from trainjob_magics.localcluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(120)

@@ -20,7 +20,7 @@ import pytest
 from tests.integration.proctools import marker_processes, wait_dead
 from trainjob_magics import TrainJobSession, connect
 from trainjob_magics.engine import errors as E
-from trainjob_magics.engine.fanout import MultiExecResult
+from trainjob_magics.engine.result import MultiExecResult
 from trainjob_magics.localcluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(120)

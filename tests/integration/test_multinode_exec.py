@@ -11,7 +11,7 @@ import pytest
 
 from trainjob_magics.engine import connect
 from trainjob_magics.engine.errors import ConnectionLostError, InvalidInputError
-from trainjob_magics.engine.fanout import MultiExecResult
+from trainjob_magics.engine.result import MultiExecResult
 from trainjob_magics.localcluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(120)

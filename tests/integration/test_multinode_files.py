@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from trainjob_magics.engine import connect, files
-from trainjob_magics.engine.errors import InvalidInputError
-from trainjob_magics.engine.files import TransferError, UnsafeArchiveError
+from trainjob_magics.engine import connect
+from trainjob_magics.engine.errors import InvalidInputError, TransferError, UnsafeArchiveError
+from trainjob_magics.engine.files import transfer as files
 from trainjob_magics.localcluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(180)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from trainjob_magics.engine import connect
-from trainjob_magics.engine.logs import PodLogs
+from trainjob_magics.engine.files.logs import PodLogs
 from trainjob_magics.localcluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(90)

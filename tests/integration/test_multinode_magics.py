@@ -12,7 +12,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from tests.helpers.shell import magics_shell
-from trainjob_magics.engine.fanout import MultiExecResult
+from trainjob_magics.engine.result import MultiExecResult
 from trainjob_magics.localcluster import LocalCluster
 from trainjob_magics.magics import TrainJobCellError, TrainJobUsageError
 

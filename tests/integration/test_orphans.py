@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from trainjob_magics import connect
-from trainjob_magics.engine.orphans import list_trainjobs
+from trainjob_magics.engine.trainjob.orphans import list_trainjobs
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,7 +14,7 @@ import pytest
 
 from trainjob_magics import connect
 from trainjob_magics.engine import errors as E
-from trainjob_magics.engine.orphans import list_trainjobs
+from trainjob_magics.engine.trainjob.orphans import list_trainjobs
 
 KUBECONFIG = os.environ.get("TRAINJOB_MAGICS_E2E_KUBECONFIG", "")
 RUNTIME = os.environ.get("TRAINJOB_MAGICS_E2E_RUNTIME", "mpi-interactive")

@@ -9,7 +9,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from trainjob_magics.engine import errors as E
-from trainjob_magics.engine.apierrors import (
+from trainjob_magics.engine.kube.requests import (
     connection_failure,
     map_api_exception,
     map_http_failure,

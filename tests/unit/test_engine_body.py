@@ -8,7 +8,13 @@ import re
 import pytest
 
 from tests.crd_schema import crd_validator
-from trainjob_magics.engine import trainjob_body as tb
+from trainjob_magics.engine.kube.names import trainjob_path
+from trainjob_magics.engine.trainjob.body import (
+    KEEP_ALIVE_COMMAND,
+    build_trainjob,
+    generate_name,
+    runtime_ref,
+)
 
 
 @pytest.fixture(scope="module")
@@ -21,13 +27,13 @@ def _errors(validator, body):
 
 
 def test_default_body_injects_keep_alive_and_labels(validator) -> None:
-    body = tb.build_trainjob("abc", "default", "mpi-interactive")
+    body = build_trainjob("abc", "default", "mpi-interactive")
     assert body["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
     assert body["kind"] == "TrainJob"
-    assert body["spec"]["trainer"]["command"] == tb.KEEP_ALIVE_COMMAND
-    assert tb.KEEP_ALIVE_COMMAND[:2] == ["sh", "-c"]  # the idle watchdog (engine/remote.py)
+    assert body["spec"]["trainer"]["command"] == KEEP_ALIVE_COMMAND
+    assert KEEP_ALIVE_COMMAND[:2] == ["sh", "-c"]  # the idle watchdog (engine/remote.py)
     assert body["metadata"]["annotations"]["trainjob-magics/idle-timeout"] == "1800"
-    off = tb.build_trainjob("abc", "default", "mpi-interactive", idle_timeout=None)
+    off = build_trainjob("abc", "default", "mpi-interactive", idle_timeout=None)
     assert off["spec"]["trainer"]["command"] == ["sleep", "infinity"]
     assert "trainjob-magics/idle-timeout" not in off["metadata"]["annotations"]
     assert body["spec"]["runtimeRef"] == {
@@ -46,14 +52,14 @@ def test_default_body_injects_keep_alive_and_labels(validator) -> None:
 
 
 def test_keep_alive_is_a_copy() -> None:
-    body = tb.build_trainjob("abc", "default", "torch-distributed")
-    before = list(tb.KEEP_ALIVE_COMMAND)
+    body = build_trainjob("abc", "default", "torch-distributed")
+    before = list(KEEP_ALIVE_COMMAND)
     body["spec"]["trainer"]["command"].append("x")
-    assert before == tb.KEEP_ALIVE_COMMAND
+    assert before == KEEP_ALIVE_COMMAND
 
 
 def test_full_body_validates(validator) -> None:
-    body = tb.build_trainjob(
+    body = build_trainjob(
         "full-job",
         "team-a",
         "torch-distributed",
@@ -83,31 +89,30 @@ def test_full_body_validates(validator) -> None:
 
 
 def test_no_removed_fields() -> None:
-    body = tb.build_trainjob("abc", "default", "x", env={"A": "1"}, cpu="1")
+    body = build_trainjob("abc", "default", "x", env={"A": "1"}, cpu="1")
     for removed in ("labels", "annotations", "podSpecOverrides", "podTemplateOverrides"):
         assert removed not in body["spec"]
 
 
 def test_validator_would_catch_a_bad_body(validator) -> None:
     """The CRD check is real: a removed v2.1 field or a bad name type fails it."""
-    body = tb.build_trainjob("abc", "default", "x")
+    body = build_trainjob("abc", "default", "x")
     body["spec"]["trainer"]["numNodes"] = "four"
     assert _errors(validator, body)
 
 
 def test_generated_names_look_like_the_sdk() -> None:
-    names = {tb.generate_name() for _ in range(200)}
+    names = {generate_name() for _ in range(200)}
     assert len(names) == 200
     for name in names:
         assert re.fullmatch(r"[a-z][0-9a-f]{11}", name)
 
 
 def test_runtime_ref_defaults() -> None:
-    assert tb.runtime_ref({"spec": {"runtimeRef": {"name": "r"}}}) == (
+    assert runtime_ref({"spec": {"runtimeRef": {"name": "r"}}}) == (
         "r",
         "ClusterTrainingRuntime",
     )
     assert (
-        tb.trainjob_path("ns", "j")
-        == "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/j"
+        trainjob_path("ns", "j") == "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs/j"
     )

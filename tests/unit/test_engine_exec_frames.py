@@ -15,17 +15,16 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 import websocket
 
-from trainjob_magics.engine.exec_client import (
-    CLOSE_GRACE,
+from trainjob_magics.engine.exec.client import (
+    Collector,
+    ConnectionDropped,
     ExecClient,
     FrameReader,
-    _client_frame,
-    _Collector,
-    _Lost,
-    _Sender,
+    StdinSender,
+    client_frame,
     exec_url,
-    parse_exec_status,
 )
+from trainjob_magics.engine.exec.streams import CLOSE_GRACE, parse_exec_status
 
 
 def frame(payload: bytes, opcode: int = 2, fin: bool = True) -> bytes:
@@ -63,7 +62,7 @@ def test_frames_of_every_size_survive_any_split(piece: int) -> None:
     assert got == payloads
     fin, op, payload = reader.read_frame()
     assert (fin, op, bytes(payload)) == (True, 8, struct.pack("!H", 1000))
-    with pytest.raises(_Lost):
+    with pytest.raises(ConnectionDropped):
         reader.read_frame()
     sock.close()
 
@@ -86,7 +85,7 @@ def test_fragmented_message_flags() -> None:
 
 def test_truncated_frame_is_a_lost_connection() -> None:
     sock = feed(frame(b"\x01" + b"x" * 1000)[:500], 100)
-    with pytest.raises(_Lost):
+    with pytest.raises(ConnectionDropped):
         FrameReader(sock).read_frame()
     sock.close()
 
@@ -149,7 +148,7 @@ def test_incremental_decoding_keeps_split_utf8() -> None:
     text = "héllo wörld € 𝄞 日本語"
     data = text.encode()
     seen: list[tuple[str, str]] = []
-    collector = _Collector(lambda stream, chunk: seen.append((stream, chunk)))
+    collector = Collector(lambda stream, chunk: seen.append((stream, chunk)))
     for i in range(len(data)):  # one byte per frame: every multi-byte character is split
         collector.add(1, memoryview(data[i : i + 1]))
     collector.add(2, memoryview(b"\xe2\x82"))  # truncated euro sign on stderr
@@ -164,7 +163,7 @@ def test_incremental_decoding_keeps_split_utf8() -> None:
 
 
 def test_invalid_utf8_is_replaced_but_bytes_kept() -> None:
-    collector = _Collector(None)
+    collector = Collector(None)
     collector.add(1, memoryview(b"ok\xff\xfe\x00end"))
     result = collector.result(None, 0.0, "p")
     assert result.stdout == "ok\ufffd\ufffd\x00end"
@@ -190,7 +189,7 @@ def unmask_frames(data: bytes) -> list[tuple[int, bytes, bool]]:
     return out
 
 
-def drain(sender: _Sender, a: socket.socket, b: socket.socket) -> list[tuple[int, bytes, bool]]:
+def drain(sender: StdinSender, a: socket.socket, b: socket.socket) -> list[tuple[int, bytes, bool]]:
     """Read ``b`` while ``sender`` writes into ``a`` until it is idle, then close both ends;
     the frames received."""
     received = bytearray()
@@ -212,7 +211,7 @@ def test_sender_never_blocks_and_frames_stdin_masked() -> None:
     a.setblocking(False)
     data = bytes(range(256)) * 8192  # 2 MiB: more than the socket buffers hold
     progress: list[int] = []
-    sender = _Sender(a, data, v5=True, on_stdin=progress.append)
+    sender = StdinSender(a, data, v5=True, on_stdin=progress.append)
     sender.send(1 << 30)
     assert sender.busy and sender.waits_for == selectors.EVENT_WRITE
     frames = drain(sender, a, b)
@@ -228,11 +227,11 @@ def test_sender_abandon_keeps_a_started_frame_whole() -> None:
     close reply that follows is not spliced into it."""
     a, b = socket.socketpair()
     a.setblocking(False)
-    sender = _Sender(a, bytes(4 << 20), v5=True, on_stdin=None)
+    sender = StdinSender(a, bytes(4 << 20), v5=True, on_stdin=None)
     sender.send(1 << 30)
     assert sender.frame is not None and sender.started
     sender.abandon_stdin()
-    sender.queue_control(_client_frame(struct.pack("!H", 1000), 8))
+    sender.queue_control(client_frame(struct.pack("!H", 1000), 8))
     frames = drain(sender, a, b)
     assert [op for op, _p, _m in frames][-1] == 8
     assert frames[-1][1] == b"\x03\xe8"
@@ -245,11 +244,11 @@ def test_status_without_close_frame_ends_after_the_grace() -> None:
     a, b = socket.socketpair()
     status = json.dumps({"metadata": {}, "status": "Success"}).encode()
     b.sendall(frame(b"\x01") + frame(b"\x01hi\n") + frame(b"\x03" + status))
-    collector = _Collector(None)
+    collector = Collector(None)
     started = time.monotonic()
     outcome = object.__new__(ExecClient)._io_loop(
         SimpleNamespace(sock=a),
-        _Sender(a, None, v5=True, on_stdin=None),
+        StdinSender(a, None, v5=True, on_stdin=None),
         collector,
         None,
     )
@@ -288,9 +287,9 @@ def test_full_duplex_loop_with_a_slow_echo_peer() -> None:
 
     thread = threading.Thread(target=peer, daemon=True)
     thread.start()
-    collector = _Collector(None)
+    collector = Collector(None)
     outcome = object.__new__(ExecClient)._io_loop(
-        SimpleNamespace(sock=a), _Sender(a, data, v5=True, on_stdin=None), collector, None
+        SimpleNamespace(sock=a), StdinSender(a, data, v5=True, on_stdin=None), collector, None
     )
     thread.join(5)
     assert outcome == (0, "", True)

@@ -8,17 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from trainjob_magics.engine.errors import InvalidInputError
-from trainjob_magics.engine.files import (
-    FileInfo,
-    UnsafeArchiveError,
-    build_tar,
-    compare,
-    extract,
-    parse_manifest,
-    scan_archive,
-    split_remote,
-)
+from trainjob_magics.engine.errors import InvalidInputError, UnsafeArchiveError
+from trainjob_magics.engine.files.archive import build_tar, extract, scan_archive
+from trainjob_magics.engine.files.manifest import FileInfo, compare, parse_manifest
+from trainjob_magics.engine.files.transfer import split_remote
 
 
 def make_tar(*members: tuple[str, str, str]) -> io.BytesIO:

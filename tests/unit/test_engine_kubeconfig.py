@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainjob_magics.engine import kubeconfig
 from trainjob_magics.engine.errors import ConfigError
+from trainjob_magics.engine.kube import kubeconfig
 
 
 def write_config(path: Path, namespace: str | None = "team-a") -> Path:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trainjob_magics.engine.exec_client import STDERR, STDOUT, _Collector
-from trainjob_magics.engine.output import (
+from trainjob_magics.engine.exec.client import STDERR, STDOUT, Collector
+from trainjob_magics.engine.exec.output import (
     ROOT_PREFIX,
     OutputBuffer,
     SpillDir,
@@ -21,13 +21,13 @@ from trainjob_magics.engine.output import (
 from trainjob_magics.engine.result import ExecResult
 
 
-def feed(collector: _Collector, channel: int, data: bytes, step: int = 1000) -> None:
+def feed(collector: Collector, channel: int, data: bytes, step: int = 1000) -> None:
     for i in range(0, len(data), step):
         collector.add(channel, memoryview(data[i : i + step]))
 
 
 def test_output_under_the_limit_stays_in_memory() -> None:
-    collector = _Collector(None, limit=10_000, spill_dir=SpillDir("t"))
+    collector = Collector(None, limit=10_000, spill_dir=SpillDir("t"))
     feed(collector, STDOUT, b"a" * 10_000)  # exactly the limit: no spill
     result = collector.result(0, 0.0, "p")
     assert result.stdout_path is None and result.stderr_path is None
@@ -37,7 +37,7 @@ def test_output_under_the_limit_stays_in_memory() -> None:
 def test_output_over_the_limit_spills_and_stays_byte_exact() -> None:
     spill = SpillDir("sess-1")
     data = "é€😀x".encode() * 3001  # multi-byte characters cut at chunk and spill boundaries
-    collector = _Collector(None, pod="pod-a", limit=4096, spill_dir=spill)
+    collector = Collector(None, pod="pod-a", limit=4096, spill_dir=spill)
     feed(collector, STDOUT, data, step=777)
     feed(collector, STDERR, b"small")
     buffer = collector.buffers[STDOUT]
@@ -55,7 +55,7 @@ def test_output_over_the_limit_spills_and_stays_byte_exact() -> None:
 
 def test_spill_file_is_removed_with_its_result_and_dir_on_close() -> None:
     spill = SpillDir("sess-2")
-    collector = _Collector(None, limit=10, spill_dir=spill)
+    collector = Collector(None, limit=10, spill_dir=spill)
     feed(collector, STDOUT, b"z" * 100)
     result = collector.result(0, 0.0, "p")
     path = result.stdout_path
@@ -80,7 +80,7 @@ def test_sinks_get_raw_bytes_and_bypass_collection() -> None:
     got: list[bytes] = []
     err_file = io.BytesIO()
     seen: list[tuple[str, str]] = []
-    collector = _Collector(
+    collector = Collector(
         lambda s, t: seen.append((s, t)), sinks={STDOUT: got.append, STDERR: err_file}
     )
     collector.add(STDOUT, memoryview(b"\xff\x00raw"))

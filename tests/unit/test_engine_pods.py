@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import time
 
-from trainjob_magics.engine import pods as P
+from trainjob_magics.engine.kube.names import (
+    ANCESTOR_LABEL,
+    COMPLETION_INDEX,
+    JOB_INDEX_LABEL,
+    JOBSET_NAME_LABEL,
+    RJOB_LABEL,
+)
+from trainjob_magics.engine.kube.objects import pod_name
+from trainjob_magics.engine.trainjob.runtime import target_from_runtime
+from trainjob_magics.engine.trainjob.status import job_status, pod_infos, trainjob_failure
+from trainjob_magics.engine.trainjob.trainer_pod import TrainerTarget, select_trainer_pod
 
-ANC = {P.ANCESTOR_LABEL: "trainer"}
+ANC = {ANCESTOR_LABEL: "trainer"}
 
 
 def runtime(rjobs: list[tuple[str, dict]], mpi: bool) -> dict:
@@ -43,10 +53,10 @@ def pod(
     waiting: str | None = None,
 ) -> dict:
     labels = {
-        P.JOBSET_NAME_LABEL: "job",
-        P.RJOB_LABEL: rjob,
-        P.JOB_INDEX_LABEL: "0",
-        P.COMPLETION_INDEX: str(index),
+        JOBSET_NAME_LABEL: "job",
+        RJOB_LABEL: rjob,
+        JOB_INDEX_LABEL: "0",
+        COMPLETION_INDEX: str(index),
         **(extra or {}),
     }
     meta = {"name": name, "labels": labels, "creationTimestamp": created}
@@ -62,57 +72,55 @@ def pod(
 
 
 def test_targets_from_runtimes() -> None:
-    assert P.target_from_runtime(MPI) == P.TrainerTarget("launcher", True)
-    assert P.target_from_runtime(TORCH) == P.TrainerTarget("node", False)
+    assert target_from_runtime(MPI) == TrainerTarget("launcher", True)
+    assert target_from_runtime(TORCH) == TrainerTarget("node", False)
     # No ancestor label anywhere: the launcher is the fallback.
-    assert P.target_from_runtime(NO_LABEL_MPI) == P.TrainerTarget("launcher", True)
-    assert P.target_from_runtime(runtime([("worker", {})], mpi=False)).replicated_job == "worker"
+    assert target_from_runtime(NO_LABEL_MPI) == TrainerTarget("launcher", True)
+    assert target_from_runtime(runtime([("worker", {})], mpi=False)).replicated_job == "worker"
 
 
 def test_mpi_never_picks_a_node_pod_before_the_launcher_exists() -> None:
-    target = P.target_from_runtime(MPI)
+    target = target_from_runtime(MPI)
     nodes = [pod(f"job-node-0-{i}", "node", i) for i in range(3)]
-    assert P.select_trainer_pod(nodes, target) is None
+    assert select_trainer_pod(nodes, target) is None
     launcher = pod("job-launcher-0-0", "launcher")
-    assert P.pod_name(P.select_trainer_pod([*nodes, launcher], target)) == "job-launcher-0-0"
+    assert pod_name(select_trainer_pod([*nodes, launcher], target)) == "job-launcher-0-0"
 
 
 def test_mpi_guard_even_if_node_pods_carry_the_label() -> None:
-    target = P.target_from_runtime(MPI)
+    target = target_from_runtime(MPI)
     nodes = [pod("job-node-0-0", "node", extra=ANC)]
-    assert P.select_trainer_pod(nodes, target) is None
+    assert select_trainer_pod(nodes, target) is None
 
 
 def test_ancestor_label_on_pods_layout() -> None:
-    target = P.target_from_runtime(MPI)
+    target = target_from_runtime(MPI)
     pods = [pod("job-node-0-0", "node"), pod("job-launcher-0-0", "launcher", extra=ANC)]
-    assert P.pod_name(P.select_trainer_pod(pods, target)) == "job-launcher-0-0"
+    assert pod_name(select_trainer_pod(pods, target)) == "job-launcher-0-0"
 
 
 def test_torch_completion_index_zero() -> None:
-    target = P.target_from_runtime(TORCH)
+    target = target_from_runtime(TORCH)
     pods = [pod(f"job-node-0-{i}", "node", i) for i in (3, 1, 2)]
-    assert P.select_trainer_pod(pods, target) is None  # index 0 not created yet
+    assert select_trainer_pod(pods, target) is None  # index 0 not created yet
     pods.append(pod("job-node-0-0", "node", 0))
-    assert P.pod_name(P.select_trainer_pod(pods, target)) == "job-node-0-0"
+    assert pod_name(select_trainer_pod(pods, target)) == "job-node-0-0"
 
 
 def test_recreated_pod_wins_over_terminating_one() -> None:
-    target = P.target_from_runtime(TORCH)
+    target = target_from_runtime(TORCH)
     old = pod("job-node-0-0-aaaaa", "node", deleting=True)
     new = pod("job-node-0-0-bbbbb", "node", phase="Pending", created="2026-01-01T00:02:00Z")
-    assert P.pod_name(P.select_trainer_pod([old, new], target)) == "job-node-0-0-bbbbb"
+    assert pod_name(select_trainer_pod([old, new], target)) == "job-node-0-0-bbbbb"
 
 
 def test_fallback_without_runtime_information() -> None:
-    fallback = P.TrainerTarget(None, source="fallback")
+    fallback = TrainerTarget(None, source="fallback")
     pods = [pod("job-node-0-0", "node"), pod("job-launcher-0-0", "launcher")]
-    assert P.pod_name(P.select_trainer_pod(pods, fallback)) == "job-launcher-0-0"
+    assert pod_name(select_trainer_pod(pods, fallback)) == "job-launcher-0-0"
     labelled = [pod("job-a-0-0", "a"), pod("job-b-0-0", "b", extra=ANC)]
-    assert P.pod_name(P.select_trainer_pod(labelled, fallback)) == "job-b-0-0"
-    assert P.pod_name(P.select_trainer_pod([pod("job-node-0-0", "node")], fallback)) == (
-        "job-node-0-0"
-    )
+    assert pod_name(select_trainer_pod(labelled, fallback)) == "job-b-0-0"
+    assert pod_name(select_trainer_pod([pod("job-node-0-0", "node")], fallback)) == ("job-node-0-0")
 
 
 def test_pod_infos_rows() -> None:
@@ -121,7 +129,7 @@ def test_pod_infos_rows() -> None:
         pod("job-node-0-0", "node", 0),
         pod("job-launcher-0-0", "launcher", deleting=True),
     ]
-    rows = P.pod_infos(pods, "job-launcher-0-0")
+    rows = pod_infos(pods, "job-launcher-0-0")
     assert [r.name for r in rows] == ["job-launcher-0-0", "job-node-0-0", "job-node-0-1"]
     assert [r.role for r in rows] == ["launcher", "node", "node"]
     assert rows[0].is_trainer and not rows[1].is_trainer
@@ -133,25 +141,25 @@ def test_pod_infos_rows() -> None:
 
 
 def test_job_status_states() -> None:
-    target = P.target_from_runtime(MPI)
+    target = target_from_runtime(MPI)
     start = time.monotonic()
-    st = P.job_status("job", "ns", "mpi", {}, [], target, start)
+    st = job_status("job", "ns", "mpi", {}, [], target, start)
     assert st.state == "Creating" and st.trainer_pod is None
     nodes = [pod(f"job-node-0-{i}", "node", i) for i in range(2)]
-    st = P.job_status("job", "ns", "mpi", {}, nodes, target, start)
+    st = job_status("job", "ns", "mpi", {}, nodes, target, start)
     assert st.state == "Pending" and "launcher" in st.message and "2/2" in st.message
     launcher = pod("job-launcher-0-0", "launcher")
-    st = P.job_status("job", "ns", "mpi", {}, [*nodes, launcher], target, start)
+    st = job_status("job", "ns", "mpi", {}, [*nodes, launcher], target, start)
     assert st.state == "Running" and st.trainer_pod == "job-launcher-0-0"
     failed = {"status": {"conditions": [{"type": "Failed", "status": "True", "message": "boom"}]}}
-    st = P.job_status("job", "ns", "mpi", failed, nodes, target, start)
+    st = job_status("job", "ns", "mpi", failed, nodes, target, start)
     assert (st.state, st.message) == ("Failed", "boom")
-    assert P.trainjob_failure(failed) == "boom"
+    assert trainjob_failure(failed) == "boom"
     assert (
-        P.trainjob_failure({"status": {"conditions": [{"type": "Failed", "status": "False"}]}})
+        trainjob_failure({"status": {"conditions": [{"type": "Failed", "status": "False"}]}})
         is None
     )
-    st = P.job_status("job", "ns", "mpi", None, [], target, start)
+    st = job_status("job", "ns", "mpi", None, [], target, start)
     assert st.state == "Deleted"
     susp = {"status": {"conditions": [{"type": "Suspended", "status": "True", "reason": "Q"}]}}
-    assert P.job_status("job", "ns", "mpi", susp, [], target, start).state == "Suspended"
+    assert job_status("job", "ns", "mpi", susp, [], target, start).state == "Suspended"

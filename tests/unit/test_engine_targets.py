@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from trainjob_magics.engine.errors import InvalidInputError
-from trainjob_magics.engine.targets import names_one_pod, pod_refs, resolve, split_spec
+from trainjob_magics.engine.trainjob.targets import names_one_pod, pod_refs, resolve, split_spec
 
 
 def pod(name: str, role: str, job_index: int, completion: int, **extra: Any) -> dict[str, Any]:

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from trainjob_magics.engine import remote as R
 from trainjob_magics.engine.errors import InvalidInputError
+from trainjob_magics.engine.exec import scripts as R
 
 pytestmark = pytest.mark.timeout(30)
 

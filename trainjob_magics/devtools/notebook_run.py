@@ -315,7 +315,7 @@ def cluster_options(nb: Any, kueue: bool = False) -> dict[str, Any]:
     if kueue and not options.get("kueue"):
         options["kueue"] = True
     if isinstance(options.get("kueue"), dict):
-        from trainjob_magics.localcluster.kueue.config import KueueConfig
+        from ..localcluster.kueue.config import KueueConfig
 
         options["kueue"] = KueueConfig(**options["kueue"])
     return options
@@ -327,7 +327,7 @@ def _cluster(use_existing: bool, options: dict[str, Any]) -> Iterator[str | None
     if use_existing:
         yield None
         return
-    from trainjob_magics.localcluster import LocalCluster
+    from ..localcluster import LocalCluster
 
     with LocalCluster(**options) as cluster:
         yield str(cluster.kubeconfig_path)

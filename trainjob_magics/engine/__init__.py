@@ -16,25 +16,22 @@ from .errors import (
     NotFoundError,
     PermissionDeniedError,
     PodNotRunningError,
+    QueuedTimeoutError,
+    QueueUnavailableError,
     SessionClosedError,
+    SessionPreemptedError,
     TrainJobError,
     TrainJobFailedError,
+    TransferError,
+    UnsafeArchiveError,
 )
-from .fanout import MultiExecResult
-from .files import TransferError, TransferResult, UnsafeArchiveError
-from .interrupt import StopReport
-from .kueue import (
-    QueuedTimeoutError,
-    QueueStatus,
-    QueueUnavailableError,
-    SessionPreemptedError,
-)
-from .logs import PodLogs
-from .orphans import ManagedTrainJob, close_trainjob, list_trainjobs
-from .output import MAX_MEMORY_OUTPUT
-from .result import ExecResult, JobStatus, PodInfo
+from .exec.output import MAX_MEMORY_OUTPUT
+from .files.logs import PodLogs
+from .files.transfer import TransferResult
+from .kueue.admission import QueueStatus
+from .result import ExecResult, JobStatus, MultiExecResult, PodInfo, PodRef, StopReport
 from .session import TrainJobSession
-from .targets import PodRef
+from .trainjob.orphans import ManagedTrainJob, close_trainjob, list_trainjobs
 
 __all__ = [
     "MAX_MEMORY_OUTPUT",

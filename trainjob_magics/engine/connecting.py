@@ -9,8 +9,6 @@ from collections.abc import Mapping, Sequence
 
 from kubernetes.client import ApiClient
 
-from . import kubeconfig, lifeline
-from .deletion import delete_trainjob
 from .errors import (
     InvalidInputError,
     NotFoundError,
@@ -18,10 +16,16 @@ from .errors import (
     PodNotRunningError,
     TrainJobError,
 )
-from .heartbeat import idle_timeout_of
-from .kueue import check_local_queue, parse_duration, queue_labels, queue_of
-from .pods import (
-    TrainerTarget,
+from .exec.scripts import DEFAULT_IDLE_TIMEOUT, validate_idle_timeout
+from .kube import kubeconfig
+from .kueue.admission import check_local_queue
+from .kueue.labels import parse_duration, queue_labels, queue_of
+from .session import TrainJobSession
+from .trainjob.body import build_trainjob, generate_name, runtime_ref
+from .trainjob.idle import idle_timeout_of
+from .trainjob.lifecycle import create_trainjob, delete_hint, delete_trainjob, fetch_trainjob
+from .trainjob.readiness import OnStatus, wait_ready
+from .trainjob.runtime import (
     fetch_jobset,
     fetch_runtime,
     list_runtime_names,
@@ -29,10 +33,7 @@ from .pods import (
     target_from_runtime,
     unknown_runtime_message,
 )
-from .readiness import OnStatus, wait_ready
-from .remote import DEFAULT_IDLE_TIMEOUT, validate_idle_timeout
-from .session import TrainJobSession
-from .trainjob_body import build_trainjob, generate_name, runtime_ref
+from .trainjob.trainer_pod import TrainerTarget
 from .validation import (
     validate_command,
     validate_env,
@@ -45,7 +46,6 @@ from .validation import (
     validate_quantity,
     validate_timeout,
 )
-from .waiting import delete_hint, fetch_trainjob
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def connect(
     if max_seconds and not queue:
         body["spec"]["activeDeadlineSeconds"] = max_seconds
     try:
-        created = lifeline.create_trainjob(api, ns, job_name, body)
+        created = create_trainjob(api, ns, job_name, body)
     except InvalidInputError as exc:
         if exc.status == 409:
             raise InvalidInputError(

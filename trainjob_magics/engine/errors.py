@@ -1,4 +1,4 @@
-"""Exception hierarchy of the session engine.
+"""Exception hierarchy of the session engine (a leaf: imports no other engine module).
 
 Every exception derives from :class:`TrainJobError` (a ``RuntimeError``) and carries a one-line
 message that says what to do next. ``status`` holds the HTTP status when the error came from the
@@ -7,10 +7,7 @@ API server (``None`` otherwise).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .result import ExecResult
+from typing import Any
 
 
 class TrainJobError(RuntimeError):
@@ -65,9 +62,7 @@ class ExecTimeoutError(TrainJobError, TimeoutError):
     """A command ran longer than its timeout; ``partial`` holds the output so far, ``reports``
     what stopping the remote command did (empty when it was not stopped)."""
 
-    def __init__(
-        self, message: str, *, partial: ExecResult | None = None, reports: list | None = None
-    ) -> None:
+    def __init__(self, message: str, *, partial: Any = None, reports: list | None = None) -> None:
         super().__init__(message)
         self.partial = partial
         self.reports = list(reports or [])
@@ -80,7 +75,7 @@ class PermissionDeniedError(TrainJobError, PermissionError):
 class ConnectionLostError(TrainJobError):
     """The exec WebSocket dropped before the exit status; ``partial`` holds the output so far."""
 
-    def __init__(self, message: str, *, partial: ExecResult | None = None) -> None:
+    def __init__(self, message: str, *, partial: Any = None) -> None:
         super().__init__(message)
         self.partial = partial
 
@@ -97,7 +92,7 @@ class ApiServerError(TrainJobError):
         *,
         status: int | None = None,
         reason: str = "",
-        partial: ExecResult | None = None,
+        partial: Any = None,
     ) -> None:
         super().__init__(message, status=status, reason=reason)
         self.partial = partial
@@ -105,6 +100,38 @@ class ApiServerError(TrainJobError):
 
 class ConfigError(TrainJobError):
     """No usable Kubernetes configuration."""
+
+
+class QueueUnavailableError(TrainJobError):
+    """The LocalQueue (or its ClusterQueue) is missing, inactive or stopped: nothing will admit."""
+
+
+class QueuedTimeoutError(ConnectTimeoutError):
+    """``connect``/``wait_ready`` timed out while the job was still waiting in its queue."""
+
+
+class SessionPreemptedError(TrainJobError):
+    """Kueue preempted or evicted the session's job; ``partial`` keeps any output so far.
+
+    ``queue`` is the QueueStatus at the time; ``session.wait_ready()`` waits for readmission.
+    """
+
+    def __init__(self, message: str, *, partial: Any = None, queue: Any = None):
+        super().__init__(message)
+        self.partial = partial
+        self.queue = queue
+
+
+class TransferError(TrainJobError):
+    """A copy failed (remote tar error, integrity mismatch); ``result`` has the details."""
+
+    def __init__(self, message: str, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class UnsafeArchiveError(TransferError):
+    """A downloaded archive holds a member that would land outside the target; nothing written."""
 
 
 __all__ = [
@@ -119,7 +146,12 @@ __all__ = [
     "NotFoundError",
     "PermissionDeniedError",
     "PodNotRunningError",
+    "QueueUnavailableError",
+    "QueuedTimeoutError",
     "SessionClosedError",
+    "SessionPreemptedError",
     "TrainJobError",
     "TrainJobFailedError",
+    "TransferError",
+    "UnsafeArchiveError",
 ]

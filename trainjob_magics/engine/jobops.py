@@ -13,14 +13,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import InvalidInputError, SessionClosedError
-from .fanout import MultiExecResult, OnPodDone, OnPodOutput, PodCommand, run_on_pods
-from .files import TransferProgress, TransferResult
-from .files import download as _download
-from .files import upload as _upload
-from .files import write_file as _write_file
-from .lifeline import SessionRunner
-from .logs import OnLog, PodLogs, read_log, read_logs
-from .targets import TRAINER, PodRef, TargetSpec, names_one_pod, resolve_pods, split_spec
+from .exec.commands import SessionRunner
+from .exec.fanout import OnPodDone, OnPodOutput, PodCommand, run_on_pods
+from .files.logs import OnLog, PodLogs, read_log, read_logs
+from .files.transfer import TransferProgress, TransferResult
+from .files.transfer import download as _download
+from .files.transfer import upload as _upload
+from .files.transfer import write_file as _write_file
+from .result import MultiExecResult, PodRef
+from .trainjob.targets import TRAINER, TargetSpec, names_one_pod, resolve_pods, split_spec
 from .validation import validate_exec
 
 

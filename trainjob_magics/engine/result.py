@@ -1,15 +1,18 @@
-"""Plain data returned by the engine: command results, pod rows and job status."""
+"""Plain data returned by the engine: command output, results, pod rows, job and queue status.
+
+A leaf: imports no other engine module.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import weakref
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
-
-from .output import EMPTY, CapturedOutput
-
-if TYPE_CHECKING:
-    from .kueue_status import QueueStatus
+from typing import Any
 
 
 class ExecResult:
@@ -171,3 +174,257 @@ class JobStatus:
     trainer_pod: str | None = None
     elapsed: float = 0.0
     queue: QueueStatus | None = None  # Kueue state, position and message (queued jobs only)
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+class SpillFile:
+    """Owns one spill file: removed when this object is collected (or at exit)."""
+
+    __slots__ = ("__weakref__", "_remove", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._remove = weakref.finalize(self, _unlink, path)
+
+
+class CapturedOutput:
+    """One stream's captured bytes: in memory, or in a spill file (:attr:`path`)."""
+
+    __slots__ = ("_data", "_spill", "_text", "size")
+
+    def __init__(
+        self,
+        data: bytes | None = None,
+        *,
+        text: str | None = None,
+        spill: SpillFile | None = None,
+        size: int | None = None,
+    ) -> None:
+        self._data = data
+        self._text = text
+        self._spill = spill
+        if size is None:
+            size = len(data) if data is not None else len(self.read_bytes())
+        self.size = size
+
+    @property
+    def path(self) -> str | None:
+        """The spill file, None when the bytes are in memory."""
+        return self._spill.path if self._spill is not None else None
+
+    def read_bytes(self) -> bytes:
+        """Every byte (read from the spill file when there is one)."""
+        if self._data is not None:
+            return self._data
+        if self._spill is not None:
+            with open(self._spill.path, "rb") as fh:
+                return fh.read()
+        self._data = (self._text or "").encode("utf-8", "surrogatepass")
+        return self._data
+
+    def text(self) -> str:
+        """UTF-8 text, invalid bytes replaced (cached unless spilled)."""
+        if self._text is not None:
+            return self._text
+        text = self.read_bytes().decode("utf-8", "replace")
+        if self._spill is None:
+            self._text = text
+        return text
+
+    def head(self, n: int) -> str:
+        """The first ``n`` bytes as text (a cut multi-byte character is dropped)."""
+        if self._text is not None:
+            return self._text[:n]
+        if self._data is not None:
+            raw = self._data[:n]
+        elif self._spill is not None:
+            with open(self._spill.path, "rb") as fh:
+                raw = fh.read(n)
+        else:
+            raw = b""
+        return raw.decode("utf-8", "ignore" if len(raw) == n else "replace")
+
+
+EMPTY = CapturedOutput(b"")
+
+
+# Messages Kueue writes when the queue itself keeps a workload out (not a matter of quota).
+QUEUE_PROBLEM = re.compile(
+    r"^(LocalQueue|ClusterQueue) (\S*) (doesn't exist|is inactive|is stopped|"
+    r"is terminating or missing)$"
+)
+
+
+WAITING_STATES = ("Queued", "Preempted", "Evicted", "Pending")
+
+
+@dataclass
+class QueueStatus:
+    """Where a queued TrainJob stands in Kueue.
+
+    ``state``: "Pending" (no Workload yet), "Queued", "QuotaReserved", "Admitted", "Evicted",
+    "Preempted", "Inactive" (queue missing/inactive/stopped), "Deactivated", "Finished",
+    "Unknown" (Workloads cannot be read). Positions are 0-based; None means unknown.
+    """
+
+    state: str
+    reason: str = ""
+    message: str = ""
+    local_queue: str | None = None
+    cluster_queue: str | None = None
+    workload: str | None = None
+    position_in_local_queue: int | None = None
+    position_in_cluster_queue: int | None = None
+    since: datetime | None = None
+    evictions: int = 0
+    position_note: str = ""  # why the position is unknown ("forbidden", "not served", ...)
+    last_eviction: tuple[str, str] | None = None  # (reason, message) of the latest eviction
+    raw_conditions: list[dict[str, Any]] = field(default_factory=list, repr=False)
+
+    @property
+    def waiting(self) -> bool:
+        """True while the job waits for (re)admission."""
+        return self.state in WAITING_STATES
+
+    @property
+    def admitted(self) -> bool:
+        return self.state == "Admitted"
+
+    def position_text(self) -> str:
+        """'position 2 in LocalQueue q (3 in ClusterQueue cq)' (1-based), or 'position unknown'."""
+        if self.position_in_local_queue is None:
+            note = f" ({self.position_note})" if self.position_note else ""
+            return f"position unknown{note}"
+        text = f"position {self.position_in_local_queue + 1} in LocalQueue {self.local_queue}"
+        if self.position_in_cluster_queue is not None:
+            text += f" ({self.position_in_cluster_queue + 1} in ClusterQueue"
+            text += f" {self.cluster_queue})" if self.cluster_queue else ")"
+        return text
+
+    def summary(self) -> str:
+        """One line for status displays."""
+        where = f" in {self.local_queue}" if self.local_queue else ""
+        if self.state == "Queued":
+            head = f"Queued{where}, {self.position_text()}"
+        elif self.state in ("Preempted", "Evicted"):
+            head = f"{self.state} ({self.reason}), waiting for readmission{where}"
+            if self.position_in_local_queue is not None:
+                head += f", {self.position_text()}"
+        elif self.state == "QuotaReserved":
+            head = f"Quota reserved in ClusterQueue {self.cluster_queue}"
+            if self.message.startswith("Quota reserved"):
+                return f"{head}, waiting for admission checks"
+        elif self.state == "Admitted":
+            head = f"Admitted by ClusterQueue {self.cluster_queue}"
+            return head
+        else:
+            head = f"{self.state}{where}"
+        return f"{head}: {self.message}" if self.message else head
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """One pod a command can target."""
+
+    name: str
+    role: str
+    index: int
+    phase: str
+    container: str | None = None  # "node" when present, else the first container
+
+    @property
+    def label(self) -> str:
+        """``role-index``, e.g. ``node-2``."""
+        return f"{self.role}-{self.index}"
+
+
+@dataclass
+class MultiExecResult(Mapping[str, ExecResult]):
+    """Results of one command on several pods: a mapping pod -> :class:`ExecResult`.
+
+    ``errors`` holds the pods whose exec itself failed (their result then has
+    ``returncode=None`` and the output received before the failure).
+    """
+
+    results: dict[str, ExecResult]
+    errors: dict[str, BaseException] = field(default_factory=dict)
+    duration: float = 0.0
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, pod: str) -> ExecResult:
+        return self.results[pod]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    @property
+    def pods(self) -> list[str]:
+        """Pod names in target order."""
+        return list(self.results)
+
+    @property
+    def failed(self) -> list[str]:
+        """Pods whose command exited non-zero, ended without status, or could not run."""
+        return [p for p, r in self.results.items() if p in self.errors or r.returncode != 0]
+
+    @property
+    def ok(self) -> bool:
+        """True when every pod's command exited 0."""
+        return not self.failed
+
+    @property
+    def returncodes(self) -> dict[str, int | None]:
+        """pod -> exit code (None when the exec failed or sent no status)."""
+        return {p: r.returncode for p, r in self.results.items()}
+
+    def reason(self, pod: str) -> str:
+        """Why ``pod`` failed, in a few words: ``exit 3``, ``ConnectionLostError: ...``."""
+        if pod in self.errors:
+            err = self.errors[pod]
+            return f"{type(err).__name__}: {' '.join(str(err).split())}"
+        code = self.results[pod].returncode
+        return "no exit status" if code is None else f"exit {code}"
+
+    def summary(self) -> str:
+        """One line: ``8 pods ok`` or ``2 of 8 pods failed: a (exit 1), b (PodNotRunningError)``."""
+        failed = self.failed
+        if not failed:
+            return f"{len(self)} pod{'s' if len(self) != 1 else ''} ok ({self.duration:.2f}s)"
+        names = ", ".join(f"{self._name(p)} ({self._short_reason(p)})" for p in failed)
+        return f"{len(failed)} of {len(self)} pods failed: {names}"
+
+    def _name(self, pod: str) -> str:
+        label = self.labels.get(pod)
+        return f"{pod} [{label}]" if label else pod
+
+    def _short_reason(self, pod: str) -> str:
+        return type(self.errors[pod]).__name__ if pod in self.errors else self.reason(pod)
+
+    def __repr__(self) -> str:
+        return f"MultiExecResult({self.summary()}, pods={self.pods!r})"
+
+
+@dataclass
+class StopReport:
+    """What stopping one remote command did."""
+
+    pod: str
+    exec_id: str
+    stopped: bool  # nothing of the command is left running
+    message: str
+
+    def line(self) -> str:
+        """One line for the user."""
+        if self.stopped:
+            return f"stopped the remote command in pod {self.pod} ({self.message})"
+        return (
+            f"could not confirm the remote command in pod {self.pod} stopped ({self.message}); "
+            "it may still be running: check with `ps` in another cell"
+        )

@@ -12,37 +12,34 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from . import jobops, lifeline, readiness
-from .deletion import delete_trainjob
+from . import jobops
 from .errors import (
     ConnectionLostError,
     InvalidInputError,
     NotFoundError,
     PodNotRunningError,
     SessionClosedError,
+    SessionPreemptedError,
     TrainJobError,
 )
-from .exec_client import ExecClient, OnOutput
-from .fanout import MultiExecResult, OnPodDone
+from .exec.client import ExecClient, OnOutput
+from .exec.commands import interrupt, run_command
+from .exec.fanout import OnPodDone
+from .exec.output import MAX_MEMORY_OUTPUT, SpillDir
 from .jobops import JobOps
-from .kueue import SessionPreemptedError, detect_preemption, preempted_message
-from .kueue_api import Visibility, queue_status
-from .output import MAX_MEMORY_OUTPUT, SpillDir
-from .pods import (
-    TRAINER_CONTAINER,
-    TrainerTarget,
-    is_running,
-    job_status,
-    jobset_selector,
-    pod_name,
-    pod_phase,
-    select_trainer_pod,
-)
-from .readiness import OnStatus, eviction_baseline
-from .result import ExecResult, JobStatus
-from .targets import TargetSpec, list_job_pods
+from .kube.names import jobset_selector
+from .kube.objects import is_running, pod_name, pod_phase
+from .kueue.admission import detect_preemption, preempted_message
+from .kueue.api import Visibility, queue_status
+from .result import ExecResult, JobStatus, MultiExecResult, StopReport
+from .trainjob import readiness
+from .trainjob.idle import raise_if_idle, start_heartbeat, stop_heartbeat
+from .trainjob.lifecycle import delete_trainjob, fetch_trainjob, wait_pods_gone, wait_trainjob_gone
+from .trainjob.readiness import OnStatus, eviction_baseline
+from .trainjob.status import job_status
+from .trainjob.targets import TargetSpec, list_job_pods
+from .trainjob.trainer_pod import TRAINER_CONTAINER, TrainerTarget, select_trainer_pod
 from .validation import validate_exec, validate_max_memory_output, validate_timeout
-from .waiting import fetch_trainjob, wait_pods_gone, wait_trainjob_gone
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +100,7 @@ class TrainJobSession(JobOps):
         self._closed = False
         if queue and job_uid:
             self._evictions = eviction_baseline(api_client, namespace, job_uid)
-        self._heartbeat = lifeline.start_heartbeat(self)
+        self._heartbeat = start_heartbeat(self)
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -234,7 +231,7 @@ class TrainJobSession(JobOps):
         max_memory_output: int | None,
     ) -> ExecResult:
         def run(target: str) -> ExecResult:
-            return lifeline.run_command(
+            return run_command(
                 self,
                 target,
                 argv,
@@ -253,16 +250,16 @@ class TrainJobSession(JobOps):
             # job ended itself after going idle).
             if self.queue:
                 self._check_preempted(None)
-            lifeline.raise_if_idle(self, exc)
+            raise_if_idle(self, exc)
             new_pod = self._reresolve(pod)
             if new_pod == pod:
                 raise
             return run(new_pod)
 
-    def interrupt(self) -> list[lifeline.StopReport]:
+    def interrupt(self) -> list[StopReport]:
         """Stop every command of this session still running in a pod (from any thread): its
         whole process tree gets SIGINT, then SIGTERM, then SIGKILL, about a second apart."""
-        return lifeline.interrupt(self)
+        return interrupt(self)
 
     def _list_pods(self) -> list[dict[str, Any]]:
         return list_job_pods(self.api_client, self.namespace, self.name)
@@ -310,7 +307,7 @@ class TrainJobSession(JobOps):
             deleted=trainjob is None,
         )
         if self.queue and self.job_uid and trainjob is not None:
-            from .kueue import with_queue
+            from .kueue.admission import with_queue
 
             qs = queue_status(
                 self.api_client,
@@ -361,7 +358,7 @@ class TrainJobSession(JobOps):
         with self._close_lock:
             if self._closed:
                 return
-            lifeline.stop_heartbeat(self)
+            stop_heartbeat(self)
             self._spill.close()  # results still held keep their spill files until collected
             deadline = time.monotonic() + timeout
             delete_trainjob(self.api_client, self.namespace, self.name)

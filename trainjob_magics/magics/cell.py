@@ -95,7 +95,7 @@ class OutputTail:
 
 def partial_result(tail: OutputTail, started: float, pod: str) -> Any:
     """An ``ExecResult`` without exit code from the end of the output received so far."""
-    from trainjob_magics.engine.result import ExecResult
+    from ..engine.result import ExecResult
 
     return ExecResult(
         stdout=tail.text("stdout"),
@@ -178,7 +178,7 @@ def interrupt_remote(session: Any, pod: str) -> tuple[str, bool]:
         return f"{fallback}; stopping it failed: {type(exc).__name__}: {exc}", False
     if not isinstance(reports, list):
         return f"interrupted: sent an interrupt to the remote command{where}", False
-    from trainjob_magics.engine.lifeline import interrupted_message
+    from ..engine.exec.commands import interrupted_message
 
     return interrupted_message(pod, reports), any(r.stopped for r in reports)
 
@@ -232,7 +232,7 @@ def run_multi_cell(magics: TrainJobMagics, entry: Entry, cell: str, args: Any) -
     Ctrl-C stops the command on every pod. The cell fails (naming the pods) when any pod
     failed, unless --no-raise-error.
     """
-    from trainjob_magics.engine import jobops
+    from ..engine import jobops
 
     session = entry.session
     try:
@@ -285,7 +285,7 @@ def run_multi_cell(magics: TrainJobMagics, entry: Entry, cell: str, args: Any) -
 def interrupt_pods(session: Any, n: int) -> tuple[str, bool]:
     """Stop the session's remote commands on every pod: one line saying how, and whether
     a command was stopped."""
-    from trainjob_magics.engine.interrupt import stop_summary
+    from ..engine.exec.stop import stop_summary
 
     where = f"on {n} pod{'s' if n != 1 else ''}"
     try:

@@ -38,14 +38,14 @@ _KUEUE_KEYS = ("queue", "priority_class", "max_runtime")
 
 def engine_connect(runtime: str, **kwargs: Any) -> Any:
     """``trainjob_magics.engine.connect``."""
-    from trainjob_magics.engine import connect
+    from ..engine import connect
 
     return connect(runtime, **kwargs)
 
 
 def engine_attach(name: str, **kwargs: Any) -> Any:
     """``trainjob_magics.engine.attach``."""
-    from trainjob_magics.engine import attach
+    from ..engine import attach
 
     return attach(name, **kwargs)
 
@@ -54,8 +54,8 @@ def engine_delete(
     name: str, namespace: str | None, context: str | None, config_file: str | None
 ) -> bool:
     """Delete a TrainJob whose connect was interrupted; False when it does not exist (yet)."""
-    from trainjob_magics.engine import kubeconfig
-    from trainjob_magics.engine.deletion import delete_trainjob
+    from ..engine.kube import kubeconfig
+    from ..engine.trainjob.lifecycle import delete_trainjob
 
     api, default_namespace = kubeconfig.load(config_file, context)
     try:
@@ -68,7 +68,7 @@ def engine_delete(
 
 def new_job_name() -> str:
     """A random TrainJob name, chosen here so an interrupted connect can delete its job."""
-    from trainjob_magics.engine.trainjob_body import generate_name
+    from ..engine.trainjob.body import generate_name
 
     return generate_name()
 

@@ -145,7 +145,7 @@ class TrainJobFileMagics(Magics):
         check_positive(args.timeout, "--timeout")
         main = _main(self.shell)
         session = self._session(args.session)
-        from trainjob_magics.engine import jobops
+        from ..engine import jobops
 
         try:
             targets = jobops.commands(session, jobops.resolve(session, args.pod), args.container)
@@ -156,7 +156,7 @@ class TrainJobFileMagics(Magics):
         started = time.monotonic()
 
         def work(emit: Callable[..., None]) -> Any:
-            from trainjob_magics.engine.logs import read_logs
+            from ..engine.files.logs import read_logs
 
             return read_logs(
                 session.api_client,

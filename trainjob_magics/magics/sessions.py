@@ -54,7 +54,7 @@ def list_sessions(magics: TrainJobMagics, args: Any) -> None:
 
 def _managed_trainjobs(magics: TrainJobMagics, args: Any) -> tuple[list[Any], str]:
     """Every TrainJob the project created in the namespace, and that namespace."""
-    from trainjob_magics.engine.orphans import list_trainjobs
+    from ..engine.trainjob.orphans import list_trainjobs
 
     where = cluster_settings(args, magics)
     try:
@@ -148,9 +148,9 @@ def close(magics: TrainJobMagics, args: Any) -> None:
 
 def _close_by_name(magics: TrainJobMagics, args: Any, name: str, timeout: float) -> None:
     """``%trainjob_close NAME`` for a TrainJob that is not a session of this kernel."""
-    from trainjob_magics.engine.errors import NotFoundError
-    from trainjob_magics.engine.orphans import close_trainjob
-    from trainjob_magics.engine.validation import validate_name
+    from ..engine.errors import NotFoundError
+    from ..engine.trainjob.orphans import close_trainjob
+    from ..engine.validation import validate_name
 
     known = known_sessions(magics)
     try:

@@ -19,91 +19,21 @@ import os
 import shutil
 import tempfile
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from ..result import CapturedOutput, SpillFile
+
 MAX_MEMORY_OUTPUT = 64 << 20  # bytes per stream kept in memory before spilling to a file
+
+
 ROOT_PREFIX = "trainjob-magics-"
+
+
 SPILL_BUFFER = 1 << 20  # write buffer of a spill file
 
+
 Sink = Callable[[bytes], Any] | BinaryIO  # raw bytes receiver: a callable or a binary file
-
-
-def _unlink(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-
-
-class _SpillFile:
-    """Owns one spill file: removed when this object is collected (or at exit)."""
-
-    __slots__ = ("__weakref__", "_remove", "path")
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._remove = weakref.finalize(self, _unlink, path)
-
-
-class CapturedOutput:
-    """One stream's captured bytes: in memory, or in a spill file (:attr:`path`)."""
-
-    __slots__ = ("_data", "_spill", "_text", "size")
-
-    def __init__(
-        self,
-        data: bytes | None = None,
-        *,
-        text: str | None = None,
-        spill: _SpillFile | None = None,
-        size: int | None = None,
-    ) -> None:
-        self._data = data
-        self._text = text
-        self._spill = spill
-        if size is None:
-            size = len(data) if data is not None else len(self.read_bytes())
-        self.size = size
-
-    @property
-    def path(self) -> str | None:
-        """The spill file, None when the bytes are in memory."""
-        return self._spill.path if self._spill is not None else None
-
-    def read_bytes(self) -> bytes:
-        """Every byte (read from the spill file when there is one)."""
-        if self._data is not None:
-            return self._data
-        if self._spill is not None:
-            with open(self._spill.path, "rb") as fh:
-                return fh.read()
-        self._data = (self._text or "").encode("utf-8", "surrogatepass")
-        return self._data
-
-    def text(self) -> str:
-        """UTF-8 text, invalid bytes replaced (cached unless spilled)."""
-        if self._text is not None:
-            return self._text
-        text = self.read_bytes().decode("utf-8", "replace")
-        if self._spill is None:
-            self._text = text
-        return text
-
-    def head(self, n: int) -> str:
-        """The first ``n`` bytes as text (a cut multi-byte character is dropped)."""
-        if self._text is not None:
-            return self._text[:n]
-        if self._data is not None:
-            raw = self._data[:n]
-        elif self._spill is not None:
-            with open(self._spill.path, "rb") as fh:
-                raw = fh.read(n)
-        else:
-            raw = b""
-        return raw.decode("utf-8", "ignore" if len(raw) == n else "replace")
-
-
-EMPTY = CapturedOutput(b"")
 
 
 class SpillDir:
@@ -114,13 +44,13 @@ class SpillDir:
         self.path: str | None = None
         self._lock = threading.Lock()
 
-    def new_file(self, prefix: str) -> tuple[BinaryIO, _SpillFile]:
+    def new_file(self, prefix: str) -> tuple[BinaryIO, SpillFile]:
         """A fresh spill file opened for writing, and its owner."""
         with self._lock:
             if self.path is None or not os.path.isdir(self.path):
                 self.path = tempfile.mkdtemp(prefix=f"{self.label}-", dir=_process_root())
             fd, path = tempfile.mkstemp(prefix=prefix, suffix=".out", dir=self.path)
-        owner = _SpillFile(path)
+        owner = SpillFile(path)
         return os.fdopen(fd, "wb", buffering=SPILL_BUFFER), owner
 
     def close(self) -> None:
@@ -132,6 +62,8 @@ class SpillDir:
 
 
 _ROOT: dict[str, Any] = {}
+
+
 _ROOT_LOCK = threading.Lock()
 
 
@@ -200,7 +132,7 @@ class OutputBuffer:
         self.chunks: list[Any] = []
         self.size = 0
         self._file: BinaryIO | None = None
-        self._spill: _SpillFile | None = None
+        self._spill: SpillFile | None = None
         self._frozen: CapturedOutput | None = None
 
     def add(self, data: memoryview | bytes) -> None:
@@ -250,16 +182,3 @@ def sink_writer(sink: Sink) -> Callable[[memoryview], Any]:
     if not callable(sink):
         raise TypeError(f"a sink must be callable or have .write(), got {type(sink).__name__}")
     return lambda data: sink(bytes(data))
-
-
-__all__ = [
-    "EMPTY",
-    "MAX_MEMORY_OUTPUT",
-    "CapturedOutput",
-    "OutputBuffer",
-    "Sink",
-    "SpillDir",
-    "default_spill_dir",
-    "sink_writer",
-    "sweep_stale_roots",
-]

@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .errors import CommandInterruptedError
-from .interrupt import StopReport, stop_summary
-from .result import ExecResult
+from ..errors import CommandInterruptedError
+from ..result import ExecResult, MultiExecResult, StopReport
+from .stop import stop_summary
 
 OnPodOutput = Callable[[str, str, str], None]  # (pod, stream, text)
+
+
 OnPodDone = Callable[[str, ExecResult, "BaseException | None"], None]  # (pod, result, error)
+
+
 MAX_PARALLEL = 32
+
+
 INTERRUPT_WAIT = 5.0  # seconds to collect the pods' last output after stopping them
 
 
@@ -31,75 +37,6 @@ class PodCommand:
     pod: str
     container: str | None = None
     label: str = ""  # e.g. "node-2"; shown next to the pod name
-
-
-@dataclass
-class MultiExecResult(Mapping[str, ExecResult]):
-    """Results of one command on several pods: a mapping pod -> :class:`ExecResult`.
-
-    ``errors`` holds the pods whose exec itself failed (their result then has
-    ``returncode=None`` and the output received before the failure).
-    """
-
-    results: dict[str, ExecResult]
-    errors: dict[str, BaseException] = field(default_factory=dict)
-    duration: float = 0.0
-    labels: dict[str, str] = field(default_factory=dict)
-
-    def __getitem__(self, pod: str) -> ExecResult:
-        return self.results[pod]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.results)
-
-    def __len__(self) -> int:
-        return len(self.results)
-
-    @property
-    def pods(self) -> list[str]:
-        """Pod names in target order."""
-        return list(self.results)
-
-    @property
-    def failed(self) -> list[str]:
-        """Pods whose command exited non-zero, ended without status, or could not run."""
-        return [p for p, r in self.results.items() if p in self.errors or r.returncode != 0]
-
-    @property
-    def ok(self) -> bool:
-        """True when every pod's command exited 0."""
-        return not self.failed
-
-    @property
-    def returncodes(self) -> dict[str, int | None]:
-        """pod -> exit code (None when the exec failed or sent no status)."""
-        return {p: r.returncode for p, r in self.results.items()}
-
-    def reason(self, pod: str) -> str:
-        """Why ``pod`` failed, in a few words: ``exit 3``, ``ConnectionLostError: ...``."""
-        if pod in self.errors:
-            err = self.errors[pod]
-            return f"{type(err).__name__}: {' '.join(str(err).split())}"
-        code = self.results[pod].returncode
-        return "no exit status" if code is None else f"exit {code}"
-
-    def summary(self) -> str:
-        """One line: ``8 pods ok`` or ``2 of 8 pods failed: a (exit 1), b (PodNotRunningError)``."""
-        failed = self.failed
-        if not failed:
-            return f"{len(self)} pod{'s' if len(self) != 1 else ''} ok ({self.duration:.2f}s)"
-        names = ", ".join(f"{self._name(p)} ({self._short_reason(p)})" for p in failed)
-        return f"{len(failed)} of {len(self)} pods failed: {names}"
-
-    def _name(self, pod: str) -> str:
-        label = self.labels.get(pod)
-        return f"{pod} [{label}]" if label else pod
-
-    def _short_reason(self, pod: str) -> str:
-        return type(self.errors[pod]).__name__ if pod in self.errors else self.reason(pod)
-
-    def __repr__(self) -> str:
-        return f"MultiExecResult({self.summary()}, pods={self.pods!r})"
 
 
 def _empty(pod: str, started: float) -> ExecResult:
@@ -206,13 +143,3 @@ def run_on_pods(
             message = "interrupted: " + stop_summary(f"on {len(targets)} pod(s)", reports)
         raise CommandInterruptedError(message, partial=snapshot(), reports=reports) from None
     return snapshot()
-
-
-__all__ = [
-    "MultiExecResult",
-    "OnPodDone",
-    "OnPodOutput",
-    "PodCommand",
-    "PodRunner",
-    "run_on_pods",
-]

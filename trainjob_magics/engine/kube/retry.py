@@ -13,15 +13,26 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from .errors import ApiServerError, TrainJobError
+from ..errors import ApiServerError, TrainJobError
 
 log = logging.getLogger(__name__)
 
+
 T = TypeVar("T")
+
+
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
 CONNECTION_REASON = "ConnectionError"
+
+
 ATTEMPTS = 4  # one try plus three retries
+
+
 BASE_DELAY = 0.2
+
+
 MAX_DELAY = 2.0
 
 
@@ -62,6 +73,3 @@ def with_retries(
             log.info("%s failed (%s); retrying in %.1fs", what, exc, delay)
             time.sleep(delay)
     raise AssertionError("unreachable")
-
-
-__all__ = ["RETRY_STATUSES", "backoff", "is_transient", "with_retries"]

@@ -12,25 +12,26 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from . import kubeconfig
-from .apierrors import request
-from .deletion import delete_trainjob
-from .errors import InvalidInputError
-from .pods import JOBSET_NAME_LABEL, parse_time, pod_phase, pods_path
-from .trainjob_body import (
+from ..errors import InvalidInputError
+from ..kube import kubeconfig
+from ..kube.names import (
     CREATED_BY_ANNOTATION,
-    GROUP,
     IDLE_ANNOTATION,
+    JOBSET_NAME_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     OWNER_HOST_ANNOTATION,
     OWNER_KERNEL_ANNOTATION,
     OWNER_PID_ANNOTATION,
-    runtime_ref,
+    TRAINJOB_RESOURCE,
+    pods_path,
     trainjob_path,
 )
-from .validation import validate_name, validate_namespace
-from .waiting import fetch_trainjob, wait_pods_gone
+from ..kube.objects import parse_time, pod_phase
+from ..kube.requests import request
+from ..validation import validate_name, validate_namespace
+from .body import runtime_ref
+from .lifecycle import delete_trainjob, fetch_trainjob, wait_pods_gone
 
 
 @dataclass
@@ -80,7 +81,7 @@ def managed_trainjobs(api: ApiClient, namespace: str) -> list[ManagedTrainJob]:
         "GET",
         trainjob_path(namespace),
         verb="list",
-        resource=f"trainjobs.{GROUP}",
+        resource=TRAINJOB_RESOURCE,
         namespace=namespace,
         query=[("labelSelector", f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")],
     )
@@ -173,13 +174,3 @@ def close_trainjob(
         )
     finally:
         api.close()
-
-
-__all__ = [
-    "IDLE_ANNOTATION",
-    "OWNER_KERNEL_ANNOTATION",
-    "ManagedTrainJob",
-    "close_trainjob",
-    "list_trainjobs",
-    "managed_trainjobs",
-]

@@ -7,36 +7,22 @@ Closing the exec WebSocket does not stop the remote process, so :func:`stop_comm
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
-from .errors import TrainJobError
-from .remote import stop_argv
+from ..errors import TrainJobError
+from ..result import StopReport
+from .scripts import stop_argv
 
 log = logging.getLogger(__name__)
 
+
 INT_GRACE = 1.0  # seconds after SIGINT before SIGTERM (IPython's %%script waits 2 s in total)
+
+
 TERM_GRACE = 1.0  # seconds after SIGTERM before SIGKILL
+
+
 STOP_TIMEOUT = 20.0
-
-
-@dataclass
-class StopReport:
-    """What stopping one remote command did."""
-
-    pod: str
-    exec_id: str
-    stopped: bool  # nothing of the command is left running
-    message: str
-
-    def line(self) -> str:
-        """One line for the user."""
-        if self.stopped:
-            return f"stopped the remote command in pod {self.pod} ({self.message})"
-        return (
-            f"could not confirm the remote command in pod {self.pod} stopped ({self.message}); "
-            "it may still be running: check with `ps` in another cell"
-        )
 
 
 def stop_command(
@@ -78,6 +64,3 @@ def stop_summary(where: str, reports: list[StopReport]) -> str:
     if len(reports) > 3 and not bad:
         return f"stopped the remote command on {len(reports)} pods"
     return "; ".join(r.line() for r in (bad or reports))
-
-
-__all__ = ["INT_GRACE", "TERM_GRACE", "StopReport", "stop_command", "stop_summary"]

@@ -7,68 +7,31 @@ Queue state parsing is in ``kueue_status.py``, cluster look-ups in ``kueue_api.p
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes.client import ApiClient
 
-from .apierrors import request
-from .errors import ConnectTimeoutError, NotFoundError, PermissionDeniedError, TrainJobError
-from .kueue_api import (
+from ..errors import (
+    NotFoundError,
+    PermissionDeniedError,
+    QueuedTimeoutError,
+    QueueUnavailableError,
+    TrainJobError,
+)
+from ..kube.requests import request
+from ..result import QueueStatus
+from .api import (
     KUEUE_GROUP,
     LOCALQUEUE_RESOURCE,
-    MAX_EXEC_TIME_LABEL,
-    PRIORITY_CLASS_LABEL,
-    QUEUE_NAME_LABEL,
     Visibility,
     localqueue_path,
     queue_status,
 )
-from .kueue_status import QueueStatus, queued_fingerprint
+from .status import queued_fingerprint
 
 log = logging.getLogger(__name__)
-
-
-class QueueUnavailableError(TrainJobError):
-    """The LocalQueue (or its ClusterQueue) is missing, inactive or stopped: nothing will admit."""
-
-
-class QueuedTimeoutError(ConnectTimeoutError):
-    """``connect``/``wait_ready`` timed out while the job was still waiting in its queue."""
-
-
-class SessionPreemptedError(TrainJobError):
-    """Kueue preempted or evicted the session's job; ``partial`` keeps any output so far.
-
-    ``queue`` is the QueueStatus at the time; ``session.wait_ready()`` waits for readmission.
-    """
-
-    def __init__(self, message: str, *, partial: Any = None, queue: QueueStatus | None = None):
-        super().__init__(message)
-        self.partial = partial
-        self.queue = queue
-
-
-def queue_labels(
-    queue: str | None, priority_class: str | None, max_exec_seconds: int | None
-) -> dict[str, str]:
-    """TrainJob metadata labels for Kueue (only the ones that are set)."""
-    labels: dict[str, str] = {}
-    if queue:
-        labels[QUEUE_NAME_LABEL] = queue
-    if priority_class:
-        labels[PRIORITY_CLASS_LABEL] = priority_class
-    if max_exec_seconds:
-        labels[MAX_EXEC_TIME_LABEL] = str(int(max_exec_seconds))
-    return labels
-
-
-def queue_of(trainjob: Mapping[str, Any] | None) -> str | None:
-    """The LocalQueue a TrainJob is labelled with, or None."""
-    labels = ((trainjob or {}).get("metadata") or {}).get("labels") or {}
-    return labels.get(QUEUE_NAME_LABEL) or None
 
 
 def check_local_queue(api: ApiClient, namespace: str, name: str) -> None:
@@ -164,40 +127,6 @@ def wait_for_admission(
         time.sleep(min(poll, remaining))
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(value: str | int | float | None) -> int | None:
-    """Seconds from 3600, "90s", "30m", "8h", "1h30m", "2d"; None stays None.
-
-    Raises ValueError on anything else or a non-positive duration.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise ValueError(f"invalid duration {value!r}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    else:
-        text = str(value).strip().lower()
-        if re.fullmatch(r"\d+(\.\d+)?", text):
-            seconds = float(text)
-        else:
-            parts = _DURATION.findall(text)
-            if not parts or "".join(n + u for n, u in parts) != text:
-                raise ValueError(
-                    f"invalid duration {value!r}: use seconds or e.g. '90s', '30m', '8h', '1h30m'"
-                )
-            seconds = sum(float(n) * _UNIT[u] for n, u in parts)
-    if seconds < 1:
-        raise ValueError(f"duration must be at least 1 second, got {value!r}")
-    return round(seconds)
-
-
-# -- session integration (used by session.py, readiness.py) ----------------------------------
-
-
 def with_queue(status: Any, qs: QueueStatus | None) -> Any:
     """A JobStatus carrying ``qs`` (its ``queue`` field); waiting states also take the state."""
     import dataclasses
@@ -214,7 +143,7 @@ def queued_job_status(
     name: str, namespace: str, runtime: str, qs: QueueStatus, started: float
 ) -> Any:
     """The JobStatus reported while the job waits in its queue (no pods yet)."""
-    from .result import JobStatus
+    from ..result import JobStatus
 
     state = qs.state if qs.state != "Pending" else "Queued"
     return JobStatus(

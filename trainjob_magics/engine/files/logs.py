@@ -16,11 +16,13 @@ from typing import Any
 from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from .apierrors import connection_failure, map_api_exception
-from .errors import InvalidInputError
-from .fanout import PodCommand
+from ..errors import InvalidInputError
+from ..exec.fanout import PodCommand
+from ..kube.requests import connection_failure, map_api_exception
 
 OnLog = Callable[[str, str], None]  # (pod, text)
+
+
 CHUNK = 1 << 16
 
 
@@ -144,6 +146,3 @@ def read_logs(
     for t in threads:
         t.join()
     return out
-
-
-__all__ = ["OnLog", "PodLogs", "read_log", "read_logs"]

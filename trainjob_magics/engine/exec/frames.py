@@ -21,17 +21,29 @@ import websocket
 
 log = logging.getLogger(__name__)
 
+
 STDIN, STDOUT, STDERR, STATUS, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
+
+
 OP_CONT, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
+
+
 RECV_SIZE = 1 << 18
+
+
 DIRECT_READ = 1 << 16  # payloads at least this big are read straight into their own buffer
+
+
 STDIN_CHUNK = 1 << 18  # stdin payload bytes per frame
 
+
 Progress = Callable[[int], None]  # bytes of stdin sent in this step
+
+
 Stdin = bytes | bytearray | memoryview | str | BinaryIO
 
 
-class _Lost(Exception):
+class ConnectionDropped(Exception):
     """The connection ended without a close frame."""
 
 
@@ -53,16 +65,16 @@ class FrameReader:
         self._got = 0  # bytes of ``_direct`` filled
 
     def receive(self) -> int:
-        """Read once from the socket; return the byte count (raises :class:`_Lost` at EOF)."""
+        """Read once from the socket; return the byte count (:class:`ConnectionDropped` at EOF)."""
         if self._direct is not None:
             n = self.sock.recv_into(memoryview(self._direct)[self._got :])
             if not n:
-                raise _Lost("connection closed by the server")
+                raise ConnectionDropped("connection closed by the server")
             self._got += n
             return n
         chunk = self.sock.recv(RECV_SIZE)
         if not chunk:
-            raise _Lost("connection closed by the server")
+            raise ConnectionDropped("connection closed by the server")
         if self.pos == len(self.buf):
             self.buf = bytearray(chunk)
             self.pos = 0
@@ -138,16 +150,16 @@ class FrameReader:
         return frame
 
 
-def _client_frame(payload: bytes, opcode: int = OP_BINARY) -> bytes:
+def client_frame(payload: bytes, opcode: int = OP_BINARY) -> bytes:
     """A masked client frame (RFC 6455: clients must mask, with a fresh random key)."""
     return websocket.ABNF.create_frame(payload, opcode).format()
 
 
-class _StdinError(Exception):
+class StdinError(Exception):
     """Reading the stdin source failed (a local error, not a connection problem)."""
 
 
-class _Sender:
+class StdinSender:
     """The outgoing side of one exec: stdin on channel 0, then the v5 stdin close, plus control
     replies (pong, close), written from the exec's own loop without ever blocking.
 
@@ -212,15 +224,15 @@ class _Sender:
             try:
                 chunk = self.source.read(STDIN_CHUNK)
             except OSError as exc:
-                raise _StdinError(exc) from exc
+                raise StdinError(exc) from exc
             if not chunk:
                 self.source = None
                 return self._load()
-            frame = _client_frame(b"\x00" + bytes(chunk))
+            frame = client_frame(b"\x00" + bytes(chunk))
             payload = len(chunk)
         elif self.close_stdin:
             self.close_stdin = False
-            frame = _client_frame(bytes([CLOSE, STDIN]))
+            frame = client_frame(bytes([CLOSE, STDIN]))
         else:
             return False
         self.frame, self.offset, self.started = memoryview(frame), 0, False

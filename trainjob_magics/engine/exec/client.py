@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import logging
 import re
 import selectors
 import ssl
@@ -48,8 +47,7 @@ import websocket
 from kubernetes.client import ApiClient
 from kubernetes.stream.ws_client import websocket_proxycare
 
-from .apierrors import connection_failure, map_http_failure, parse_status_body
-from .errors import (
+from ..errors import (
     ApiServerError,
     ConnectionLostError,
     ExecTimeoutError,
@@ -57,46 +55,58 @@ from .errors import (
     PodNotRunningError,
     TrainJobError,
 )
-from .exec_streams import (
-    CLOSE_GRACE,
-    OnOutput,
-    _Collector,
-    _FrameHandler,
-    parse_exec_status,
-)
+from ..kube.requests import connection_failure, map_http_failure, parse_status_body
+from ..kube.retry import with_retries
+from ..result import ExecResult
 from .frames import (
     OP_CLOSE,
     STDERR,
     STDOUT,
+    ConnectionDropped,
     FrameReader,
     Progress,
     Stdin,
-    _client_frame,
-    _Lost,
-    _Sender,
-    _StdinError,
+    StdinError,
+    StdinSender,
+    client_frame,
 )
 from .output import MAX_MEMORY_OUTPUT, Sink, SpillDir
-from .result import ExecResult
-from .retry import with_retries
-
-log = logging.getLogger(__name__)
+from .streams import Collector, FrameHandler, OnOutput
 
 PROTOCOLS = ["v5.channel.k8s.io", "v4.channel.k8s.io"]
+
+
 V5 = "v5.channel.k8s.io"
+
+
 EXEC_RBAC = "get and create"
+
+
 EXEC_RESOURCE = "pods/exec"
 
+
 READ_BUDGET = 1 << 20  # bytes read before the loop looks at the deadline and stdin again
+
+
 WRITE_BUDGET = 1 << 20  # bytes written before the loop reads again
+
+
 CONNECT_TIMEOUT = 30.0
+
+
 CLOSE_FLUSH = 0.5  # at most this long to write our close reply
+
+
 IDLE_WAIT = 60.0  # longest single wait for output when there is no deadline
+
+
 _NOT_RUNNING = re.compile(
     r"completed pod|current phase|does not have a host|not running|is terminated|"
     r"waiting to start|being deleted|terminating|container not found",
     re.IGNORECASE,
 )
+
+
 # A channel-3 failure without an exit code that means the command never started: a 1.30+
 # apiserver (WebSocket stream translator) upgrades first and reports kubelet's failed upgrade
 # as ``Internal error occurred: unable to upgrade connection: container not found ("node")``.
@@ -104,6 +114,7 @@ _NEVER_STARTED = re.compile(
     r"container not found|completed pod|current phase is|not running|CONTAINER_EXITED",
     re.IGNORECASE,
 )
+
 
 LOST_HINT = "check with another command"
 
@@ -301,21 +312,21 @@ class ExecClient:
         )
         # A handshake that failed (5xx, connection error) started nothing: safe to retry.
         ws = with_retries(lambda: self._connect(url, namespace, pod), what=f"exec in pod {pod}")
-        collector = _Collector(
+        collector = Collector(
             on_output,
             pod=pod,
             limit=self.max_memory_output if max_memory_output is None else max_memory_output,
             spill_dir=self.spill_dir,
             sinks={STDOUT: stdout_sink, STDERR: stderr_sink},
         )
-        sender = _Sender(ws.sock, stdin, v5=ws.getsubprotocol() == V5, on_stdin=on_stdin)
+        sender = StdinSender(ws.sock, stdin, v5=ws.getsubprotocol() == V5, on_stdin=on_stdin)
         try:
             returncode, message, got_status = self._io_loop(ws, sender, collector, deadline)
         except KeyboardInterrupt as exc:
             collector.flush()
             exc.partial = collector.result(None, started, pod)  # type: ignore[attr-defined]
             raise
-        except _StdinError as exc:
+        except StdinError as exc:
             raise exc.__cause__ from None  # type: ignore[misc]
         except TimeoutError:
             collector.flush()
@@ -324,7 +335,7 @@ class ExecClient:
                 f"{pod} (closing the connection does not stop it)",
                 partial=collector.result(None, started, pod),
             ) from None
-        except (_Lost, OSError) as exc:  # ssl.SSLError is an OSError
+        except (ConnectionDropped, OSError) as exc:  # ssl.SSLError is an OSError
             collector.flush()
             raise ConnectionLostError(
                 f"the connection to pod {pod} was lost before the command finished ({exc}); "
@@ -350,8 +361,8 @@ class ExecClient:
     def _io_loop(
         self,
         ws: websocket.WebSocket,
-        sender: _Sender,
-        collector: _Collector,
+        sender: StdinSender,
+        collector: Collector,
         deadline: float | None,
     ) -> tuple[int | None, str, bool]:
         """All socket I/O of one exec, in this thread, until the close frame: read frames and
@@ -360,10 +371,10 @@ class ExecClient:
         (socket timeout, inside the ssl module: no exception and no select per TLS record).
 
         Returns ``(returncode, status message, got_status)``; raises ``TimeoutError`` past
-        ``deadline`` and :class:`_Lost` / ``OSError`` when the connection breaks."""
+        ``deadline`` and :class:`ConnectionDropped` / ``OSError`` when the connection breaks."""
         sock = ws.sock
         reader = FrameReader(sock)
-        frames = _FrameHandler(collector, sender)
+        frames = FrameHandler(collector, sender)
         pending = getattr(sock, "pending", None)  # TLS bytes already decrypted (no select)
         sock.settimeout(0.0)
         selector = selectors.DefaultSelector()
@@ -423,7 +434,7 @@ class ExecClient:
                     ready |= mask
                 if ready & sender.waits_for:
                     sender.waits_for = 0  # retry the blocked write (with the same buffer)
-        except (_Lost, OSError):
+        except (ConnectionDropped, OSError):
             if frames.got_status:  # the command's end is known: a broken close does not matter
                 return frames.outcome()
             raise
@@ -431,11 +442,11 @@ class ExecClient:
             selector.close()
 
     @staticmethod
-    def _reply_close(sender: _Sender, selector: selectors.BaseSelector) -> None:
+    def _reply_close(sender: StdinSender, selector: selectors.BaseSelector) -> None:
         """Answer the server's close frame (best effort, briefly): finish a stdin frame that
         is partly written, then send the close."""
         sender.abandon_stdin()
-        sender.queue_control(_client_frame(struct.pack("!H", 1000), OP_CLOSE))
+        sender.queue_control(client_frame(struct.pack("!H", 1000), OP_CLOSE))
         give_up = time.monotonic() + CLOSE_FLUSH
         with contextlib.suppress(OSError, ValueError, KeyError):
             sender.sock.settimeout(0.0)
@@ -448,16 +459,3 @@ class ExecClient:
                 if remaining <= 0 or not selector.select(remaining):
                     return
                 sender.waits_for = 0
-
-
-__all__ = [
-    "CLOSE_GRACE",
-    "LOST_HINT",
-    "STDERR",
-    "STDOUT",
-    "ExecClient",
-    "FrameReader",
-    "OnOutput",
-    "exec_url",
-    "parse_exec_status",
-]

@@ -18,7 +18,7 @@ import urllib3
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from .errors import (
+from ..errors import (
     ApiServerError,
     InvalidInputError,
     NotFoundError,
@@ -28,7 +28,11 @@ from .errors import (
 from .retry import ATTEMPTS, with_retries
 
 RBAC_DOC = "docs/rbac.md"
+
+
 _HANDSHAKE = re.compile(r"Handshake status (\d{3})")
+
+
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     urllib3.exceptions.HTTPError,  # MaxRetryError, ProtocolError, NewConnectionError, timeouts
     ConnectionError,

@@ -15,29 +15,26 @@ import string
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .remote import DEFAULT_IDLE_TIMEOUT, keep_alive_command
-
-GROUP = "trainer.kubeflow.org"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-TRAINJOBS = "trainjobs"
-CLUSTER_RUNTIME_KIND = "ClusterTrainingRuntime"
-RUNTIME_KIND = "TrainingRuntime"
+from ..exec.scripts import DEFAULT_IDLE_TIMEOUT, keep_alive_command
+from ..kube.names import (
+    API_VERSION,
+    CLUSTER_RUNTIME_KIND,
+    CREATED_BY_ANNOTATION,
+    GPU_RESOURCE,
+    GROUP,
+    IDLE_ANNOTATION,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    OWNER_HOST_ANNOTATION,
+    OWNER_KERNEL_ANNOTATION,
+    OWNER_PID_ANNOTATION,
+    SESSION_LABEL,
+)
 
 # Keeps the trainer pod alive: a POSIX-sh watchdog that exits (pod Succeeded, TrainJob Complete)
 # after DEFAULT_IDLE_TIMEOUT seconds without a heartbeat (see remote.py); idle_timeout=None in
 # build_trainjob gives plain `sleep infinity`.
 KEEP_ALIVE_COMMAND: list[str] = keep_alive_command(DEFAULT_IDLE_TIMEOUT)
-
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY_VALUE = "trainjob-magics"
-SESSION_LABEL = "trainjob-magics/session"
-OWNER_HOST_ANNOTATION = "trainjob-magics/owner-host"
-OWNER_PID_ANNOTATION = "trainjob-magics/owner-pid"
-CREATED_BY_ANNOTATION = "trainjob-magics/created-by"
-OWNER_KERNEL_ANNOTATION = "trainjob-magics/owner-kernel"
-IDLE_ANNOTATION = "trainjob-magics/idle-timeout"
-GPU_RESOURCE = "nvidia.com/gpu"
 
 
 def generate_name() -> str:
@@ -141,12 +138,6 @@ def build_trainjob(
             "trainer": trainer,
         },
     }
-
-
-def trainjob_path(namespace: str, name: str | None = None) -> str:
-    """REST path of the TrainJob collection, or of one TrainJob."""
-    base = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{TRAINJOBS}"
-    return f"{base}/{name}" if name else base
 
 
 def runtime_ref(trainjob: Mapping[str, Any]) -> tuple[str, str]:

@@ -1,10 +1,5 @@
-"""Heartbeats that keep an idle-watchdog TrainJob alive while its kernel lives.
-
-A daemon thread touches the heartbeat file in every Running pod of the trainer's replicated job
-(each runs the watchdog) every ``interval`` seconds; every wrapped exec touches it too. When the
-process dies (kernel SIGKILL) the heartbeats stop and the watchdog ends the trainer process
-after ``idle_timeout``: the pods exit, the TrainJob completes and its resources are freed.
-"""
+"""Idle release: heartbeats that keep an idle-watchdog TrainJob alive while its kernel lives,
+and telling a job that ended itself (idle_timeout) from one that failed."""
 
 from __future__ import annotations
 
@@ -14,14 +9,55 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import TrainJobError
-from .pods import RJOB_LABEL, is_running, pod_name
-from .remote import heartbeat_argv, heartbeat_interval
+from ..errors import (
+    IdleReleasedError,
+    PodNotRunningError,
+    TrainJobError,
+)
+from ..exec.scripts import heartbeat_argv, heartbeat_interval
+from ..kube.names import (
+    IDLE_ANNOTATION,
+    RJOB_LABEL,
+)
+from ..kube.objects import is_running, pod_name
 from .targets import list_job_pods
+
+
+# -- heartbeats and idle release ---------------------------------------------------------------
+def start_heartbeat(session: Any) -> Heartbeat | None:
+    """Start the heartbeat thread when the session's job runs the idle watchdog."""
+    if not session.idle_timeout:
+        return None
+    return Heartbeat(session, session.idle_timeout).start()
+
+
+def stop_heartbeat(session: Any) -> None:
+    heartbeat = getattr(session, "_heartbeat", None)
+    if heartbeat is not None:
+        heartbeat.stop()
+
+
+def raise_if_idle(session: Any, exc: PodNotRunningError) -> None:
+    """Raise :class:`IdleReleasedError` when the job ended itself through the idle watchdog."""
+    if not session.idle_timeout or isinstance(exc, IdleReleasedError):
+        return
+    try:
+        state = session.status().state
+    except TrainJobError:
+        return
+    if state != "Complete":
+        return
+    stop_heartbeat(session)
+    raise IdleReleasedError(
+        f"TrainJob {session.name} ended itself after {session.idle_timeout:g}s without a "
+        "heartbeat (idle_timeout) and released its resources; reconnect with "
+        "%trainjob_connect (add --replace if the alias is taken) or connect(...)",
+    ) from exc
+
 
 log = logging.getLogger(__name__)
 
-IDLE_ANNOTATION = "trainjob-magics/idle-timeout"
+
 HEARTBEAT_TIMEOUT = 20.0
 
 
@@ -99,6 +135,3 @@ class Heartbeat:
                 log.debug("heartbeat for TrainJob %s failed: %s", self.session.name, exc)
             except Exception:  # never let the thread die on a surprise
                 log.debug("heartbeat for TrainJob %s failed", self.session.name, exc_info=True)
-
-
-__all__ = ["IDLE_ANNOTATION", "Heartbeat", "idle_timeout_of", "watchdog_pods"]

@@ -7,34 +7,19 @@ public attributes plus ``_exec``, ``_inflight`` and ``_heartbeat``.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from kubernetes.client import ApiClient
-
-from .apierrors import request
-from .errors import (
+from ..errors import (
     CommandInterruptedError,
     ConnectionLostError,
     ExecTimeoutError,
-    IdleReleasedError,
-    InvalidInputError,
-    PodNotRunningError,
-    TrainJobError,
 )
-from .exec_client import LOST_HINT, OnOutput
-from .heartbeat import Heartbeat
-from .interrupt import StopReport, stop_command, stop_summary
-from .remote import new_exec_id, wants_wrapper, wrap
-from .result import ExecResult
-from .retry import with_retries
-from .trainjob_body import GROUP, OWNER_HOST_ANNOTATION, OWNER_PID_ANNOTATION, trainjob_path
-
-log = logging.getLogger(__name__)
-
-TRAINJOB_RESOURCE = f"trainjobs.{GROUP}"
+from ..result import ExecResult, StopReport
+from .client import LOST_HINT, OnOutput
+from .scripts import new_exec_id, wants_wrapper, wrap
+from .stop import stop_command, stop_summary
 
 
 # -- commands ----------------------------------------------------------------------------------
@@ -199,91 +184,3 @@ def interrupt(session: Any, only: str | Collection[str] | None = None) -> list[S
         r or StopReport(pod, eid, False, "the stopper did not answer in time")
         for r, (eid, pod, _c) in zip(reports, targets, strict=True)
     ]
-
-
-# -- heartbeats and idle release ---------------------------------------------------------------
-def start_heartbeat(session: Any) -> Heartbeat | None:
-    """Start the heartbeat thread when the session's job runs the idle watchdog."""
-    if not session.idle_timeout:
-        return None
-    return Heartbeat(session, session.idle_timeout).start()
-
-
-def stop_heartbeat(session: Any) -> None:
-    heartbeat = getattr(session, "_heartbeat", None)
-    if heartbeat is not None:
-        heartbeat.stop()
-
-
-def raise_if_idle(session: Any, exc: PodNotRunningError) -> None:
-    """Raise :class:`IdleReleasedError` when the job ended itself through the idle watchdog."""
-    if not session.idle_timeout or isinstance(exc, IdleReleasedError):
-        return
-    try:
-        state = session.status().state
-    except TrainJobError:
-        return
-    if state != "Complete":
-        return
-    stop_heartbeat(session)
-    raise IdleReleasedError(
-        f"TrainJob {session.name} ended itself after {session.idle_timeout:g}s without a "
-        "heartbeat (idle_timeout) and released its resources; reconnect with "
-        "%trainjob_connect (add --replace if the alias is taken) or connect(...)",
-    ) from exc
-
-
-# -- create ------------------------------------------------------------------------------------
-def create_trainjob(api: ApiClient, namespace: str, name: str, body: dict[str, Any]) -> Any:
-    """POST the TrainJob, retrying 5xx/connection failures; a 409 on a retry is success when
-    the existing TrainJob is the one our earlier attempt created (same owner host and pid)."""
-    attempts = {"n": 0}
-
-    def once() -> Any:
-        attempts["n"] += 1
-        try:
-            return request(
-                api,
-                "POST",
-                trainjob_path(namespace),
-                verb="create",
-                resource=TRAINJOB_RESOURCE,
-                namespace=namespace,
-                name=name,
-                body=body,
-            )
-        except InvalidInputError as exc:
-            if exc.status != 409 or attempts["n"] == 1:
-                raise
-            existing = request(
-                api,
-                "GET",
-                trainjob_path(namespace, name),
-                verb="get",
-                resource=TRAINJOB_RESOURCE,
-                namespace=namespace,
-                name=name,
-            )
-            mine = body["metadata"]["annotations"]
-            theirs = (existing.get("metadata") or {}).get("annotations") or {}
-            if all(
-                theirs.get(k) == mine.get(k) for k in (OWNER_HOST_ANNOTATION, OWNER_PID_ANNOTATION)
-            ):
-                return existing
-            raise
-
-    return with_retries(once, what=f"create TrainJob {name}")
-
-
-__all__ = [
-    "SessionRunner",
-    "StopReport",
-    "create_trainjob",
-    "interrupt",
-    "interrupted_message",
-    "raise_if_idle",
-    "run_command",
-    "start_heartbeat",
-    "stop_heartbeat",
-    "timeout_message",
-]

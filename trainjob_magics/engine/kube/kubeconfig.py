@@ -13,10 +13,14 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
 DEFAULT_KUBECONFIG = "~/.kube/config"
+
+
 NO_CONFIG_MESSAGE = (
     "No Kubernetes configuration found: set KUBECONFIG, pass config_file=..., or run "
     "`trainjob-magics local-cluster` to try the local cluster"

@@ -6,84 +6,12 @@ the granular ones (``WaitingForQuota``, ``Misconfigured``...).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .pods import parse_time
-
-# Messages Kueue writes when the queue itself keeps a workload out (not a matter of quota).
-QUEUE_PROBLEM = re.compile(
-    r"^(LocalQueue|ClusterQueue) (\S*) (doesn't exist|is inactive|is stopped|"
-    r"is terminating or missing)$"
-)
-WAITING_STATES = ("Queued", "Preempted", "Evicted", "Pending")
-
-
-@dataclass
-class QueueStatus:
-    """Where a queued TrainJob stands in Kueue.
-
-    ``state``: "Pending" (no Workload yet), "Queued", "QuotaReserved", "Admitted", "Evicted",
-    "Preempted", "Inactive" (queue missing/inactive/stopped), "Deactivated", "Finished",
-    "Unknown" (Workloads cannot be read). Positions are 0-based; None means unknown.
-    """
-
-    state: str
-    reason: str = ""
-    message: str = ""
-    local_queue: str | None = None
-    cluster_queue: str | None = None
-    workload: str | None = None
-    position_in_local_queue: int | None = None
-    position_in_cluster_queue: int | None = None
-    since: datetime | None = None
-    evictions: int = 0
-    position_note: str = ""  # why the position is unknown ("forbidden", "not served", ...)
-    last_eviction: tuple[str, str] | None = None  # (reason, message) of the latest eviction
-    raw_conditions: list[dict[str, Any]] = field(default_factory=list, repr=False)
-
-    @property
-    def waiting(self) -> bool:
-        """True while the job waits for (re)admission."""
-        return self.state in WAITING_STATES
-
-    @property
-    def admitted(self) -> bool:
-        return self.state == "Admitted"
-
-    def position_text(self) -> str:
-        """'position 2 in LocalQueue q (3 in ClusterQueue cq)' (1-based), or 'position unknown'."""
-        if self.position_in_local_queue is None:
-            note = f" ({self.position_note})" if self.position_note else ""
-            return f"position unknown{note}"
-        text = f"position {self.position_in_local_queue + 1} in LocalQueue {self.local_queue}"
-        if self.position_in_cluster_queue is not None:
-            text += f" ({self.position_in_cluster_queue + 1} in ClusterQueue"
-            text += f" {self.cluster_queue})" if self.cluster_queue else ")"
-        return text
-
-    def summary(self) -> str:
-        """One line for status displays."""
-        where = f" in {self.local_queue}" if self.local_queue else ""
-        if self.state == "Queued":
-            head = f"Queued{where}, {self.position_text()}"
-        elif self.state in ("Preempted", "Evicted"):
-            head = f"{self.state} ({self.reason}), waiting for readmission{where}"
-            if self.position_in_local_queue is not None:
-                head += f", {self.position_text()}"
-        elif self.state == "QuotaReserved":
-            head = f"Quota reserved in ClusterQueue {self.cluster_queue}"
-            if self.message.startswith("Quota reserved"):
-                return f"{head}, waiting for admission checks"
-        elif self.state == "Admitted":
-            head = f"Admitted by ClusterQueue {self.cluster_queue}"
-            return head
-        else:
-            head = f"{self.state}{where}"
-        return f"{head}: {self.message}" if self.message else head
+from ..kube.objects import parse_time
+from ..result import QUEUE_PROBLEM, QueueStatus
 
 
 def _cond(wl: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:

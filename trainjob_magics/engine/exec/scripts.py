@@ -20,10 +20,19 @@ import secrets
 from collections.abc import Sequence
 
 STATE_DIR = '"${TMPDIR:-/tmp}/trainjob-magics"'
+
+
 ARGV0 = "trainjob-magics"
+
+
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "busybox"})
+
+
 DEFAULT_IDLE_TIMEOUT = 1800.0  # 30 minutes
+
+
 SLEEP_FOREVER: list[str] = ["sleep", "infinity"]
+
 
 # Runs "$@" (after the exec id in $1) as a child, recording the wrapper's pid for the stopper.
 # Not `exec`: the wrapper removes the pid file once the command ended and keeps its exit code.
@@ -37,6 +46,7 @@ s=$?
 [ -n "$f" ] && rm -f "$f"
 exit $s
 """
+
 
 # Stops the process tree of the wrapper whose exec id is $1: SIGINT, wait $2 tenths of a second,
 # SIGTERM, wait $3 tenths, SIGKILL, wait 1 s. With /proc: the wrapper, every descendant (found
@@ -111,9 +121,11 @@ echo "still running after SIGKILL:$a"
 exit 4
 """
 
+
 HEARTBEAT = f"""d={STATE_DIR}
 mkdir -p "$d" 2>/dev/null && : >"$d/heartbeat"
 """
+
 
 # The keep-alive watchdog ($1 idle seconds, $2 check interval). If the state dir is unusable it
 # never idles out (it must not end a session it cannot hear). SIGTERM/SIGINT end it at once
@@ -186,7 +198,7 @@ def keep_alive_command(idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT) -> lis
 
 def validate_idle_timeout(value: object) -> float | None:
     """None/0 -> None (off); a positive number of seconds (at least 2) -> float."""
-    from .errors import InvalidInputError
+    from ..errors import InvalidInputError
 
     if value is None:
         return None
@@ -200,22 +212,3 @@ def validate_idle_timeout(value: object) -> float | None:
             f"got {value!r}"
         )
     return float(value)
-
-
-__all__ = [
-    "DEFAULT_IDLE_TIMEOUT",
-    "HEARTBEAT",
-    "SLEEP_FOREVER",
-    "STOP",
-    "WATCHDOG",
-    "WRAPPER",
-    "heartbeat_argv",
-    "heartbeat_interval",
-    "keep_alive_command",
-    "new_exec_id",
-    "stop_argv",
-    "validate_idle_timeout",
-    "wants_wrapper",
-    "watchdog_step",
-    "wrap",
-]

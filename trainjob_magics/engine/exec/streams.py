@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..result import EMPTY, CapturedOutput, ExecResult
 from .frames import (
     OP_BINARY,
     OP_CLOSE,
@@ -21,23 +22,17 @@ from .frames import (
     STATUS,
     STDERR,
     STDOUT,
-    _client_frame,
-    _Lost,
-    _Sender,
+    ConnectionDropped,
+    StdinSender,
+    client_frame,
 )
-from .output import (
-    EMPTY,
-    MAX_MEMORY_OUTPUT,
-    CapturedOutput,
-    OutputBuffer,
-    Sink,
-    SpillDir,
-    sink_writer,
-)
-from .result import ExecResult
+from .output import MAX_MEMORY_OUTPUT, OutputBuffer, Sink, SpillDir, sink_writer
 
 STREAM_NAMES = {STDOUT: "stdout", STDERR: "stderr"}
+
+
 CLOSE_GRACE = 1.0  # wait this long for the close frame after the status arrived
+
 
 OnOutput = Callable[[str, str], None]
 
@@ -62,7 +57,7 @@ def parse_exec_status(payload: bytes | bytearray | memoryview) -> tuple[int | No
     return None, message
 
 
-class _Collector:
+class Collector:
     """Routes each output frame: to the stream's sink when it has one, else into a bounded
     :class:`OutputBuffer`; feeds ``on_output`` with incrementally decoded text (collected
     streams only). Nothing else is decoded while the command runs."""
@@ -121,11 +116,11 @@ class _Collector:
         )
 
 
-class _FrameHandler:
+class FrameHandler:
     """What the frames of one exec mean: output to the collector, the channel-3 status,
     fragments reassembled, pings answered."""
 
-    def __init__(self, collector: _Collector, sender: _Sender) -> None:
+    def __init__(self, collector: Collector, sender: StdinSender) -> None:
         self.collector = collector
         self.sender = sender
         self.returncode: int | None = None
@@ -139,7 +134,7 @@ class _FrameHandler:
         return self.returncode, self.message, self.got_status
 
     def handle(self, fin: bool, opcode: int, payload: bytes | bytearray | memoryview) -> bool:
-        """Act on one frame; True for the close frame (raises :class:`_Lost` when it closes
+        """Act on one frame; True for the close frame (:class:`ConnectionDropped` when it closes
         abnormally before the status)."""
         if opcode == OP_CONT:
             self.fragments.append(payload)
@@ -168,8 +163,8 @@ class _FrameHandler:
             if not self.got_status and code not in (1000, 1005):
                 reason = bytes(payload[2:]).decode("utf-8", "replace")
                 self.sender.abandon_stdin()
-                raise _Lost(f"WebSocket closed with code {code} {reason}".strip())
+                raise ConnectionDropped(f"WebSocket closed with code {code} {reason}".strip())
             return True
         elif opcode == OP_PING:
-            self.sender.queue_control(_client_frame(bytes(payload), OP_PONG))
+            self.sender.queue_control(client_frame(bytes(payload), OP_PONG))
         return False

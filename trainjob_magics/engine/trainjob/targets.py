@@ -16,47 +16,27 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client import ApiClient
 
-from .apierrors import request
-from .errors import InvalidInputError
-from .pods import (
-    COMPLETION_INDEX,
-    JOB_INDEX_LABEL,
-    LAUNCHER,
-    RJOB_LABEL,
-    TRAINER_CONTAINER,
-    is_terminating,
-    jobset_selector,
-    pod_name,
-    pod_phase,
-    pods_path,
-)
+from ..errors import InvalidInputError
+from ..kube.names import COMPLETION_INDEX, JOB_INDEX_LABEL, RJOB_LABEL, jobset_selector, pods_path
+from ..kube.objects import is_terminating, pod_name, pod_phase
+from ..kube.requests import request
+from ..result import PodRef
+from .trainer_pod import LAUNCHER, TRAINER_CONTAINER
 
 TRAINER = "trainer"
+
+
 ALL = "all"
+
+
 _ROLE_INDEX = re.compile(r"^(?P<role>.+)-(?P<index>\d+)$")
 
+
 TargetSpec = str | Sequence[str] | None
-
-
-@dataclass(frozen=True)
-class PodRef:
-    """One pod a command can target."""
-
-    name: str
-    role: str
-    index: int
-    phase: str
-    container: str | None = None  # "node" when present, else the first container
-
-    @property
-    def label(self) -> str:
-        """``role-index``, e.g. ``node-2``."""
-        return f"{self.role}-{self.index}"
 
 
 def list_job_pods(api: ApiClient, namespace: str, job: str) -> list[dict[str, Any]]:
@@ -198,17 +178,3 @@ def resolve_pods(
     if split_spec(spec) == [TRAINER] and trainer_pod is not None:
         return [PodRef(trainer_pod, TRAINER, 0, "Running")]
     return resolve(spec, pod_refs(list_job_pods(api, namespace, job)), trainer_pod)
-
-
-__all__ = [
-    "ALL",
-    "TRAINER",
-    "PodRef",
-    "TargetSpec",
-    "list_job_pods",
-    "names_one_pod",
-    "pod_refs",
-    "resolve",
-    "resolve_pods",
-    "split_spec",
-]

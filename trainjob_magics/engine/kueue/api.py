@@ -10,22 +10,44 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from .apierrors import request
-from .errors import ApiServerError, NotFoundError, PermissionDeniedError, TrainJobError
-from .kueue_status import QueueStatus, parse_workload
+from ..errors import ApiServerError, NotFoundError, PermissionDeniedError, TrainJobError
+from ..kube.requests import request
+from ..result import QueueStatus
+from .status import parse_workload
 
 log = logging.getLogger(__name__)
 
+
 KUEUE_GROUP = "kueue.x-k8s.io"
+
+
 KUEUE_VERSION = "v1beta2"
+
+
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+
+
 VISIBILITY_VERSIONS = ("v1beta2", "v1beta1")
+
+
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+
+
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+
+
 MAX_EXEC_TIME_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
+
+
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+
+
 WORKLOAD_RESOURCE = f"workloads.{KUEUE_GROUP}"
+
+
 LOCALQUEUE_RESOURCE = f"localqueues.{KUEUE_GROUP}"
+
+
 VISIBILITY_RESOURCE = f"localqueues/pendingworkloads.{VISIBILITY_GROUP}"
 
 

@@ -1,0 +1,1 @@
+"""Kueue: queue labels, the admission wait, Workload status and the visibility API."""

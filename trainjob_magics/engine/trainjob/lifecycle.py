@@ -1,0 +1,131 @@
+"""Create, fetch and delete a TrainJob (create is safe to retry; delete cascades in the
+foreground), and wait until it and its pods are gone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes.client import ApiClient
+
+from ..errors import (
+    InvalidInputError,
+    NotFoundError,
+)
+from ..kube.names import (
+    OWNER_HOST_ANNOTATION,
+    OWNER_PID_ANNOTATION,
+    TRAINJOB_RESOURCE,
+    jobset_selector,
+    pods_path,
+    trainjob_path,
+)
+from ..kube.requests import request
+from ..kube.retry import with_retries
+from ..kube.watch import Watcher
+
+
+# -- create ------------------------------------------------------------------------------------
+def create_trainjob(api: ApiClient, namespace: str, name: str, body: dict[str, Any]) -> Any:
+    """POST the TrainJob, retrying 5xx/connection failures; a 409 on a retry is success when
+    the existing TrainJob is the one our earlier attempt created (same owner host and pid)."""
+    attempts = {"n": 0}
+
+    def once() -> Any:
+        attempts["n"] += 1
+        try:
+            return request(
+                api,
+                "POST",
+                trainjob_path(namespace),
+                verb="create",
+                resource=TRAINJOB_RESOURCE,
+                namespace=namespace,
+                name=name,
+                body=body,
+            )
+        except InvalidInputError as exc:
+            if exc.status != 409 or attempts["n"] == 1:
+                raise
+            existing = request(
+                api,
+                "GET",
+                trainjob_path(namespace, name),
+                verb="get",
+                resource=TRAINJOB_RESOURCE,
+                namespace=namespace,
+                name=name,
+            )
+            mine = body["metadata"]["annotations"]
+            theirs = (existing.get("metadata") or {}).get("annotations") or {}
+            if all(
+                theirs.get(k) == mine.get(k) for k in (OWNER_HOST_ANNOTATION, OWNER_PID_ANNOTATION)
+            ):
+                return existing
+            raise
+
+    return with_retries(once, what=f"create TrainJob {name}")
+
+
+def fetch_trainjob(api: ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    """GET the TrainJob (raises NotFoundError when it does not exist)."""
+    return request(
+        api,
+        "GET",
+        trainjob_path(namespace, name),
+        verb="get",
+        resource=TRAINJOB_RESOURCE,
+        namespace=namespace,
+        name=name,
+    )
+
+
+def delete_hint(name: str, namespace: str) -> str:
+    return f"`kubectl delete trainjob {name} -n {namespace}`"
+
+
+def wait_pods_gone(api: ApiClient, namespace: str, name: str, deadline: float) -> bool:
+    """Watch until no pod of TrainJob ``name`` is left; False on timeout."""
+    watcher = Watcher(
+        api,
+        pods_path(namespace),
+        resource="pods",
+        namespace=namespace,
+        label_selector=jobset_selector(name),
+    )
+    return bool(watcher.run(deadline, lambda: True if not watcher.objects else None))
+
+
+def wait_trainjob_gone(api: ApiClient, namespace: str, name: str, deadline: float) -> bool:
+    """Watch until the TrainJob object itself is gone; False on timeout."""
+    watcher = Watcher(
+        api,
+        trainjob_path(namespace),
+        resource=TRAINJOB_RESOURCE,
+        namespace=namespace,
+        field_selector=f"metadata.name={name}",
+    )
+    return bool(watcher.run(deadline, lambda: True if name not in watcher.objects else None))
+
+
+# Foreground deletion keeps the TrainJob object (and so its name) until the JobSet, Jobs, pods and
+# the MPI SSH secret are gone: once close() sees it disappear, reconnecting under the same name
+# cannot collide with leftovers of the old job.
+DELETE_BODY = {"propagationPolicy": "Foreground"}
+
+
+def delete_trainjob(api: ApiClient, namespace: str, name: str) -> bool:
+    """Delete a TrainJob (foreground cascade); False when it was already gone."""
+    try:
+        request(
+            api,
+            "DELETE",
+            trainjob_path(namespace, name),
+            verb="delete",
+            resource=TRAINJOB_RESOURCE,
+            namespace=namespace,
+            name=name,
+            body=DELETE_BODY,
+        )
+    except NotFoundError:
+        return False
+    return True

@@ -1,0 +1,212 @@
+"""Watch-driven waits: the trainer pod turning Running, and a TrainJob's pods going away.
+
+List first (for a resourceVersion), then watch from it with ``timeoutSeconds``; a 410 Expired
+ERROR event or a dropped stream relists. Every decision is made as soon as an event arrives: no
+sleeps, no polling.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes.client import ApiClient
+
+from ..errors import (
+    ConnectTimeoutError,
+    NotFoundError,
+    PodNotRunningError,
+    TrainJobError,
+    TrainJobFailedError,
+)
+from ..kube.names import jobset_selector, pods_path
+from ..kube.objects import is_running, pod_name, pod_phase
+from ..kube.watch import Watcher
+from ..kueue.admission import QueueReporter, admit_or_raise
+from ..kueue.api import find_workload
+from ..kueue.status import eviction_count
+from ..result import JobStatus
+from .lifecycle import delete_hint, delete_trainjob, fetch_trainjob
+from .status import job_status, trainjob_failure
+from .trainer_pod import TrainerTarget, select_trainer_pod
+
+log = logging.getLogger(__name__)
+
+
+def _fingerprint(status: JobStatus) -> tuple[Any, ...]:
+    rows = tuple(
+        (p.name, p.phase, p.ready, p.waiting_reason, p.restarts, p.node) for p in status.pods
+    )
+    return (status.state, status.message, status.trainer_pod, rows)
+
+
+class StatusReporter:
+    """Calls ``on_status`` whenever the observed status changes; callback errors are logged."""
+
+    def __init__(self, on_status: Callable[[JobStatus], None] | None) -> None:
+        self.on_status = on_status
+        self.last: JobStatus | None = None
+        self._last_key: tuple[Any, ...] | None = None
+
+    def report(self, status: JobStatus) -> None:
+        """Remember ``status`` and pass it on if it differs from the previous one."""
+        self.last = status
+        key = _fingerprint(status)
+        if key == self._last_key:
+            return
+        self._last_key = key
+        if self.on_status is not None:
+            try:
+                self.on_status(status)
+            except Exception:
+                log.warning("on_status callback failed", exc_info=True)
+
+
+def wait_for_trainer_pod(
+    api: ApiClient,
+    namespace: str,
+    name: str,
+    target: TrainerTarget | None,
+    *,
+    runtime: str,
+    timeout: float,
+    started_at: float | None = None,
+    on_status: Callable[[JobStatus], None] | None = None,
+) -> dict[str, Any]:
+    """Block until the trainer pod of TrainJob ``name`` is Running and return it.
+
+    Raises PodNotRunningError (pod Succeeded/Failed, job deleted), TrainJobFailedError
+    (Failed condition) or ConnectTimeoutError (the TrainJob is left in place).
+    """
+    started = time.monotonic() if started_at is None else started_at
+    deadline = time.monotonic() + timeout
+    reporter = StatusReporter(on_status)
+    watcher = Watcher(
+        api,
+        pods_path(namespace),
+        resource="pods",
+        namespace=namespace,
+        label_selector=jobset_selector(name),
+    )
+    trainjob: dict[str, Any] = {}
+
+    def refresh() -> None:
+        nonlocal trainjob
+        try:
+            trainjob = fetch_trainjob(api, namespace, name)
+        except NotFoundError:
+            reporter.report(
+                job_status(name, namespace, runtime, None, [], target, started, deleted=True)
+            )
+            raise PodNotRunningError(
+                f"TrainJob {name} was deleted in namespace {namespace} while waiting for its "
+                "trainer pod; create it again with connect(...)"
+            ) from None
+        failure = trainjob_failure(trainjob)
+        if failure is not None:
+            reporter.report(
+                job_status(
+                    name, namespace, runtime, trainjob, watcher.objects.values(), target, started
+                )
+            )
+            raise TrainJobFailedError(
+                f"TrainJob {name} failed: {failure}; delete it with {delete_hint(name, namespace)}"
+                " and connect again"
+            )
+
+    def check() -> dict[str, Any] | None:
+        pods = list(watcher.objects.values())
+        reporter.report(job_status(name, namespace, runtime, trainjob, pods, target, started))
+        trainer = select_trainer_pod(pods, target)
+        if trainer is None:
+            return None
+        if is_running(trainer):
+            return trainer
+        phase = pod_phase(trainer)
+        if phase in ("Succeeded", "Failed"):
+            raise PodNotRunningError(
+                f"trainer pod {pod_name(trainer)} of TrainJob {name} already finished ({phase}) "
+                "and cannot run commands; use a command that keeps running (or the default), "
+                f"and delete the job with {delete_hint(name, namespace)}"
+            )
+        return None
+
+    pod = watcher.run(deadline, check, refresh=refresh)
+    if pod is None:
+        last = reporter.last.message if reporter.last is not None else "no status"
+        raise ConnectTimeoutError(
+            f"the trainer pod of TrainJob {name} was not Running after {timeout:g}s ({last}); "
+            f"the TrainJob still exists: keep waiting with attach({name!r}, "
+            f"namespace={namespace!r}), or delete it with session.close() or "
+            f"{delete_hint(name, namespace)}"
+        )
+    return pod
+
+
+OnStatus = Callable[[JobStatus], None]
+
+
+def eviction_baseline(api: ApiClient, namespace: str, job_uid: str) -> int:
+    """How often the job's Workload was evicted so far (0 when it cannot be read)."""
+    try:
+        return eviction_count(find_workload(api, namespace, job_uid))
+    except TrainJobError:
+        return 0
+
+
+def wait_ready(
+    api: ApiClient,
+    namespace: str,
+    name: str,
+    target: TrainerTarget | None,
+    *,
+    runtime: str,
+    timeout: float,
+    started: float,
+    on_status: OnStatus | None,
+    queue: str | None,
+    job_uid: str | None,
+    delete_on_unavailable: bool = False,
+) -> dict[str, Any]:
+    """Wait for Kueue admission (queued jobs), then for the trainer pod to run."""
+    if not queue or not job_uid:
+        return wait_for_trainer_pod(
+            api,
+            namespace,
+            name,
+            target,
+            runtime=runtime,
+            timeout=timeout,
+            started_at=started,
+            on_status=on_status,
+        )
+    deadline = time.monotonic() + timeout
+    reporter = QueueReporter(on_status)
+    admit_or_raise(
+        api,
+        namespace,
+        name,
+        job_uid,
+        queue,
+        runtime=runtime,
+        timeout=timeout,
+        deadline=deadline,
+        started=started,
+        reporter=reporter,
+        fetch_trainjob=lambda: fetch_trainjob(api, namespace, name),
+        delete_job=(lambda: delete_trainjob(api, namespace, name))
+        if delete_on_unavailable
+        else None,
+    )
+    return wait_for_trainer_pod(
+        api,
+        namespace,
+        name,
+        target,
+        runtime=runtime,
+        timeout=max(1.0, deadline - time.monotonic()),
+        started_at=started,
+        on_status=reporter.wrap,
+    )
