@@ -80,25 +80,26 @@ def profile_roundtrip(kubeconfig: str, n: int) -> tuple[float, str]:
 
 
 def profile_cell(kubeconfig: str, lines: int) -> tuple[float, str, str]:
-    """cProfile a widgets-on cell: main thread and the worker thread running execute."""
+    """cProfile a widgets-on cell: main thread and the worker thread running the command."""
     shell = ipyshell.make_shell(kubeconfig, "on")
     ipyshell.connect(shell)
     sess = ipyshell.current_session(shell)
     worker = cProfile.Profile()
-    orig = sess.execute
+    orig = sess._prepare  # what session.start runs in its worker: profile that thread
 
-    def execute(*a: Any, **k: Any) -> Any:
-        return worker.runcall(orig, *a, **k)
+    def prepare(*a: Any, **k: Any) -> Any:
+        refs, multi, work = orig(*a, **k)
+        return refs, multi, lambda group: worker.runcall(work, group)
 
     try:
         ipyshell.cell(shell, "seq 10")
-        sess.execute = execute
+        sess._prepare = prepare
         main = cProfile.Profile()
         t0 = time.perf_counter()
         main.runcall(ipyshell.cell, shell, f"seq {lines}")
         wall = time.perf_counter() - t0
     finally:
-        sess.__dict__.pop("execute", None)
+        sess.__dict__.pop("_prepare", None)
         ipyshell.close(shell)
     return wall, table(main, "tottime"), table(worker, "tottime")
 

@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec python -m trainjob_magics.devtools.notebook_run notebooks/quickstart.ipynb \
+exec python devtools/notebook_run.py notebooks/quickstart.ipynb \
   --output artifacts/quickstart.executed.ipynb "$@"

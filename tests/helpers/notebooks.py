@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainjob_magics.devtools.notebook_run import WIDGET_VIEW_MIME, extract_widget_texts
+from devtools.notebook_run import WIDGET_VIEW_MIME, extract_widget_texts
 
 
 def widget_texts_of_cell(nb: Any, index: int) -> list[str]:

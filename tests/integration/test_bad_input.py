@@ -138,7 +138,7 @@ def test_utf8_split_across_frames_streams_intact(session) -> None:
     chunks: list[str] = []
     r = session.execute(
         "i=0; while [ $i -lt 30000 ]; do printf 'é€😀'; i=$((i+1)); done",
-        on_output=lambda s, t: chunks.append(t),
+        on_output=lambda _p, s, t: chunks.append(t),
     )
     assert "".join(chunks) == r.stdout == "é€😀" * 30000
 

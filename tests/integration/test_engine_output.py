@@ -61,7 +61,7 @@ def test_large_multibyte_output_with_on_output(session) -> None:
             "-c",
             "import sys; sys.stdout.write('é' * 3_000_000 + 'ü€𝄞' * 300_000 + '\\n')",
         ],
-        on_output=lambda stream, chunk: chunks.append(chunk),
+        on_output=lambda pod, stream, chunk: chunks.append(chunk),
     )
     assert res.ok, res.stderr
     assert res.stdout == text
@@ -76,7 +76,7 @@ def test_multibyte_utf8_split_across_frames(session) -> None:
         "printf '\\204\\236 '; sleep 0.1; printf '\\346\\227\\245\\n'"
     )
     chunks: list[str] = []
-    res = session.execute(script, on_output=lambda stream, text: chunks.append(text))
+    res = session.execute(script, on_output=lambda pod, stream, text: chunks.append(text))
     assert res.stdout == "€ 𝄞 日\n"
     assert res.stdout_bytes == "€ 𝄞 日\n".encode()
     assert "".join(chunks) == "€ 𝄞 日\n"
@@ -88,7 +88,7 @@ def test_stderr_is_separate_and_on_output_keeps_order(session) -> None:
     events: list[tuple[str, str]] = []
     res = session.execute(
         "echo a; sleep 0.1; echo b >&2; sleep 0.1; echo c; sleep 0.1; echo d >&2; exit 5",
-        on_output=lambda stream, text: events.append((stream, text)),
+        on_output=lambda pod, stream, text: events.append((stream, text)),
     )
     assert (res.stdout, res.stderr, res.returncode) == ("a\nc\n", "b\nd\n", 5)
     assert events == [("stdout", "a\n"), ("stderr", "b\n"), ("stdout", "c\n"), ("stderr", "d\n")]
@@ -99,7 +99,7 @@ def test_output_arrives_live(session) -> None:
     started = time.monotonic()
     session.execute(
         "echo first; sleep 0.5; echo second",
-        on_output=lambda stream, text: arrivals.append(time.monotonic() - started),
+        on_output=lambda pod, stream, text: arrivals.append(time.monotonic() - started),
     )
     assert len(arrivals) == 2 and arrivals[0] < 0.4 <= arrivals[1]
 
@@ -203,7 +203,7 @@ def test_ctrl_c_while_stdin_is_blocked(session) -> None:
         session.execute(
             f"echo before; sleep {marker}",
             stdin=bytes(16 * 1024 * 1024),
-            on_output=lambda stream, text: started.set(),
+            on_output=lambda pod, stream, text: started.set(),
         )
     assert time.monotonic() - t0 < 8
     assert info.value.partial is not None and info.value.partial.stdout == "before\n"

@@ -151,7 +151,7 @@ def test_large_output_spills_to_a_file_removed_with_the_result(local_cluster, se
     res = session.execute(
         ["cat", "spill.bin"],
         max_memory_output=1024 * 1024,
-        on_output=lambda stream, text: seen.update(text.encode("utf-8", "surrogatepass")),
+        on_output=lambda pod, stream, text: seen.update(text.encode("utf-8", "surrogatepass")),
     )
     assert res.ok and res.stdout_size == size
     path = res.stdout_path

@@ -215,7 +215,7 @@ def test_websocket_drop_keeps_partial_output(cluster, session) -> None:
     seen: list[str] = []
     clock = Clock()
     with pytest.raises(E.ConnectionLostError) as info:
-        session.execute(script, on_output=lambda stream, text: seen.append(text))
+        session.execute(script, on_output=lambda pod, stream, text: seen.append(text))
     assert clock.elapsed() < 10
     assert "may still be running" in str(info.value)
     partial = info.value.partial

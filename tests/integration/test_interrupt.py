@@ -58,7 +58,7 @@ def test_execute_ctrl_c_stops_tree_and_keeps_output(cluster: LocalCluster) -> No
         seen: list[str] = []
         started = threading.Event()
 
-        def on_output(stream: str, text: str) -> None:
+        def on_output(pod: str, stream: str, text: str) -> None:
             seen.append(text)
             started.set()
 
@@ -96,7 +96,7 @@ def test_interrupt_from_another_thread_stops_mpirun_ranks(cluster: LocalCluster)
             try:
                 box["r"] = s.execute(
                     f"mpirun -np 2 sh -c 'echo rank $$; sleep 1000.{marker}; :'",
-                    on_output=lambda st, t: ranks.append(t),
+                    on_output=lambda p, st, t: ranks.append(t),
                 )
             except BaseException as exc:
                 box["e"] = exc

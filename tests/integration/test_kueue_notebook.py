@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.notebooks import widget_texts_of_cell
-from trainjob_magics.devtools.notebook_run import (
+from devtools.notebook_run import (
     cell_texts,
     run_notebook,
 )
+from tests.helpers.notebooks import widget_texts_of_cell
 from trainjob_magics.localcluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]

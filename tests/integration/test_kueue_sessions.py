@@ -138,7 +138,7 @@ def test_preemption_mid_session_then_readmission(kcluster: LocalCluster, kc: str
         def run() -> None:
             try:
                 session.execute(
-                    "echo started; sleep 20", on_output=lambda _s, text: chunks.append(text)
+                    "echo started; sleep 20", on_output=lambda _p, _s, text: chunks.append(text)
                 )
             except BaseException as exc:
                 errors.append(exc)

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-import trainjob_magics.magics.cell as magics_cell
 from tests.helpers.kube import trainjob_names, wait_trainjob_gone
 from tests.helpers.shell import magics_shell
 from trainjob_magics.localcluster import LocalCluster
@@ -22,7 +21,8 @@ from trainjob_magics.magics import (
     TrainJobUsageError,
     last_result,
 )
-from trainjob_magics.magics.text_output import TextOutputView
+from trainjob_magics.magics.extension import loaded_magics
+from trainjob_magics.magics.views.text import TextOutputView
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -85,7 +85,9 @@ class Recorder(TextOutputView):
 def test_exec_streams_live(
     shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(magics_cell, "TextOutputView", Recorder)
+    magics = loaded_magics(shell)
+    assert magics is not None
+    monkeypatch.setattr(magics.host.views, "text_output", Recorder)
     Recorder.events = []
     connect(shell)
     shell.run_cell_magic("trainjob", "--result r", "echo a; sleep 0.6; echo b >&2; sleep 0.3")

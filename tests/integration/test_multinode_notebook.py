@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from trainjob_magics.devtools.notebook_run import (
+from devtools.notebook_run import (
     WIDGET_STATE_MIME,
     WIDGET_VIEW_MIME,
     cell_texts,

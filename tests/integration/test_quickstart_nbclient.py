@@ -11,18 +11,18 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.kube import trainjob_names
-from tests.helpers.notebooks import widget_texts_of_cell
-from trainjob_magics.devtools.notebook_run import (
+from devtools.notebook_run import (
     WIDGET_VIEW_MIME,
     cell_texts,
     extract_widget_texts,
     run_notebook,
 )
+from tests.helpers.kube import trainjob_names
+from tests.helpers.notebooks import widget_texts_of_cell
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "notebooks" / "quickstart.ipynb"
-RUNNER = [sys.executable, "-m", "trainjob_magics.devtools.notebook_run"]
+RUNNER = [sys.executable, str(Path(__file__).resolve().parents[2] / "devtools" / "notebook_run.py")]
 
 pytestmark = pytest.mark.timeout(300)
 

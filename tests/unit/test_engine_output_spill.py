@@ -7,6 +7,7 @@ import io
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,21 @@ def test_max_memory_output_is_validated(bad: object) -> None:
 
     with pytest.raises(InvalidInputError, match="max_memory_output"):
         validate_max_memory_output(bad)
+
+
+def test_live_snapshot_keeps_the_output_so_far(tmp_path) -> None:
+    """What an interrupted cell keeps when its command did not end: the engine's own buffer
+    (memory up to the limit, then the spill file), not a copy in the front end."""
+    spill = SpillDir("snap")
+    collector = Collector(None, pod="p", limit=1000, spill_dir=spill)
+    lines = [f"{i:09d}\n".encode() for i in range(10_000)]
+    for line in lines[:5000]:
+        collector.add(STDOUT, memoryview(line))
+    first = collector.snapshot(time.monotonic(), "p")
+    for line in lines[5000:]:
+        collector.add(STDOUT, memoryview(line))
+    assert first.returncode is None and first.pod == "p"
+    assert first.stdout.startswith("000000000\n") and "000004999\n" in first.stdout
+    final = collector.result(0, time.monotonic(), "p")
+    assert final.stdout == b"".join(lines).decode() and final.stdout_path is not None
+    spill.close()

@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from trainjob_magics.magics.cell import OutputTail, partial_result
-from trainjob_magics.magics.multipod_output import PrefixedTextView
-from trainjob_magics.magics.text_output import TextOutputView, echoes_ctrl_c
+from trainjob_magics.magics.views.pods import PrefixedTextView
+from trainjob_magics.magics.views.text import TextOutputView, echoes_ctrl_c
 from trainjob_magics.magics.worker import Pump
 
 pytestmark = pytest.mark.timeout(60)
@@ -93,18 +92,6 @@ def test_pump_returns_value_raises_error_and_keeps_order() -> None:
 
 
 # ------------------------------------------------------------------ tails
-
-
-def test_output_tail_keeps_only_the_end() -> None:
-    tail = OutputTail(limit=1000)
-    for i in range(10_000):
-        tail.add("stdout", f"{i:09d}\n")
-    assert tail.sizes["stdout"] < 2000
-    assert len(tail.chunks["stdout"]) < 200
-    text = tail.text("stdout")
-    assert len(text) == 1000 and text.endswith("000009999\n")
-    result = partial_result(tail, time.monotonic(), "p")
-    assert result.returncode is None and result.stdout == text and result.pod == "p"
 
 
 def test_text_view_keeps_a_bounded_tail() -> None:

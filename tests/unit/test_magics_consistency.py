@@ -9,8 +9,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from tests.helpers.shell import magics_shell
-from trainjob_magics.magics.text_output import SessionRow
-from trainjob_magics.magics.widgets_sessions import render_sessions_html
+from trainjob_magics.magics.views.sessions import render_sessions_html
+from trainjob_magics.magics.views.status_text import SessionRow
 
 MAGICS = {
     "line": (

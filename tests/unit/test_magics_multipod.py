@@ -6,7 +6,8 @@ import io
 
 from trainjob_magics.engine.errors import ConnectionLostError
 from trainjob_magics.engine.result import ExecResult
-from trainjob_magics.magics.multipod_output import PrefixedTextView, ProgressView, TabbedWidgetView
+from trainjob_magics.magics.views.pods import PrefixedTextView, TabbedWidgetView
+from trainjob_magics.magics.views.progress import ProgressView
 
 PODS = [("job-node-0-0-a", "node-0"), ("job-node-0-1-b", "node-1")]
 

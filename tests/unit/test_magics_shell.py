@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -13,7 +14,9 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-import trainjob_magics.magics.connect as magics_connect
+from trainjob_magics.engine import CommandRun, PodRef
+from trainjob_magics.engine.exec.commands import CommandGroup
+from trainjob_magics.engine.exec.inflight import InFlightCommand
 from trainjob_magics.engine.result import ExecResult, JobStatus, PodInfo
 from trainjob_magics.magics import (
     TrainJobCellError,
@@ -21,8 +24,17 @@ from trainjob_magics.magics import (
     TrainJobUsageError,
     last_result,
 )
+from trainjob_magics.magics.extension import loaded_magics
+from trainjob_magics.magics.host import EngineCalls
 
 pytestmark = pytest.mark.timeout(60)
+
+
+class NoStopper:
+    """A runner that cannot stop the fake's local process (like a bare executable)."""
+
+    def interrupt(self, only: Any = None) -> list[Any]:
+        return []
 
 
 class FakeSession:
@@ -51,6 +63,7 @@ class FakeSession:
         t0 = time.monotonic()
         p = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         got: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
+        self.got = got  # what a CommandRun snapshot reads while the command runs
 
         def read(f: Any, name: str) -> None:
             for chunk in iter(lambda: f.read1(4096), b""):
@@ -77,6 +90,29 @@ class FakeSession:
             err,
             self.trainer_pod,
         )
+
+    @property
+    def pod(self) -> str:
+        return self.trainer_pod
+
+    def start(self, command: Any, **kw: Any) -> CommandRun:
+        """What the magics call: ``execute`` in the background (the engine's CommandRun)."""
+        on_output = kw.get("on_output")
+        out = functools.partial(on_output, self.pod) if on_output else None
+        ref = PodRef(self.pod, "trainer", 0, "Running")
+
+        def so_far() -> ExecResult:
+            got = self.got
+            return ExecResult(
+                b"".join(got["stdout"]).decode(), b"".join(got["stderr"]).decode(), pod=self.pod
+            )
+
+        def work(group: CommandGroup) -> ExecResult:
+            self.got = {"stdout": [], "stderr": []}
+            group.joined("fake", InFlightCommand(self.pod, None, None, snapshot=so_far))
+            return self.execute(command, kw.get("container"), None, kw.get("timeout"), out)
+
+        return CommandRun(work, CommandGroup(NoStopper()), [ref], multi=False).start()  # type: ignore[arg-type]
 
     def close(self, timeout: float = 180) -> None:
         self.closed = True
@@ -122,19 +158,27 @@ class FakeEngine:
 
 
 @pytest.fixture
-def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
-    fake = FakeEngine()
-    monkeypatch.setattr(magics_connect, "engine_connect", fake.connect)
-    monkeypatch.setattr(magics_connect, "engine_attach", fake.attach)
-    monkeypatch.setattr(magics_connect, "new_job_name", fake.new_name)
-    monkeypatch.setattr(magics_connect, "engine_delete", lambda name, *a, **k: fake.delete(name))
-    return fake
+def engine() -> FakeEngine:
+    return FakeEngine()
+
+
+def inject(shell: InteractiveShell, fake: FakeEngine) -> None:
+    """The magics' engine calls, replaced by the fake's (the host's test seam)."""
+    magics = loaded_magics(shell)
+    assert magics is not None
+    magics.host.engine = EngineCalls(
+        connect=fake.connect,
+        attach=fake.attach,
+        new_name=fake.new_name,
+        abandon=lambda name, *a, **k: fake.delete(name),
+    )
 
 
 @pytest.fixture
 def shell(engine: FakeEngine) -> Iterator[InteractiveShell]:
     sh = InteractiveShell.instance()
     sh.run_line_magic("load_ext", "trainjob_magics.magics")
+    inject(sh, engine)
     sh.run_line_magic("config", "TrainJobMagics.update_interval = 0.0")
     yield sh
     sh.run_line_magic("unload_ext", "trainjob_magics.magics")

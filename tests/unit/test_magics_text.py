@@ -6,16 +6,18 @@ import io
 from datetime import datetime, timedelta, timezone
 
 from trainjob_magics.engine.result import JobStatus, PodInfo
-from trainjob_magics.magics.text_output import (
+from trainjob_magics.magics.views.status_text import (
+    format_age,
+    format_sessions,
+    format_status,
+    status_change_line,
+)
+from trainjob_magics.magics.views.text import (
     ScreenBuffer,
     TextOutputView,
     Throttle,
     footer_text,
-    format_age,
-    format_sessions,
-    format_status,
     hidden_note,
-    status_change_line,
     strip_ansi,
 )
 

@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 import pytest
 
 from trainjob_magics.engine.result import JobStatus, PodInfo
-from trainjob_magics.magics.widgets_output import WidgetOutputView, render_lines_html
-from trainjob_magics.magics.widgets_status import StatusWidget, render_status_html
+from trainjob_magics.magics.views.output import WidgetOutputView, render_lines_html
+from trainjob_magics.magics.views.status import StatusWidget, render_status_html
 
 
 class Clock:
@@ -135,7 +135,7 @@ def test_status_widget_refresh_error_is_one_line() -> None:
     ],
 )
 def test_use_widgets(mode: str, kernel: bool, expected: bool) -> None:
-    from trainjob_magics.magics.frontend import use_widgets
+    from trainjob_magics.magics.views.frontend import use_widgets
 
     class Shell:
         pass

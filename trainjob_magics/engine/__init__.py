@@ -1,4 +1,8 @@
-"""Session engine: connect / attach / execute / close. Never imports IPython."""
+"""Session engine: connect / attach / execute / close. Never imports IPython.
+
+Everything a front end (the magics, a script) may use is in ``__all__``; the rooms below
+(``kube``, ``exec``, ``trainjob``, ``kueue``, ``files``) are internals.
+"""
 
 from __future__ import annotations
 
@@ -26,17 +30,28 @@ from .errors import (
     UnsafeArchiveError,
 )
 from .exec.output import MAX_MEMORY_OUTPUT
+from .exec.runs import CommandRun
 from .files.logs import PodLogs
 from .files.transfer import TransferResult
-from .kueue.admission import QueueStatus
-from .result import ExecResult, JobStatus, MultiExecResult, PodInfo, PodRef, StopReport
+from .result import (
+    ExecResult,
+    JobStatus,
+    MultiExecResult,
+    PodInfo,
+    PodRef,
+    QueueStatus,
+    StopReport,
+)
 from .session import TrainJobSession
-from .trainjob.orphans import ManagedTrainJob, close_trainjob, list_trainjobs
+from .trainjob.body import generate_name as new_trainjob_name
+from .trainjob.orphans import ManagedTrainJob, abandon_trainjob, close_trainjob, list_trainjobs
+from .validation import validate_name
 
 __all__ = [
     "MAX_MEMORY_OUTPUT",
     "ApiServerError",
     "CommandInterruptedError",
+    "CommandRun",
     "ConfigError",
     "ConnectTimeoutError",
     "ConnectionLostError",
@@ -65,9 +80,12 @@ __all__ = [
     "TransferError",
     "TransferResult",
     "UnsafeArchiveError",
+    "abandon_trainjob",
     "attach",
     "close_trainjob",
     "connect",
     "errors",
     "list_trainjobs",
+    "new_trainjob_name",
+    "validate_name",
 ]

@@ -11,7 +11,10 @@ from typing import Any
 
 
 class TrainJobError(RuntimeError):
-    """Base class of every engine error."""
+    """Base class of every engine error; ``partial`` is the output a command sent before it
+    (set on every error ``execute`` raises)."""
+
+    partial: Any = None
 
     def __init__(self, message: str, *, status: int | None = None, reason: str = "") -> None:
         super().__init__(message)

@@ -184,11 +184,11 @@ def _unlink(path: str) -> None:
 class SpillFile:
     """Owns one spill file: removed when this object is collected (or at exit)."""
 
-    __slots__ = ("__weakref__", "_remove", "path")
+    __slots__ = ("__weakref__", "path")
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._remove = weakref.finalize(self, _unlink, path)
+        weakref.finalize(self, _unlink, path)  # the finalizer registry keeps it
 
 
 class CapturedOutput:
@@ -353,7 +353,8 @@ class MultiExecResult(Mapping[str, ExecResult]):
     results: dict[str, ExecResult]
     errors: dict[str, BaseException] = field(default_factory=dict)
     duration: float = 0.0
-    labels: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)  # pod -> "node-2" (not the trainer)
+    refs: dict[str, PodRef] = field(default_factory=dict)  # pod -> the PodRef it ran on
 
     def __getitem__(self, pod: str) -> ExecResult:
         return self.results[pod]

@@ -1,5 +1,10 @@
 """Interactive TrainJob sessions: :class:`TrainJobSession` (``connect()`` / ``attach()`` in
-``connecting.py`` open them)."""
+``connecting.py`` open them).
+
+The session owns its mutable state: the trainer pod it runs in, its in-flight commands (handed
+to its :class:`~.exec.commands.CommandRunner`), the heartbeat, and the preemption it saw. It
+delegates the work to the rooms below it and holds no protocol code itself.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,14 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubernetes.client import ApiClient
 
-from . import jobops
 from .errors import (
     ConnectionLostError,
+    IdleReleasedError,
     InvalidInputError,
     NotFoundError,
     PodNotRunningError,
@@ -22,42 +27,57 @@ from .errors import (
     SessionPreemptedError,
     TrainJobError,
 )
-from .exec.client import ExecClient, OnOutput
-from .exec.commands import interrupt, run_command
-from .exec.fanout import OnPodDone
+from .exec.client import ExecClient
+from .exec.commands import CommandGroup, CommandRunner
+from .exec.fanout import OnPodDone, OnPodOutput, run_on_pods
+from .exec.inflight import InFlight
 from .exec.output import MAX_MEMORY_OUTPUT, SpillDir
-from .jobops import JobOps
+from .exec.runs import CommandRun
+from .files.logs import OnLog, PodLogs, read_log, read_logs
+from .files.transfer import TransferProgress, TransferResult, download, upload, write_file
 from .kube.names import jobset_selector
 from .kube.objects import is_running, pod_name, pod_phase
-from .kueue.admission import detect_preemption, preempted_message
+from .kueue.admission import detect_preemption, preempted_message, with_queue
 from .kueue.api import Visibility, queue_status
-from .result import ExecResult, JobStatus, MultiExecResult, StopReport
-from .trainjob import readiness
-from .trainjob.idle import raise_if_idle, start_heartbeat, stop_heartbeat
+from .result import ExecResult, JobStatus, MultiExecResult, PodRef, StopReport
+from .trainjob.idle import Heartbeat, idle_released_error
 from .trainjob.lifecycle import delete_trainjob, fetch_trainjob, wait_pods_gone, wait_trainjob_gone
-from .trainjob.readiness import OnStatus, eviction_baseline
+from .trainjob.readiness import OnStatus, eviction_baseline, wait_ready
 from .trainjob.status import job_status
-from .trainjob.targets import TargetSpec, list_job_pods
+from .trainjob.targets import (
+    TRAINER,
+    TargetSpec,
+    default_container,
+    is_resolved,
+    list_job_pods,
+    names_one_pod,
+    pod_commands,
+    pod_refs,
+    resolve_pods,
+    wants_multi,
+)
 from .trainjob.trainer_pod import TRAINER_CONTAINER, TrainerTarget, select_trainer_pod
 from .validation import validate_exec, validate_max_memory_output, validate_timeout
 
 log = logging.getLogger(__name__)
 
 
+def _bound(on_output: OnPodOutput | None, pod: str) -> Callable[[str, str], None] | None:
+    """``on_output`` with the pod a command runs in filled in."""
+    return functools.partial(on_output, pod) if on_output is not None else None
+
+
 def _container_of(pod: Mapping[str, Any]) -> str:
     """The trainer container (``node``) of a pod, else its first container."""
-    names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
-    if TRAINER_CONTAINER in names or not names:
-        return TRAINER_CONTAINER
-    return str(names[0])
+    return default_container(pod) or TRAINER_CONTAINER
 
 
-class TrainJobSession(JobOps):
+class TrainJobSession:
     """A running TrainJob whose trainer pod runs commands through pods/exec.
 
-    ``execute`` may be called from any thread; ``close`` is idempotent and also runs when the
-    session is used as a context manager. Whole-job methods (``pods``, ``upload``,
-    ``download``, ``write_file``, ``logs``) come from :class:`~.jobops.JobOps`.
+    ``execute`` may be called from any thread; ``start`` runs it in the background and returns
+    a :class:`~.exec.runs.CommandRun` to wait for or interrupt. ``close`` is idempotent and
+    also runs when the session is used as a context manager.
     """
 
     def __init__(
@@ -76,31 +96,32 @@ class TrainJobSession(JobOps):
         idle_timeout: float | None = None,
     ) -> None:
         self.name = name
-        self.idle_timeout = idle_timeout  # the idle watchdog's timeout; None: no heartbeats
-        self._inflight: dict[str, tuple[str, str | None]] = {}  # exec id -> (pod, container)
-        self.queue = queue  # Kueue LocalQueue, None when the job is not queued
-        self.job_uid = job_uid
-        self._evictions = 0
-        self._preempted: SessionPreemptedError | None = None
         self.namespace = namespace
         self.runtime = runtime
         self.api_client = api_client
+        self.target = target
+        self.queue = queue  # Kueue LocalQueue, None when the job is not queued
+        self.job_uid = job_uid
+        self.idle_timeout = idle_timeout  # the idle watchdog's timeout; None: no heartbeats
+        self.started_at = time.monotonic() if started_at is None else started_at
         if isinstance(trainer_pod, Mapping):
             self._pod = pod_name(trainer_pod)
             self.container = container or _container_of(trainer_pod)
         else:
             self._pod = trainer_pod
             self.container = container or TRAINER_CONTAINER
-        self.target = target
-        self.started_at = time.monotonic() if started_at is None else started_at
         self._spill = SpillDir(name)
         self._exec = ExecClient(api_client, spill_dir=self._spill)
+        self._inflight = InFlight()
+        self._commands = CommandRunner(self._exec, namespace, self._inflight)
         self._lock = threading.Lock()
         self._close_lock = threading.Lock()
         self._closed = False
+        self._preempted: SessionPreemptedError | None = None
+        self._evictions = 0
         if queue and job_uid:
             self._evictions = eviction_baseline(api_client, namespace, job_uid)
-        self._heartbeat = start_heartbeat(self)
+        self._heartbeat = self._start_heartbeat()
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -131,6 +152,24 @@ class TrainJobSession(JobOps):
             f"runtime={self.runtime!r}, {state})"
         )
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError(
+                f"TrainJob session {self.name} is closed; start a new one with connect(...)"
+            )
+
+    # -- pods -------------------------------------------------------------------------------
+    def pods(self, target: TargetSpec = "all") -> list[PodRef]:
+        """The pods a target names (``all``, ``node``, ``node-2``, ``launcher``, a pod name)."""
+        self._check_open()
+        return resolve_pods(self.api_client, self.namespace, self.name, target, self.pod)
+
+    def _targets(self, pods: TargetSpec) -> tuple[list[PodRef], bool]:
+        """The pods a command runs on (resolved once), and whether it is a multi-pod run."""
+        if wants_multi(pods):
+            return self.pods(pods), True
+        return [PodRef(self.pod, TRAINER, 0, "Running", self.container)], False
+
     # -- commands ---------------------------------------------------------------------------
     def execute(
         self,
@@ -139,7 +178,7 @@ class TrainJobSession(JobOps):
         container: str | None = None,
         stdin: bytes | str | None = None,
         timeout: float | None = None,
-        on_output: OnOutput | None = None,
+        on_output: OnPodOutput | None = None,
         pods: TargetSpec = None,
         max_memory_output: int | None = None,
         on_done: OnPodDone | None = None,
@@ -147,57 +186,155 @@ class TrainJobSession(JobOps):
         """Run ``command`` in the trainer pod (a str runs with ``sh -c``, a list as argv).
 
         ``pods`` other than None/``"trainer"`` (``"all"``, ``"node"``, ``"node-2"``, a pod name,
-        a list) runs it on those pods concurrently and returns a :class:`MultiExecResult`;
-        ``on_output`` is then called as ``on_output(pod, stream, text)`` and ``on_done`` as
-        ``on_done(pod, result, error)`` when a pod's command ends. A timeout or Ctrl-C
-        stops the remote command (on every pod). Each output stream keeps at most
-        ``max_memory_output`` bytes in memory (default: :attr:`max_memory_output`), the rest
-        is spilled to a temporary file.
+        a list, or the PodRefs of :meth:`pods`) runs it on those pods concurrently and returns a
+        :class:`MultiExecResult`; ``on_done(pod, result, error)`` is then called as each pod's
+        command ends. ``on_output(pod, stream, text)`` gets the output as it arrives, in both
+        cases. A timeout or Ctrl-C stops the remote command (on every pod). Each output stream
+        keeps at most ``max_memory_output`` bytes in memory (default: :attr:`max_memory_output`),
+        the rest is spilled to a temporary file. Every error carries the output so far in
+        ``.partial``.
         """
-        if self._closed:
-            raise SessionClosedError(
-                f"TrainJob session {self.name} is closed; start a new one with connect(...)"
-            )
+        _refs, _multi, work = self._prepare(
+            command, container, stdin, timeout, on_output, pods, max_memory_output, on_done
+        )
+        return work(CommandGroup(self._commands))
+
+    def start(
+        self,
+        command: str | Sequence[str],
+        *,
+        container: str | None = None,
+        stdin: bytes | str | None = None,
+        timeout: float | None = None,
+        on_output: OnPodOutput | None = None,
+        pods: TargetSpec = None,
+        max_memory_output: int | None = None,
+        on_done: OnPodDone | None = None,
+    ) -> CommandRun:
+        """``execute`` in a background thread: returns a :class:`CommandRun` (``.pods`` are the
+        pods it runs on; ``.result()`` waits; ``.interrupt()`` stops it and returns the error
+        to raise). Bad input and unknown pods raise here, before anything runs."""
+        refs, multi, work = self._prepare(
+            command, container, stdin, timeout, on_output, pods, max_memory_output, on_done
+        )
+        return CommandRun(work, CommandGroup(self._commands), refs, multi=multi).start()
+
+    def _prepare(
+        self,
+        command: str | Sequence[str],
+        container: str | None,
+        stdin: bytes | str | None,
+        timeout: float | None,
+        on_output: OnPodOutput | None,
+        pods: TargetSpec,
+        max_memory_output: int | None,
+        on_done: OnPodDone | None,
+    ) -> tuple[list[PodRef], bool, Callable[[CommandGroup], Any]]:
+        self._check_open()
         limit = validate_max_memory_output(max_memory_output)
-        if jobops.wants_multi(pods):
-            return self._execute_multi(
-                command,
-                pods,
-                container=container,
-                stdin=stdin,
-                timeout=timeout,
-                on_output=on_output,  # type: ignore[arg-type]
-                on_done=on_done,
-                max_memory_output=limit,
-            )
         argv, timeout, data = validate_exec(command, timeout, stdin)
+        refs, multi = self._targets(pods)
         if self._preempted is not None:
             raise SessionPreemptedError(
                 str(self._preempted), queue=self._preempted.queue, partial=None
             )
-        with self._lock:
-            pod = self._pod
-        run = functools.partial(
-            self._execute,
-            argv=argv,
-            run_container=container or self.container,
-            data=data,
-            timeout=timeout,
-            on_output=on_output,
-            max_memory_output=limit,
-        )
-        if not self.queue:
-            return run(pod)
-        try:
-            result = run(pod)
-        except (PodNotRunningError, ConnectionLostError) as exc:
-            self._check_preempted(getattr(exc, "partial", None))
-            raise
-        if result.returncode != 0:
-            self._check_preempted(result)
-        return result
 
-    def _check_preempted(self, partial: ExecResult | None) -> None:
+        def work(group: CommandGroup) -> ExecResult | MultiExecResult:
+            try:
+                return run(group)
+            except TrainJobError as exc:
+                if exc.partial is None:  # every error carries the output so far
+                    exc.partial = (
+                        MultiExecResult(results={r.name: ExecResult(pod=r.name) for r in refs})
+                        if multi
+                        else ExecResult(pod=refs[0].name)
+                    )
+                raise
+
+        def run(group: CommandGroup) -> ExecResult | MultiExecResult:
+            def run_one(ref: PodRef, bind: Callable[[str], Any]) -> ExecResult:
+                return self._run_one(
+                    ref,
+                    argv,
+                    container=container,
+                    stdin=data,
+                    timeout=timeout,
+                    bind=bind,
+                    max_memory_output=limit,
+                    group=group,
+                )
+
+            if multi:
+                labels = {r.name: r.label for r in refs if r.role != TRAINER}
+                result = run_on_pods(
+                    lambda ref, callback: run_one(ref, lambda _pod: callback),
+                    refs,
+                    group=group,
+                    on_output=on_output,
+                    on_done=on_done,
+                    labels=labels,
+                )
+                if self.queue and not result.ok:
+                    self._check_preempted(result)
+                return result
+            try:
+                single = run_one(refs[0], functools.partial(_bound, on_output))
+            except (PodNotRunningError, ConnectionLostError) as exc:
+                if self.queue:
+                    self._check_preempted(exc.partial)
+                raise
+            if self.queue and single.returncode != 0:
+                self._check_preempted(single)
+            return single
+
+        return refs, multi, work
+
+    def _run_one(
+        self,
+        ref: PodRef,
+        argv: list[str],
+        *,
+        container: str | None,
+        stdin: bytes | None,
+        timeout: float | None,
+        bind: Callable[[str], Callable[[str, str], None] | None],
+        max_memory_output: int | None,
+        group: CommandGroup,
+    ) -> ExecResult:
+        """Run on one pod; a pod that is gone (the handshake failed, so nothing started) is
+        re-resolved once, by its role and index, unless Kueue preempted the job or the job
+        released itself (idle_timeout)."""
+
+        def attempt(pod: str, default_container: str | None) -> ExecResult:
+            return self._commands.run(
+                pod,
+                argv,
+                container=container or default_container,
+                stdin=stdin,
+                timeout=timeout,
+                on_output=bind(pod),
+                max_memory_output=max_memory_output,
+                group=group,
+            )
+
+        default = self.container if ref.role == TRAINER else ref.container
+        try:
+            return attempt(ref.name, default)
+        except PodNotRunningError as exc:
+            if self.queue:
+                self._check_preempted(None)
+            self._raise_if_idle(exc)
+            new_pod = self._reresolve(ref)
+            if new_pod == ref.name:
+                raise
+            return attempt(new_pod, self.container if ref.role == TRAINER else ref.container)
+
+    def interrupt(self) -> list[StopReport]:
+        """Stop every command of this session still running in a pod (from any thread): its
+        whole process tree gets SIGINT, then SIGTERM, then SIGKILL, about a second apart."""
+        return self._commands.interrupt()
+
+    def _check_preempted(self, partial: Any) -> None:
         """Raise SessionPreemptedError (keeping ``partial``) if Kueue took the job away."""
         try:
             trainjob = fetch_trainjob(self.api_client, self.namespace, self.name)
@@ -219,59 +356,24 @@ class TrainJobSession(JobOps):
         self._preempted = err
         raise err
 
-    def _execute(
-        self,
-        pod: str,
-        *,
-        argv: list[str],
-        run_container: str,
-        data: bytes | None,
-        timeout: float | None,
-        on_output: OnOutput | None,
-        max_memory_output: int | None,
-    ) -> ExecResult:
-        def run(target: str) -> ExecResult:
-            return run_command(
-                self,
-                target,
-                argv,
-                container=run_container,
-                stdin=data,
-                timeout=timeout,
-                on_output=on_output,
-                max_memory_output=max_memory_output,
-            )
-
-        try:
-            return run(pod)
-        except PodNotRunningError as exc:
-            # The handshake failed, so the command never started: safe to retry once on a
-            # recreated trainer pod (unless Kueue preempted the job: its state is gone; or the
-            # job ended itself after going idle).
-            if self.queue:
-                self._check_preempted(None)
-            raise_if_idle(self, exc)
-            new_pod = self._reresolve(pod)
-            if new_pod == pod:
-                raise
-            return run(new_pod)
-
-    def interrupt(self) -> list[StopReport]:
-        """Stop every command of this session still running in a pod (from any thread): its
-        whole process tree gets SIGINT, then SIGTERM, then SIGKILL, about a second apart."""
-        return interrupt(self)
-
     def _list_pods(self) -> list[dict[str, Any]]:
         return list_job_pods(self.api_client, self.namespace, self.name)
 
-    def _reresolve(self, old_pod: str) -> str:
-        """Find the current trainer pod after ``old_pod`` failed; raise if none is Running."""
+    def _reresolve(self, ref: PodRef) -> str:
+        """The pod now in ``ref``'s place after it failed; raise if none is Running."""
         pods = self._list_pods()
-        trainer = select_trainer_pod(pods, self.target)
-        if trainer is not None and is_running(trainer):
-            with self._lock:
-                self._pod = pod_name(trainer)
-            return pod_name(trainer)
+        if ref.role == TRAINER:
+            found = select_trainer_pod(pods, self.target)
+        else:
+            slot = next(
+                (r for r in pod_refs(pods) if (r.role, r.index) == (ref.role, ref.index)), None
+            )
+            found = next((p for p in pods if slot and pod_name(p) == slot.name), None)
+        if found is not None and is_running(found):
+            if ref.role == TRAINER:
+                with self._lock:
+                    self._pod = pod_name(found)
+            return pod_name(found)
         if not pods:
             try:
                 fetch_trainjob(self.api_client, self.namespace, self.name)
@@ -280,11 +382,145 @@ class TrainJobSession(JobOps):
                     f"TrainJob {self.name} no longer exists in namespace {self.namespace}; "
                     "start a new session with connect(...)"
                 ) from None
-        state = f"is {pod_phase(trainer)}" if trainer is not None else "is gone"
+        state = f"is {pod_phase(found)}" if found is not None else "is gone"
+        what = "the trainer pod" if ref.role == TRAINER else f"pod {ref.label}"
         raise PodNotRunningError(
-            f"the trainer pod of TrainJob {self.name} ({old_pod}) {state}; check "
+            f"{what} of TrainJob {self.name} ({ref.name}) {state}; check "
             "session.status(), or close() the session and connect again"
         )
+
+    # -- idle release -----------------------------------------------------------------------
+    def _start_heartbeat(self) -> Heartbeat | None:
+        if not self.idle_timeout:
+            return None
+        rjob = getattr(self.target, "replicated_job", None)
+        return Heartbeat(
+            self._exec,
+            self.api_client,
+            self.namespace,
+            self.name,
+            self.idle_timeout,
+            replicated_job=rjob,
+            trainer=lambda: (self.pod, self.container),
+        ).start()
+
+    def _stop_heartbeat(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+
+    def _raise_if_idle(self, exc: PodNotRunningError) -> None:
+        """Raise :class:`IdleReleasedError` when the job ended itself (idle watchdog)."""
+        if not self.idle_timeout or isinstance(exc, IdleReleasedError):
+            return
+        try:
+            state = self.status().state
+        except TrainJobError:
+            return
+        if state != "Complete":
+            return
+        self._stop_heartbeat()
+        raise idle_released_error(self.name, self.idle_timeout) from exc
+
+    # -- files and logs ---------------------------------------------------------------------
+    def upload(
+        self,
+        local: str,
+        remote: str,
+        pods: TargetSpec = TRAINER,
+        *,
+        container: str | None = None,
+        progress: TransferProgress | None = None,
+        verify: bool = True,
+        timeout: float | None = None,
+    ) -> TransferResult:
+        """Copy a local file or directory to ``remote`` on the target pods (tar over exec)."""
+        targets = pod_commands(self.pods(pods), container, self.container)
+        return upload(
+            self._exec,
+            self.namespace,
+            targets,
+            local,
+            remote,
+            progress=progress,
+            verify=verify,
+            timeout=timeout,
+        )
+
+    def download(
+        self,
+        remote: str,
+        local: str,
+        pod: TargetSpec = TRAINER,
+        *,
+        container: str | None = None,
+        progress: TransferProgress | None = None,
+        verify: bool = True,
+        timeout: float | None = None,
+    ) -> TransferResult:
+        """Copy ``remote`` (file or directory) from one pod to ``local``, unpacked safely."""
+        refs = self.pods(pod)
+        if len(refs) != 1:
+            names = ", ".join(r.name for r in refs)
+            raise InvalidInputError(
+                f"download needs exactly one pod, but {pod!r} names {len(refs)} ({names}); "
+                "pick one, e.g. node-0"
+            )
+        (target,) = pod_commands(refs, container, self.container)
+        return download(
+            self._exec,
+            self.namespace,
+            target,
+            remote,
+            local,
+            progress=progress,
+            verify=verify,
+            timeout=timeout,
+        )
+
+    def write_file(
+        self,
+        path: str,
+        text: str | bytes,
+        pods: TargetSpec = TRAINER,
+        *,
+        container: str | None = None,
+        timeout: float | None = None,
+    ) -> TransferResult:
+        """Write ``text`` (UTF-8) or bytes to ``path`` on the target pods (parent directories
+        created)."""
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        targets = pod_commands(self.pods(pods), container, self.container)
+        return write_file(self._exec, self.namespace, targets, path, data, timeout=timeout)
+
+    def logs(
+        self,
+        pod: TargetSpec = None,
+        tail: int | None = None,
+        follow: bool = False,
+        container: str | None = None,
+        on_output: OnLog | None = None,
+        *,
+        timestamps: bool = False,
+        stop: threading.Event | None = None,
+    ) -> str | PodLogs:
+        """Pod logs: str for one pod (``trainer``, ``node-2``, a pod name), :class:`PodLogs`
+        (pod -> text, ``.errors``) for ``all``/roles/lists/PodRefs.
+
+        ``on_output(pod, text)`` gets followed output as it arrives; ``stop=threading.Event()``
+        ends a follow from another thread.
+        """
+        refs = self.pods(pod)
+        targets = pod_commands(refs, container, self.container)
+        kw: dict[str, Any] = {
+            "tail": tail,
+            "follow": follow,
+            "timestamps": timestamps,
+            "on_output": on_output,
+            "stop": stop,
+        }
+        if not is_resolved(pod) and names_one_pod(pod, refs) and len(targets) == 1:
+            return read_log(self.api_client, self.namespace, targets[0], **kw)
+        return read_logs(self.api_client, self.namespace, targets, **kw)
 
     # -- status -----------------------------------------------------------------------------
     def status(self) -> JobStatus:
@@ -307,8 +543,6 @@ class TrainJobSession(JobOps):
             deleted=trainjob is None,
         )
         if self.queue and self.job_uid and trainjob is not None:
-            from .kueue.admission import with_queue
-
             qs = queue_status(
                 self.api_client,
                 self.namespace,
@@ -325,14 +559,11 @@ class TrainJobSession(JobOps):
         After a SessionPreemptedError this picks up the new trainer pod and makes ``execute``
         work again. Raises QueuedTimeoutError / ConnectTimeoutError on timeout.
         """
-        if self._closed:
-            raise SessionClosedError(
-                f"TrainJob session {self.name} is closed; start a new one with connect(...)"
-            )
+        self._check_open()
         wait_timeout = validate_timeout(timeout)
         if wait_timeout is None:
             raise InvalidInputError("timeout must be a positive number of seconds, got None")
-        pod = readiness.wait_ready(
+        pod = wait_ready(
             self.api_client,
             self.namespace,
             self.name,
@@ -358,7 +589,7 @@ class TrainJobSession(JobOps):
         with self._close_lock:
             if self._closed:
                 return
-            stop_heartbeat(self)
+            self._stop_heartbeat()
             self._spill.close()  # results still held keep their spill files until collected
             deadline = time.monotonic() + timeout
             delete_trainjob(self.api_client, self.namespace, self.name)

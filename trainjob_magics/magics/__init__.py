@@ -1,11 +1,15 @@
-"""IPython layer: magics, per-kernel registry, widgets, text fallback and configuration."""
+"""IPython layer: magics, per-kernel registry, widgets, text fallback and configuration.
 
-from .cell import last_result
-from .errors import TrainJobCellError, TrainJobMagicError, TrainJobUsageError
-from .extension import load_ipython_extension, unload_ipython_extension
+``StatusWidget`` is public for notebooks that show a live status from ``on_status``.
+"""
+
+from .extension import last_result, load_ipython_extension, unload_ipython_extension
+from .failures import TrainJobCellError, TrainJobMagicError, TrainJobUsageError
 from .magics import TrainJobMagics
+from .views.status import StatusWidget
 
 __all__ = [
+    "StatusWidget",
     "TrainJobCellError",
     "TrainJobMagicError",
     "TrainJobMagics",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import files_magics
 from .magics import TrainJobMagics
 
 _NAME = "TrainJobMagics"
@@ -12,7 +11,7 @@ _NAME = "TrainJobMagics"
 
 def loaded_magics(shell: Any) -> TrainJobMagics | None:
     """The ``TrainJobMagics`` instance registered in ``shell``, if any."""
-    found = shell.magics_manager.registry.get(_NAME)
+    found = shell.magics_manager.registry.get(_NAME) if shell is not None else None
     return found if isinstance(found, TrainJobMagics) else None
 
 
@@ -21,7 +20,6 @@ def load_ipython_extension(shell: Any) -> None:
     if loaded_magics(shell) is not None:
         return
     shell.register_magics(TrainJobMagics(shell=shell))
-    files_magics.register(shell)
 
 
 def unload_ipython_extension(shell: Any) -> None:
@@ -30,7 +28,6 @@ def unload_ipython_extension(shell: Any) -> None:
     if magics is None:
         return
     magics.unload()
-    files_magics.unregister(shell)
     manager = shell.magics_manager
     for kind, names in magics.magics.items():
         table = manager.magics.get(kind, {})
@@ -39,3 +36,17 @@ def unload_ipython_extension(shell: Any) -> None:
     manager.registry.pop(_NAME, None)
     if magics in shell.configurables:
         shell.configurables.remove(magics)
+
+
+def last_result(shell: Any = None) -> Any:
+    """The result of the last ``%%trainjob`` cell in ``shell`` (default: the running one);
+    None before the first."""
+    if shell is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    magics = loaded_magics(shell)
+    return magics.host.last_result if magics is not None else None
+
+
+__all__ = ["last_result", "load_ipython_extension", "loaded_magics", "unload_ipython_extension"]

@@ -1,23 +1,32 @@
-"""The IPython magics: declarations only; each body delegates to the module doing the work.
+"""The IPython magics: one class declaring every magic, each body one line.
 
-``connect.py`` (%trainjob_connect), ``cell.py`` (%%trainjob), ``sessions.py`` (sessions,
-status, close); engine calls run through ``worker.Pump`` so the cell's thread stays
-interruptible and renders every update; errors are one line (``errors.py``).
+The work is in the command modules (``connect``, ``cell``, ``sessions``, ``files``), which get
+a :class:`~.host.MagicsHost` and never call back into this class. Settings come from
+:class:`~.config.TrainJobConfig` (``%config TrainJobMagics``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from . import cell, connect, frontend, sessions
-from .arguments import cluster_args, exec_args, output_args, parse, session_args
+from . import cell, connect, files, sessions
 from .config import TrainJobConfig
-from .errors import TrainJobUsageError
-from .registry import Entry, SessionRegistry, install_hooks, set_exit_timeout, uninstall_hooks
+from .host import MagicsHost
+from .options import (
+    POD_HELP,
+    cluster_args,
+    connect_args,
+    exec_args,
+    no_verify,
+    output_args,
+    parse,
+    session_args,
+    session_option,
+)
+from .registry import SessionRegistry, install_hooks, uninstall_hooks
 
 
 @magics_class
@@ -26,99 +35,36 @@ class TrainJobMagics(Magics, TrainJobConfig):
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
-        self.registry = SessionRegistry()
-        set_exit_timeout(self.exit_close_timeout)
+        registry = SessionRegistry(exit_timeout=lambda: self.exit_close_timeout)
+        self.host = MagicsHost(shell=shell, settings=self, registry=registry)
         if shell is not None:
-            install_hooks(shell, self._close_for)
+            install_hooks(shell, self.close_all)
 
-    # -- shared by the magic modules
+    @property
+    def registry(self) -> SessionRegistry:
+        """This kernel's sessions."""
+        return self.host.registry
 
-    def use_widgets(self) -> bool:
-        """Whether output goes to widgets (else text), per ``TrainJobMagics.widgets``."""
-        return frontend.use_widgets(self.shell, self.widgets)
-
-    def entry(self, alias: str | None) -> Entry:
-        """The session ``alias`` (default when None), or a one-line usage error."""
-        try:
-            return self.registry.get(alias)
-        except UsageError as exc:
-            raise TrainJobUsageError(str(exc)) from None
-
-    def show_status(self, entry: Entry, quiet_errors: bool = False) -> None:
-        """Show a session's status (widget or text)."""
-        sessions.render_status(self, entry, quiet_errors)
-
-    def _close_for(self, reason: str) -> None:
+    def close_all(self, reason: str = "") -> None:
         """Close every session (kernel shutdown/restart, %reset, %unload_ext) and report."""
-        for rep in self.registry.close_all(timeout=self.exit_close_timeout):
-            print(rep.line())
+        for report in self.host.registry.close_all(timeout=self.exit_close_timeout):
+            print(report.line())
 
     def unload(self) -> None:
         """Close this kernel's sessions and remove the hooks."""
-        self._close_for("unload")
+        self.close_all("unload")
         if self.shell is not None:
             uninstall_hooks(self.shell)
 
-    # -- magics
-
     @magic_arguments()
-    @argument(
-        "runtime",
-        nargs="?",
-        metavar="RUNTIME",
-        help="Runtime name (default: TrainJobMagics.default_runtime).",
-    )
-    @argument("--nodes", type=int, help="Number of nodes (default: the runtime's).")
-    @argument("--image", help="Container image of the trainer (default: the runtime's).")
-    @argument("--cpu", help="CPU per node, a Kubernetes quantity (e.g. 2, 500m).")
-    @argument("--memory", help="Memory per node, a Kubernetes quantity (e.g. 8Gi).")
-    @argument("--gpu", type=int, help="GPUs (nvidia.com/gpu) per node.")
-    @argument(
-        "--env",
-        nargs="+",
-        action="append",
-        metavar="K=V",
-        help="Environment variables (repeatable).",
-    )
-    @argument("--name", help="TrainJob name (DNS-1035); default: a random one.")
-    @argument("--queue", metavar="LQ", help="Kueue LocalQueue (label kueue.x-k8s.io/queue-name).")
-    @argument(
-        "--priority",
-        metavar="PC",
-        help="Kueue WorkloadPriorityClass (label kueue.x-k8s.io/priority-class).",
-    )
-    @argument(
-        "--max-runtime",
-        dest="max_runtime",
-        metavar="DURATION",
-        help="Maximum run time, e.g. 8h, 90m, 3600 (see docs/kueue.md).",
-    )
-    @cluster_args
-    @argument(
-        "--timeout",
-        type=float,
-        help="Seconds to wait for the trainer pod (default: TrainJobMagics.connect_timeout).",
-    )
-    @argument(
-        "--as",
-        "--session",
-        dest="alias",
-        metavar="ALIAS",
-        help="Session name in this kernel (default: the --attach/--name, else 'default').",
-    )
-    @argument("--attach", metavar="NAME", help="Attach to the existing TrainJob NAME instead.")
-    @argument(
-        "--replace",
-        action="store_true",
-        help="Close a live session with the same alias but other settings, then connect.",
-    )
+    @connect_args
     @line_magic
     def trainjob_connect(self, line: str = "") -> None:
         """Create (or attach to) an interactive TrainJob and wait until its trainer pod runs.
 
         Re-running the same line reuses the live session instead of creating a second TrainJob.
         """
-        connect.connect(self, parse(self.trainjob_connect, line))
+        connect.connect(self.host, parse(self.trainjob_connect, line))
 
     @magic_arguments()
     @session_args
@@ -137,7 +83,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         Output streams live; a non-zero exit fails the cell. The result is kept in ``_trainjob``
         (and ``trainjob_magics.magics.last_result()``).
         """
-        cell.run_cell(self, parse(self.trainjob, line), cell_body)
+        cell.run_cell(self.host, parse(self.trainjob, line), cell_body)
 
     @magic_arguments()
     @argument(
@@ -150,7 +96,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
     def trainjob_sessions(self, line: str = "") -> None:
         """List this kernel's sessions (the default one is marked); --all lists every
         TrainJob of the project in the namespace, with owner, age and state."""
-        sessions.list_sessions(self, parse(self.trainjob_sessions, line))
+        sessions.list_sessions(self.host, parse(self.trainjob_sessions, line))
 
     @magic_arguments()
     @session_args
@@ -162,7 +108,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         ALIAS may also name any TrainJob trainjob-magics created (see %trainjob_sessions --all);
         the cluster options say where to look for it.
         """
-        sessions.show_status(self, parse(self.trainjob_status, line))
+        sessions.show_status(self.host, parse(self.trainjob_status, line))
 
     @magic_arguments()
     @session_args
@@ -180,4 +126,50 @@ class TrainJobMagics(Magics, TrainJobConfig):
         ALIAS may also name any TrainJob trainjob-magics created (see %trainjob_sessions --all),
         e.g. one orphaned by a dead kernel; the cluster options say where to look for it.
         """
-        sessions.close(self, parse(self.trainjob_close, line))
+        sessions.close(self.host, parse(self.trainjob_close, line))
+
+    @magic_arguments()
+    @argument("path", help="File to write in the pod(s); relative to the working directory.")
+    @argument("--pod", default="trainer", help=POD_HELP)
+    @session_option
+    @cell_magic
+    def trainjob_writefile(self, line: str, cell: str) -> None:
+        """Write the cell body to PATH in the pod(s), as ``%%writefile`` does locally."""
+        files.write_file(self.host, parse(self.trainjob_writefile, line), cell)
+
+    @magic_arguments()
+    @argument("local", help="Local file or directory.")
+    @argument("remote", help="Destination in the pod(s); ending in / means inside that directory.")
+    @argument("--pod", default="trainer", help=POD_HELP)
+    @no_verify
+    @session_option
+    @line_magic
+    def trainjob_upload(self, line: str = "") -> None:
+        """Copy a local file or directory to the pod(s) as a tar stream (like kubectl cp)."""
+        files.upload(self.host, parse(self.trainjob_upload, line))
+
+    @magic_arguments()
+    @argument("remote", help="File or directory in the pod.")
+    @argument("local", help="Local destination; ending in / means inside that directory.")
+    @argument("--pod", default="trainer", help="One pod: trainer, node-2, a pod name.")
+    @no_verify
+    @session_option
+    @line_magic
+    def trainjob_download(self, line: str = "") -> None:
+        """Copy a file or directory from a pod, refusing archive members that escape LOCAL."""
+        files.download(self.host, parse(self.trainjob_download, line))
+
+    @magic_arguments()
+    @argument("--pod", default="trainer", help=POD_HELP)
+    @argument("--tail", type=int, help="Only the last N lines.")
+    @argument("--follow", action="store_true", help="Keep streaming until interrupted.")
+    @argument("--timeout", type=float, help="With --follow: stop after this many seconds.")
+    @argument("--container", help="Container (default: the trainer container).")
+    @session_option
+    @line_magic
+    def trainjob_logs(self, line: str = "") -> None:
+        """Show pod logs (e.g. the sshd logs of MPI node pods), grouped per pod."""
+        files.logs(self.host, parse(self.trainjob_logs, line))
+
+
+__all__ = ["TrainJobMagics"]

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from IPython.core.error import UsageError
+from .failures import TrainJobUsageError
 
 
 @dataclass
@@ -46,7 +46,8 @@ def session_name(session: Any) -> str:
 class SessionRegistry:
     """Holds this kernel's sessions by alias; the default is the last one connected."""
 
-    def __init__(self) -> None:
+    def __init__(self, exit_timeout: Callable[[], float] = lambda: 4.0) -> None:
+        self.exit_timeout = exit_timeout  # seconds per session at interpreter exit (read then)
         self._entries: dict[str, Entry] = {}
         self._lock = threading.RLock()
         _ALL.add(self)
@@ -88,11 +89,11 @@ class SessionRegistry:
         if entry is not None:
             return entry
         if not self._entries:
-            raise UsageError(
+            raise TrainJobUsageError(
                 "no TrainJob session in this kernel: start one with %trainjob_connect RUNTIME"
             )
         known = ", ".join(self._entries)
-        raise UsageError(f"no session named {alias!r}; open sessions: {known}")
+        raise TrainJobUsageError(f"no session named {alias!r}; open sessions: {known}")
 
     def remove(self, alias: str) -> Entry | None:
         """Forget a session without closing it."""
@@ -147,21 +148,15 @@ def _close_entry(entry: Entry, timeout: float | None) -> CloseReport:
 # ------------------------------------------------------------ process-wide cleanup
 
 _ALL: weakref.WeakSet[SessionRegistry] = weakref.WeakSet()
-_EXIT_TIMEOUT: list[float] = [4.0]
-
-
-def set_exit_timeout(seconds: float) -> None:
-    """Seconds each session may take to close at interpreter exit."""
-    _EXIT_TIMEOUT[0] = seconds
 
 
 def close_all_registries(
     timeout: float | None = None, report: Callable[[str], Any] | None = None
 ) -> None:
-    """Close the sessions of every registry of this process (atexit)."""
-    t = _EXIT_TIMEOUT[0] if timeout is None else timeout
+    """Close the sessions of every registry of this process (atexit), each registry with its
+    own exit timeout unless ``timeout`` is given."""
     for reg in list(_ALL):
-        for rep in reg.close_all(timeout=t):
+        for rep in reg.close_all(timeout=reg.exit_timeout() if timeout is None else timeout):
             if report is not None:
                 with contextlib.suppress(Exception):
                     report(rep.line())

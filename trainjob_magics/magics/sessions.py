@@ -6,34 +6,27 @@ A name that is not a session of this kernel may name any TrainJob trainjob-magic
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .arguments import chosen_session, cluster_settings
-from .errors import TrainJobMagicError, TrainJobUsageError, as_one_line
-from .orphans import format_trainjobs
+from ..engine import NotFoundError, validate_name
+from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
+from .host import MagicsHost
+from .options import chosen_session, cluster_settings
 from .registry import Entry, session_name
-from .text_output import SessionRow, format_sessions, format_status
-
-if TYPE_CHECKING:
-    from .magics import TrainJobMagics
-
-
-def known_sessions(magics: TrainJobMagics) -> str:
-    """``a, b`` (or ``none``): this kernel's session aliases, for error messages."""
-    return ", ".join(e.alias for e in magics.registry.entries()) or "none"
-
+from .views.jobs_table import format_trainjobs
+from .views.status_text import SessionRow, format_sessions, format_status
 
 # ------------------------------------------------------------------ %trainjob_sessions
 
 
-def list_sessions(magics: TrainJobMagics, args: Any) -> None:
+def list_sessions(host: MagicsHost, args: Any) -> None:
     """This kernel's sessions (a table widget or text); --all: every TrainJob of the project."""
     if args.all:
-        list_all_trainjobs(magics, args)
+        list_all_trainjobs(host, args)
         return
-    default = magics.registry.default_alias
+    default = host.registry.default_alias
     rows = []
-    for e in magics.registry.entries():
+    for e in host.registry.entries():
         try:
             st = e.session.status()
             state, ns, runtime = st.state, st.namespace, st.runtime
@@ -44,21 +37,19 @@ def list_sessions(magics: TrainJobMagics, args: Any) -> None:
         rows.append(
             SessionRow(e.alias, session_name(e.session), ns, runtime, state, e.alias == default)
         )
-    if magics.use_widgets():
-        from .widgets_sessions import show_sessions
+    if host.use_widgets():
+        from .views.sessions import show_sessions
 
         show_sessions(rows)
     else:
         print(format_sessions(rows))
 
 
-def _managed_trainjobs(magics: TrainJobMagics, args: Any) -> tuple[list[Any], str]:
+def _managed_trainjobs(host: MagicsHost, args: Any) -> tuple[list[Any], str]:
     """Every TrainJob the project created in the namespace, and that namespace."""
-    from ..engine.trainjob.orphans import list_trainjobs
-
-    where = cluster_settings(args, magics)
+    where = cluster_settings(args, host.settings)
     try:
-        jobs = list_trainjobs(
+        jobs = host.engine.list_trainjobs(
             where["namespace"], context=where["context"], config_file=where["config_file"]
         )
     except Exception as exc:
@@ -67,43 +58,43 @@ def _managed_trainjobs(magics: TrainJobMagics, args: Any) -> tuple[list[Any], st
     return jobs, namespace
 
 
-def list_all_trainjobs(magics: TrainJobMagics, args: Any) -> None:
+def list_all_trainjobs(host: MagicsHost, args: Any) -> None:
     """``%trainjob_sessions --all``."""
-    jobs, namespace = _managed_trainjobs(magics, args)
-    own = {session_name(e.session) for e in magics.registry.entries()}
+    jobs, namespace = _managed_trainjobs(host, args)
+    own = {session_name(e.session) for e in host.registry.entries()}
     print(format_trainjobs(jobs, own, namespace))
 
 
 # ------------------------------------------------------------------ %trainjob_status
 
 
-def show_status(magics: TrainJobMagics, args: Any) -> None:
+def show_status(host: MagicsHost, args: Any) -> None:
     """A session's status; a NAME that is no session: that TrainJob's row from the cluster.
 
     With no session at all and no cluster option, NAME is taken as a session name (nothing is
     sent): the user most likely has not connected yet.
     """
     alias = chosen_session(args)
-    has_sessions = bool(magics.registry.entries())
+    has_sessions = bool(host.registry.entries())
     asks_cluster = bool(args.namespace or args.context or args.kubeconfig)
-    if alias is not None and magics.registry.find(alias) is None and (has_sessions or asks_cluster):
-        _status_by_name(magics, args, alias)
+    if alias is not None and host.registry.find(alias) is None and (has_sessions or asks_cluster):
+        _status_by_name(host, args, alias)
         return
-    magics.show_status(magics.entry(alias))
+    render_status(host, host.entry(alias))
 
 
-def _status_by_name(magics: TrainJobMagics, args: Any, name: str) -> None:
-    jobs, namespace = _managed_trainjobs(magics, args)
+def _status_by_name(host: MagicsHost, args: Any, name: str) -> None:
+    jobs, namespace = _managed_trainjobs(host, args)
     found = [j for j in jobs if j.name == name]
     if not found:
         raise TrainJobUsageError(
             f"no session or TrainJob named {name!r} (this kernel's sessions: "
-            f"{known_sessions(magics)}; list every TrainJob with %trainjob_sessions --all)"
+            f"{host.known_aliases()}; list every TrainJob with %trainjob_sessions --all)"
         )
     print(format_trainjobs(found, set(), namespace))
 
 
-def render_status(magics: TrainJobMagics, entry: Entry, quiet_errors: bool = False) -> None:
+def render_status(host: MagicsHost, entry: Entry, quiet_errors: bool = False) -> None:
     """Show ``entry``'s status: a widget with a Refresh button, or a text table."""
     try:
         status = entry.session.status()
@@ -111,10 +102,10 @@ def render_status(magics: TrainJobMagics, entry: Entry, quiet_errors: bool = Fal
         if quiet_errors:
             return
         raise as_one_line(exc) from None
-    if magics.use_widgets():
-        from .widgets_status import StatusWidget
+    if host.use_widgets():
+        from .views.status import StatusWidget
 
-        entry.status_widget = StatusWidget(status, refresh=entry.session.status)
+        StatusWidget(status, refresh=entry.session.status)
     else:
         print(format_status(status))
 
@@ -122,21 +113,21 @@ def render_status(magics: TrainJobMagics, entry: Entry, quiet_errors: bool = Fal
 # ------------------------------------------------------------------ %trainjob_close
 
 
-def close(magics: TrainJobMagics, args: Any) -> None:
+def close(host: MagicsHost, args: Any) -> None:
     """Close one session (default), every session (--all) or a TrainJob by name."""
     alias = chosen_session(args)
     if args.all and alias:
         raise TrainJobUsageError("give either an ALIAS or --all, not both")
-    timeout = args.timeout if args.timeout is not None else magics.close_timeout
-    if alias and magics.registry.find(alias) is None:
-        _close_by_name(magics, args, alias, timeout)
+    timeout = args.timeout if args.timeout is not None else host.settings.close_timeout
+    if alias and host.registry.find(alias) is None:
+        _close_by_name(host, args, alias, timeout)
         return
-    if args.all or (alias is None and not magics.registry.entries()):
-        reports = magics.registry.close_all(timeout=timeout)
+    if args.all or (alias is None and not host.registry.entries()):
+        reports = host.registry.close_all(timeout=timeout)
         if not reports:
             print("No sessions to close.")
     else:
-        reports = [magics.registry.close(magics.entry(alias).alias, timeout=timeout)]
+        reports = [host.registry.close(host.entry(alias).alias, timeout=timeout)]
     for rep in reports:
         print(rep.line())
     failed = [r for r in reports if r.error]
@@ -146,23 +137,19 @@ def close(magics: TrainJobMagics, args: Any) -> None:
         )
 
 
-def _close_by_name(magics: TrainJobMagics, args: Any, name: str, timeout: float) -> None:
+def _close_by_name(host: MagicsHost, args: Any, name: str, timeout: float) -> None:
     """``%trainjob_close NAME`` for a TrainJob that is not a session of this kernel."""
-    from ..engine.errors import NotFoundError
-    from ..engine.trainjob.orphans import close_trainjob
-    from ..engine.validation import validate_name
-
-    known = known_sessions(magics)
+    known = host.known_aliases()
     try:
         validate_name(name)
     except Exception:
         raise TrainJobUsageError(
             f"no session named {name!r} (this kernel's sessions: {known})"
         ) from None
-    where = cluster_settings(args, magics)
+    where = cluster_settings(args, host.settings)
     try:
         print(
-            close_trainjob(
+            host.engine.close_trainjob(
                 name,
                 where["namespace"],
                 context=where["context"],

@@ -39,7 +39,7 @@ import ssl
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -290,6 +290,7 @@ class ExecClient:
         stdout_sink: Sink | None = None,
         stderr_sink: Sink | None = None,
         max_memory_output: int | None = None,
+        on_start: Callable[[Callable[[], ExecResult]], None] | None = None,
     ) -> ExecResult:
         """Run ``argv`` in ``pod`` and return its output and exit status.
 
@@ -299,6 +300,8 @@ class ExecClient:
         stream's raw bytes instead of the result (no decode, no ``on_output``). Each collected
         stream keeps at most ``max_memory_output`` bytes in memory (default: the client's
         :attr:`max_memory_output`), the rest goes to a spill file (``ExecResult.stdout_path``).
+        ``on_start(snapshot)`` gets, once the command started, a function returning the output
+        received so far (for another thread that has to give up waiting).
         """
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
@@ -319,6 +322,8 @@ class ExecClient:
             spill_dir=self.spill_dir,
             sinks={STDOUT: stdout_sink, STDERR: stderr_sink},
         )
+        if on_start is not None:
+            on_start(lambda: collector.snapshot(started, pod))
         sender = StdinSender(ws.sock, stdin, v5=ws.getsubprotocol() == V5, on_stdin=on_stdin)
         try:
             returncode, message, got_status = self._io_loop(ws, sender, collector, deadline)

@@ -1,93 +1,27 @@
-"""What keeps a session honest about its remote side: interruptible commands, heartbeats,
-idle release, and a create that is safe to retry.
+"""Stoppable commands: each shell command runs under the pid-file wrapper and is registered in
+the session's :class:`~.inflight.InFlight`, so that an interrupt (Ctrl-C in the running thread,
+or ``interrupt()`` from any other) or a timeout stops its whole remote process tree.
 
-:class:`~trainjob_magics.engine.session.TrainJobSession` calls these; they only use the session's
-public attributes plus ``_exec``, ``_inflight`` and ``_heartbeat``.
+A KeyboardInterrupt in the thread running a command becomes :class:`CommandInterruptedError`
+here; an interrupt from another thread (``session.interrupt()``, ``CommandRun.interrupt()``)
+stops the command, which then ends with the killed process's exit status. Either way the
+output so far is kept.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
 
-from ..errors import (
-    CommandInterruptedError,
-    ConnectionLostError,
-    ExecTimeoutError,
-)
+from ..errors import CommandInterruptedError, ConnectionLostError, ExecTimeoutError
 from ..result import ExecResult, StopReport
-from .client import LOST_HINT, OnOutput
+from .client import LOST_HINT, ExecClient, OnOutput
+from .inflight import InFlight, InFlightCommand
+from .pool import run_each
 from .scripts import new_exec_id, wants_wrapper, wrap
 from .stop import stop_command, stop_summary
 
-
-# -- commands ----------------------------------------------------------------------------------
-def run_command(
-    session: Any,
-    pod: str,
-    argv: Sequence[str],
-    *,
-    container: str | None,
-    stdin: bytes | None,
-    timeout: float | None,
-    on_output: OnOutput | None,
-    exec_id: str | None = None,
-    max_memory_output: int | None = None,
-) -> ExecResult:
-    """Run ``argv`` in ``pod``; shell commands run under the pid-file wrapper (as ``exec_id``
-    when given) so that their whole process tree can be stopped.
-
-    A KeyboardInterrupt here (or ``session.interrupt()`` from another thread) stops it and
-    raises :class:`CommandInterruptedError`; a timeout stops it before raising
-    :class:`ExecTimeoutError`; a dropped connection leaves it registered so that
-    ``session.interrupt()`` can still stop it. Every error keeps the output so far in
-    ``.partial``."""
-    if not wants_wrapper(argv):
-        exec_id = None
-    elif exec_id is None:
-        exec_id = new_exec_id()
-    run_argv = wrap(exec_id, argv) if exec_id else list(argv)
-    keep_registered = False
-    if exec_id:
-        session._inflight[exec_id] = (pod, container)
-    try:
-        return session._exec.run(
-            session.namespace,
-            pod,
-            run_argv,
-            container=container,
-            stdin=stdin,
-            timeout=timeout,
-            on_output=on_output,
-            max_memory_output=max_memory_output,
-        )
-    except KeyboardInterrupt as exc:
-        partial = getattr(exc, "partial", None)
-        reports = interrupt(session, only=exec_id) if exec_id else []
-        raise CommandInterruptedError(
-            interrupted_message(pod, reports, wrapped=exec_id is not None),
-            partial=partial,
-            reports=reports,
-        ) from None
-    except ExecTimeoutError as exc:
-        if not exec_id:
-            raise
-        reports = interrupt(session, only=exec_id)
-        raise ExecTimeoutError(
-            timeout_message(pod, timeout, reports), partial=exc.partial, reports=reports
-        ) from None
-    except ConnectionLostError as exc:
-        if not exec_id:
-            raise
-        keep_registered = True  # it may still run: session.interrupt() can stop it
-        raise ConnectionLostError(
-            str(exc).replace(LOST_HINT, f"stop it with session.interrupt(), or {LOST_HINT}"),
-            partial=exc.partial,
-        ) from None
-    finally:
-        if exec_id and not keep_registered:
-            session._inflight.pop(exec_id, None)
+STOP_WAIT = 30.0  # seconds to wait for the stoppers before reporting "did not answer"
 
 
 def interrupted_message(pod: str, reports: list[StopReport], *, wrapped: bool = True) -> str:
@@ -106,81 +40,168 @@ def timeout_message(pod: str, timeout: float | None, reports: list[StopReport]) 
     return f"the command did not finish within {limit}: " + stop_summary(f"in pod {pod}", reports)
 
 
-class SessionRunner:
-    """An ``ExecClient``-like ``run`` through :func:`run_command`, for a group of commands (one
-    per pod): each is wrapped and stopped on timeout; :meth:`interrupt` stops all of them and
-    keeps the group from starting more."""
+class CommandGroup:
+    """The commands of one ``execute`` (one per pod): :meth:`interrupt` stops those running and
+    keeps the group from starting more; :meth:`output_so_far` is what each pod sent so far."""
 
-    def __init__(self, session: Any, max_memory_output: int | None = None) -> None:
-        self.session = session
-        self.max_memory_output = max_memory_output
-        self.exec_ids: list[str] = []
-        self.cancelled = False
+    def __init__(self, runner: CommandRunner) -> None:
+        self._runner = runner
         self._lock = threading.Lock()
+        self._commands: dict[str, InFlightCommand] = {}  # key -> command, in start order
+        self.reports: list[StopReport] | None = None  # set once interrupted
 
-    def run(
-        self,
-        namespace: str,
-        pod: str,
-        argv: Sequence[str],
-        *,
-        container: str | None = None,
-        stdin: bytes | None = None,
-        **options: Any,
-    ) -> ExecResult:
-        """Run ``argv`` in ``pod`` (``timeout``, ``on_output`` as for ``ExecClient.run``)."""
-        exec_id = new_exec_id() if wants_wrapper(argv) else None
+    def joined(self, key: str, command: InFlightCommand) -> bool:
+        """Record a command that starts; False when the group was interrupted already."""
         with self._lock:
-            if self.cancelled:
-                raise CommandInterruptedError(f"interrupted: the command never started in {pod}")
-            if exec_id:
-                self.exec_ids.append(exec_id)
-                self.session._inflight[exec_id] = (pod, container)
-        return run_command(
-            self.session,
-            pod,
-            argv,
-            container=container,
-            stdin=stdin,
-            timeout=options.get("timeout"),
-            on_output=options.get("on_output"),
-            exec_id=exec_id,
-            max_memory_output=self.max_memory_output,
-        )
+            if self.reports is not None:
+                return False
+            self._commands[key] = command
+            return True
 
     def interrupt(self) -> list[StopReport]:
         """Stop every command of the group still running; no new ones start."""
         with self._lock:
-            self.cancelled = True
-            ids = set(self.exec_ids)
-        return interrupt(self.session, only=ids) if ids else []
+            keys = list(self._commands) if self.reports is None else []
+            self.reports = self.reports if self.reports is not None else []
+        reports = self._runner.interrupt(only=keys) if keys else []
+        with self._lock:
+            self.reports.extend(reports)
+            return list(self.reports)
+
+    def all_wrapped(self) -> bool:
+        """Whether every command of the group can be stopped (runs under the wrapper)."""
+        with self._lock:
+            return all(c.exec_id for c in self._commands.values())
+
+    def any_stopped(self) -> bool:
+        return any(r.stopped for r in self.reports or [])
+
+    def output_so_far(self) -> dict[str, ExecResult]:
+        """pod -> its result, or the output it has sent so far while it still runs."""
+        with self._lock:
+            commands = list(self._commands.values())
+        return {c.pod: c.output_so_far() for c in commands}
 
 
-def interrupt(session: Any, only: str | Collection[str] | None = None) -> list[StopReport]:
-    """Stop the session's running commands (all, or those with the exec ids ``only``), each
-    with SIGINT, then SIGTERM, then SIGKILL; returns one report per command."""
-    wanted = {only} if isinstance(only, str) else only
-    targets = [
-        (eid, pod, container)
-        for eid, (pod, container) in list(session._inflight.items())
-        if wanted is None or eid in wanted
-    ]
-    reports: list[StopReport | None] = [None] * len(targets)
+class CommandRunner:
+    """Runs a session's commands through one :class:`ExecClient`, registering each in the
+    session's :class:`InFlight` (which the session owns and hands in)."""
 
-    def stop(i: int, eid: str, pod: str, container: str | None) -> None:
-        reports[i] = stop_command(session._exec, session.namespace, pod, container, eid)
-        if reports[i].stopped:  # type: ignore[union-attr]
-            session._inflight.pop(eid, None)
+    def __init__(self, client: ExecClient, namespace: str, inflight: InFlight) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.inflight = inflight
 
-    threads = [
-        threading.Thread(target=stop, args=(i, *t), daemon=True, name="trainjob-stop")
-        for i, t in enumerate(targets)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    return [
-        r or StopReport(pod, eid, False, "the stopper did not answer in time")
-        for r, (eid, pod, _c) in zip(reports, targets, strict=True)
-    ]
+    def run(
+        self,
+        pod: str,
+        argv: Sequence[str],
+        *,
+        container: str | None,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+        on_output: OnOutput | None = None,
+        max_memory_output: int | None = None,
+        group: CommandGroup | None = None,
+    ) -> ExecResult:
+        """Run ``argv`` in ``pod``; a shell command runs under the pid-file wrapper so that its
+        whole process tree can be stopped.
+
+        An interrupt (KeyboardInterrupt here, or :meth:`interrupt` from another thread) stops it
+        and raises :class:`CommandInterruptedError`; a timeout stops it before raising
+        :class:`ExecTimeoutError`; a dropped connection leaves it registered so that
+        :meth:`interrupt` can still stop it. Every error keeps the output so far in
+        ``.partial``."""
+        exec_id = new_exec_id() if wants_wrapper(argv) else None
+        command = InFlightCommand(pod, container, exec_id)
+        key = self.inflight.add(command)
+        if group is not None and not group.joined(key, command):
+            self.inflight.remove(key)
+            raise CommandInterruptedError(
+                f"interrupted: the command never started in {pod}",
+                partial=ExecResult("", "", None, 0.0, pod=pod),
+                reports=[],
+            )
+        keep_registered = False
+
+        def snapshot_source(snapshot: Callable[[], ExecResult]) -> None:
+            command.snapshot = snapshot
+
+        try:
+            result = self.client.run(
+                self.namespace,
+                pod,
+                wrap(exec_id, argv) if exec_id else list(argv),
+                container=container,
+                stdin=stdin,
+                timeout=timeout,
+                on_output=on_output,
+                max_memory_output=max_memory_output,
+                on_start=snapshot_source,
+            )
+        except KeyboardInterrupt as exc:
+            partial = getattr(exc, "partial", None)
+            reports = self.interrupt(only=[key]) if exec_id else []
+            raise CommandInterruptedError(
+                interrupted_message(pod, reports, wrapped=exec_id is not None),
+                partial=partial,
+                reports=reports,
+            ) from None
+        except ExecTimeoutError as exc:
+            if not exec_id:
+                raise
+            reports = self.interrupt(only=[key])
+            raise ExecTimeoutError(
+                timeout_message(pod, timeout, reports), partial=exc.partial, reports=reports
+            ) from None
+        except ConnectionLostError as exc:
+            if not exec_id:
+                raise
+            keep_registered = True  # it may still run: interrupt() can stop it
+            raise ConnectionLostError(
+                str(exc).replace(LOST_HINT, f"stop it with session.interrupt(), or {LOST_HINT}"),
+                partial=exc.partial,
+            ) from None
+        finally:
+            if not keep_registered:
+                self.inflight.remove(key)
+        command.result = result
+        return result
+
+    def interrupt(self, only: Collection[str] | None = None) -> list[StopReport]:
+        """Stop the running commands (all, or those with the keys ``only``), each with SIGINT,
+        then SIGTERM, then SIGKILL; returns one report per stoppable command."""
+        targets = [(k, c) for k, c in self.inflight.select(only) if c.exec_id]
+        reports: dict[str, StopReport] = {}
+
+        def stop(item: tuple[str, InFlightCommand]) -> None:
+            key, command = item
+            assert command.exec_id is not None
+            report = stop_command(
+                self.client, self.namespace, command.pod, command.container, command.exec_id
+            )
+            reports[key] = report
+            if report.stopped:
+                self.inflight.remove(key)
+
+        done = threading.Event()
+
+        def stop_all() -> None:
+            run_each(stop, targets, name="trainjob-stop")
+            done.set()
+
+        threading.Thread(target=stop_all, daemon=True, name="trainjob-stoppers").start()
+        done.wait(STOP_WAIT)
+        return [
+            reports.get(k)
+            or StopReport(c.pod, c.exec_id or "", False, "the stopper did not answer in time")
+            for k, c in targets
+        ]
+
+
+__all__ = [
+    "CommandGroup",
+    "CommandRunner",
+    "interrupted_message",
+    "timeout_message",
+]

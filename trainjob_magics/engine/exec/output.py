@@ -151,6 +151,15 @@ class OutputBuffer:
             self._file.write(chunk)
         self.chunks = []
 
+    def snapshot(self) -> CapturedOutput:
+        """What arrived so far, while more may still come (the spill file is flushed)."""
+        if self._frozen is not None:
+            return self._frozen
+        if self._file is not None and self._spill is not None:
+            self._file.flush()
+            return CapturedOutput(spill=self._spill, size=self.size)
+        return CapturedOutput(b"".join(list(self.chunks)))
+
     def freeze(self) -> CapturedOutput:
         """The captured output (idempotent; no more ``add`` after this)."""
         if self._frozen is None:

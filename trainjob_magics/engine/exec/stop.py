@@ -23,6 +23,9 @@ TERM_GRACE = 1.0  # seconds after SIGTERM before SIGKILL
 
 
 STOP_TIMEOUT = 20.0
+# After stopping a command: how long to wait for its last output (and its exit) before giving up
+# and reporting what arrived so far. The one interrupt wait of the engine.
+INTERRUPT_WAIT = 5.0
 
 
 def stop_command(

@@ -106,6 +106,18 @@ class Collector:
             if text:
                 self.on_output(STREAM_NAMES[channel], text)
 
+    def snapshot(self, started: float, pod: str) -> ExecResult:
+        """The output so far, without an exit code (safe while the command still runs)."""
+        return ExecResult.from_captured(
+            *(
+                self.buffers[ch].snapshot() if ch in self.buffers else EMPTY
+                for ch in (STDOUT, STDERR)
+            ),
+            None,
+            time.monotonic() - started,
+            pod,
+        )
+
     def result(self, returncode: int | None, started: float, pod: str) -> ExecResult:
         def captured(channel: int) -> CapturedOutput:
             buffer = self.buffers.get(channel)

@@ -21,12 +21,12 @@ from ..errors import (
     TrainJobError,
 )
 from ..kube.requests import request
+from ..notify import notify
 from ..result import QueueStatus
 from .api import (
     KUEUE_GROUP,
-    LOCALQUEUE_RESOURCE,
     Visibility,
-    localqueue_path,
+    fetch_local_queue,
     queue_status,
 )
 from .status import queued_fingerprint
@@ -40,15 +40,7 @@ def check_local_queue(api: ApiClient, namespace: str, name: str) -> None:
     Raises QueueUnavailableError with Kueue's wording; a 403 (cannot read LocalQueues) passes.
     """
     try:
-        lq = request(
-            api,
-            "GET",
-            localqueue_path(namespace, name),
-            verb="get",
-            resource=LOCALQUEUE_RESOURCE,
-            namespace=namespace,
-            name=name,
-        )
+        lq = fetch_local_queue(api, namespace, name)
     except PermissionDeniedError:
         return
     except NotFoundError:
@@ -182,12 +174,7 @@ class QueueReporter:
         self._emit(with_queue(status, self.queue))
 
     def _emit(self, status: Any) -> None:
-        if self.on_status is None:
-            return
-        try:
-            self.on_status(status)
-        except Exception:
-            log.warning("on_status callback failed", exc_info=True)
+        notify(self.on_status, status)
 
 
 def admit_or_raise(

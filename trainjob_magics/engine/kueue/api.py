@@ -59,6 +59,22 @@ def localqueue_path(namespace: str, name: str) -> str:
     return f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/namespaces/{namespace}/localqueues/{name}"
 
 
+def fetch_local_queue(
+    api: ApiClient, namespace: str, name: str, timeout: float = 30.0
+) -> dict[str, Any]:
+    """GET a LocalQueue (NotFoundError when it does not exist)."""
+    return request(
+        api,
+        "GET",
+        localqueue_path(namespace, name),
+        verb="get",
+        resource=LOCALQUEUE_RESOURCE,
+        namespace=namespace,
+        name=name,
+        timeout=timeout,
+    )
+
+
 def find_workload(api: ApiClient, namespace: str, job_uid: str) -> dict[str, Any] | None:
     """The Workload whose job-uid label is the TrainJob's UID (newest if several), or None."""
     data = request(
@@ -90,14 +106,10 @@ class Visibility:
         key = (namespace, local_queue)
         if key not in self._cluster_queues:
             try:
-                lq = request(
+                lq = fetch_local_queue(
                     self.api,
-                    "GET",
-                    localqueue_path(namespace, local_queue),
-                    verb="get",
-                    resource=LOCALQUEUE_RESOURCE,
-                    namespace=namespace,
-                    name=local_queue,
+                    namespace,
+                    local_queue,
                     timeout=10.0,
                 )
                 self._cluster_queues[key] = (lq.get("spec") or {}).get("clusterQueue") or None

@@ -6,11 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .api import (
-    MAX_EXEC_TIME_LABEL,
-    PRIORITY_CLASS_LABEL,
-    QUEUE_NAME_LABEL,
-)
+from .api import MAX_EXEC_TIME_LABEL, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 
 
 def queue_labels(

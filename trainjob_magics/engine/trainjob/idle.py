@@ -1,62 +1,23 @@
 """Idle release: heartbeats that keep an idle-watchdog TrainJob alive while its kernel lives,
-and telling a job that ended itself (idle_timeout) from one that failed."""
+and the error for a job that ended itself (idle_timeout)."""
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import (
-    IdleReleasedError,
-    PodNotRunningError,
-    TrainJobError,
-)
+from kubernetes.client import ApiClient
+
+from ..errors import IdleReleasedError, TrainJobError
+from ..exec.client import ExecClient
 from ..exec.scripts import heartbeat_argv, heartbeat_interval
-from ..kube.names import (
-    IDLE_ANNOTATION,
-    RJOB_LABEL,
-)
-from ..kube.objects import is_running, pod_name
+from ..kube.names import IDLE_ANNOTATION, RJOB_LABEL
+from ..kube.objects import is_running, labels_of, pod_name
 from .targets import list_job_pods
 
-
-# -- heartbeats and idle release ---------------------------------------------------------------
-def start_heartbeat(session: Any) -> Heartbeat | None:
-    """Start the heartbeat thread when the session's job runs the idle watchdog."""
-    if not session.idle_timeout:
-        return None
-    return Heartbeat(session, session.idle_timeout).start()
-
-
-def stop_heartbeat(session: Any) -> None:
-    heartbeat = getattr(session, "_heartbeat", None)
-    if heartbeat is not None:
-        heartbeat.stop()
-
-
-def raise_if_idle(session: Any, exc: PodNotRunningError) -> None:
-    """Raise :class:`IdleReleasedError` when the job ended itself through the idle watchdog."""
-    if not session.idle_timeout or isinstance(exc, IdleReleasedError):
-        return
-    try:
-        state = session.status().state
-    except TrainJobError:
-        return
-    if state != "Complete":
-        return
-    stop_heartbeat(session)
-    raise IdleReleasedError(
-        f"TrainJob {session.name} ended itself after {session.idle_timeout:g}s without a "
-        "heartbeat (idle_timeout) and released its resources; reconnect with "
-        "%trainjob_connect (add --replace if the alias is taken) or connect(...)",
-    ) from exc
-
-
 log = logging.getLogger(__name__)
-
 
 HEARTBEAT_TIMEOUT = 20.0
 
@@ -71,27 +32,43 @@ def idle_timeout_of(trainjob: Mapping[str, Any] | None) -> float | None:
     return value if value > 0 else None
 
 
-def watchdog_pods(session: Any) -> list[str]:
-    """Running pods of the trainer's replicated job (the ones running the keep-alive)."""
-    rjob = getattr(getattr(session, "target", None), "replicated_job", None)
-    names = []
-    for pod in list_job_pods(session.api_client, session.namespace, session.name):
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        if is_running(pod) and (rjob is None or labels.get(RJOB_LABEL) == rjob):
-            names.append(pod_name(pod))
-    return names or [session.pod]
+def idle_released_error(name: str, idle_timeout: float) -> IdleReleasedError:
+    """The error of a session whose job ended itself through the idle watchdog."""
+    return IdleReleasedError(
+        f"TrainJob {name} ended itself after {idle_timeout:g}s without a "
+        "heartbeat (idle_timeout) and released its resources; reconnect with "
+        "%trainjob_connect (add --replace if the alias is taken) or connect(...)",
+    )
 
 
 class Heartbeat:
-    """Daemon thread sending heartbeats for one session until :meth:`stop`."""
+    """Daemon thread sending heartbeats to a job's watchdog pods until :meth:`stop`.
 
-    def __init__(self, session: Any, idle_timeout: float) -> None:
-        self.session = session
+    The watchdog pods are the running pods of the trainer's replicated job (those running the
+    keep-alive command); ``trainer()`` gives the trainer pod and container, the fallback.
+    """
+
+    def __init__(
+        self,
+        client: ExecClient,
+        api: ApiClient,
+        namespace: str,
+        name: str,
+        idle_timeout: float,
+        *,
+        replicated_job: str | None,
+        trainer: Callable[[], tuple[str, str | None]],
+    ) -> None:
+        self.client = client
+        self.api = api
+        self.namespace = namespace
+        self.name = name
+        self.replicated_job = replicated_job
+        self.trainer = trainer
         self.interval = heartbeat_interval(idle_timeout)
-        self.last_ok: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(
-            target=self._run, daemon=True, name=f"trainjob-heartbeat-{session.name}"
+            target=self._run, daemon=True, name=f"trainjob-heartbeat-{name}"
         )
 
     def start(self) -> Heartbeat:
@@ -105,33 +82,42 @@ class Heartbeat:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    def watchdog_pods(self) -> list[str]:
+        """Running pods of the trainer's replicated job (the ones running the keep-alive)."""
+        rjob = self.replicated_job
+        names = [
+            pod_name(pod)
+            for pod in list_job_pods(self.api, self.namespace, self.name)
+            if is_running(pod) and (rjob is None or labels_of(pod).get(RJOB_LABEL) == rjob)
+        ]
+        return names or [self.trainer()[0]]
+
     def beat(self) -> int:
         """Send one heartbeat to every watchdog pod; returns how many pods got it."""
-        session = self.session
+        container = self.trainer()[1]
         sent = 0
-        for pod in watchdog_pods(session):
+        for pod in self.watchdog_pods():
             try:
-                session._exec.run(
-                    session.namespace,
+                self.client.run(
+                    self.namespace,
                     pod,
                     heartbeat_argv(),
-                    container=session.container,
+                    container=container,
                     timeout=HEARTBEAT_TIMEOUT,
                 )
                 sent += 1
             except TrainJobError as exc:
                 log.debug("heartbeat to pod %s failed: %s", pod, exc)
-        if sent:
-            self.last_ok = time.monotonic()
         return sent
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            if getattr(self.session, "closed", False):
-                return
             try:
                 self.beat()
             except TrainJobError as exc:
-                log.debug("heartbeat for TrainJob %s failed: %s", self.session.name, exc)
+                log.debug("heartbeat for TrainJob %s failed: %s", self.name, exc)
             except Exception:  # never let the thread die on a surprise
-                log.debug("heartbeat for TrainJob %s failed", self.session.name, exc_info=True)
+                log.debug("heartbeat for TrainJob %s failed", self.name, exc_info=True)
+
+
+__all__ = ["HEARTBEAT_TIMEOUT", "Heartbeat", "idle_released_error", "idle_timeout_of"]

@@ -7,21 +7,17 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from ..errors import (
-    InvalidInputError,
-    NotFoundError,
-)
+from ..errors import InvalidInputError, NotFoundError
 from ..kube.names import (
     OWNER_HOST_ANNOTATION,
     OWNER_PID_ANNOTATION,
     TRAINJOB_RESOURCE,
-    jobset_selector,
-    pods_path,
     trainjob_path,
 )
 from ..kube.requests import request
 from ..kube.retry import with_retries
 from ..kube.watch import Watcher
+from .targets import job_pods_watcher
 
 
 # -- create ------------------------------------------------------------------------------------
@@ -46,15 +42,7 @@ def create_trainjob(api: ApiClient, namespace: str, name: str, body: dict[str, A
         except InvalidInputError as exc:
             if exc.status != 409 or attempts["n"] == 1:
                 raise
-            existing = request(
-                api,
-                "GET",
-                trainjob_path(namespace, name),
-                verb="get",
-                resource=TRAINJOB_RESOURCE,
-                namespace=namespace,
-                name=name,
-            )
+            existing = fetch_trainjob(api, namespace, name)
             mine = body["metadata"]["annotations"]
             theirs = (existing.get("metadata") or {}).get("annotations") or {}
             if all(
@@ -85,13 +73,7 @@ def delete_hint(name: str, namespace: str) -> str:
 
 def wait_pods_gone(api: ApiClient, namespace: str, name: str, deadline: float) -> bool:
     """Watch until no pod of TrainJob ``name`` is left; False on timeout."""
-    watcher = Watcher(
-        api,
-        pods_path(namespace),
-        resource="pods",
-        namespace=namespace,
-        label_selector=jobset_selector(name),
-    )
+    watcher = job_pods_watcher(api, namespace, name)
     return bool(watcher.run(deadline, lambda: True if not watcher.objects else None))
 
 

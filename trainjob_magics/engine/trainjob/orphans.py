@@ -174,3 +174,22 @@ def close_trainjob(
         )
     finally:
         api.close()
+
+
+def abandon_trainjob(
+    name: str,
+    namespace: str | None = None,
+    *,
+    context: str | None = None,
+    config_file: str | None = None,
+) -> bool:
+    """Ask for the deletion of a TrainJob whose connect was given up (no wait); False when it
+    does not exist (yet)."""
+    validate_name(name)
+    if namespace is not None:
+        validate_namespace(namespace)
+    api, default_namespace = kubeconfig.load(config_file, context)
+    try:
+        return delete_trainjob(api, namespace or default_namespace, name)
+    finally:
+        api.close()

@@ -21,15 +21,15 @@ from ..errors import (
     TrainJobError,
     TrainJobFailedError,
 )
-from ..kube.names import jobset_selector, pods_path
 from ..kube.objects import is_running, pod_name, pod_phase
-from ..kube.watch import Watcher
 from ..kueue.admission import QueueReporter, admit_or_raise
 from ..kueue.api import find_workload
 from ..kueue.status import eviction_count
+from ..notify import notify
 from ..result import JobStatus
 from .lifecycle import delete_hint, delete_trainjob, fetch_trainjob
 from .status import job_status, trainjob_failure
+from .targets import job_pods_watcher
 from .trainer_pod import TrainerTarget, select_trainer_pod
 
 log = logging.getLogger(__name__)
@@ -57,11 +57,7 @@ class StatusReporter:
         if key == self._last_key:
             return
         self._last_key = key
-        if self.on_status is not None:
-            try:
-                self.on_status(status)
-            except Exception:
-                log.warning("on_status callback failed", exc_info=True)
+        notify(self.on_status, status)
 
 
 def wait_for_trainer_pod(
@@ -83,13 +79,7 @@ def wait_for_trainer_pod(
     started = time.monotonic() if started_at is None else started_at
     deadline = time.monotonic() + timeout
     reporter = StatusReporter(on_status)
-    watcher = Watcher(
-        api,
-        pods_path(namespace),
-        resource="pods",
-        namespace=namespace,
-        label_selector=jobset_selector(name),
-    )
+    watcher = job_pods_watcher(api, namespace, name)
     trainjob: dict[str, Any] = {}
 
     def refresh() -> None:

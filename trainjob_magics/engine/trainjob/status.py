@@ -12,11 +12,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..kube.names import (
-    COMPLETION_INDEX,
-    JOB_INDEX_LABEL,
-    RJOB_LABEL,
-)
+from ..kube.names import COMPLETION_INDEX, JOB_INDEX_LABEL, RJOB_LABEL
 from ..kube.objects import (
     Pod,
     condition_of,

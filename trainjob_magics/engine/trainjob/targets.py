@@ -21,9 +21,11 @@ from typing import Any
 from kubernetes.client import ApiClient
 
 from ..errors import InvalidInputError
+from ..exec.fanout import PodCommand
 from ..kube.names import COMPLETION_INDEX, JOB_INDEX_LABEL, RJOB_LABEL, jobset_selector, pods_path
 from ..kube.objects import is_terminating, pod_name, pod_phase
 from ..kube.requests import request
+from ..kube.watch import Watcher
 from ..result import PodRef
 from .trainer_pod import LAUNCHER, TRAINER_CONTAINER
 
@@ -36,7 +38,18 @@ ALL = "all"
 _ROLE_INDEX = re.compile(r"^(?P<role>.+)-(?P<index>\d+)$")
 
 
-TargetSpec = str | Sequence[str] | None
+TargetSpec = str | Sequence[str] | Sequence[PodRef] | None
+
+
+def job_pods_watcher(api: ApiClient, namespace: str, job: str) -> Watcher:
+    """A watch of TrainJob ``job``'s pods (by the JobSet name label)."""
+    return Watcher(
+        api,
+        pods_path(namespace),
+        resource="pods",
+        namespace=namespace,
+        label_selector=jobset_selector(job),
+    )
 
 
 def list_job_pods(api: ApiClient, namespace: str, job: str) -> list[dict[str, Any]]:
@@ -64,7 +77,8 @@ def _int_label(pod: Mapping[str, Any], key: str) -> int:
         return 0
 
 
-def _container(pod: Mapping[str, Any]) -> str | None:
+def default_container(pod: Mapping[str, Any]) -> str | None:
+    """A pod's default exec container: ``node`` when present, else its first one."""
     names = [str(c.get("name")) for c in (pod.get("spec") or {}).get("containers") or []]
     if not names:
         return None
@@ -90,7 +104,8 @@ def pod_refs(pods: Sequence[Mapping[str, Any]]) -> list[PodRef]:
             ),
         )
         refs += [
-            PodRef(pod_name(p), role, i, pod_phase(p), _container(p)) for i, p in enumerate(members)
+            PodRef(pod_name(p), role, i, pod_phase(p), default_container(p))
+            for i, p in enumerate(members)
         ]
     return refs
 
@@ -171,10 +186,41 @@ def resolve(spec: TargetSpec, refs: Sequence[PodRef], trainer_pod: str | None) -
     return chosen
 
 
+def pod_commands(
+    refs: Sequence[PodRef], container: str | None, trainer_container: str
+) -> list[PodCommand]:
+    """Per-pod exec targets: the given container, else the pod's own default (the session's
+    container for the trainer)."""
+    out = []
+    for ref in refs:
+        default = trainer_container if ref.role == TRAINER else ref.container
+        out.append(
+            PodCommand(ref.name, container or default, "" if ref.role == TRAINER else ref.label)
+        )
+    return out
+
+
+def wants_multi(pods: TargetSpec) -> bool:
+    """True when ``execute(pods=...)`` returns a :class:`MultiExecResult` (not just the trainer)."""
+    if is_resolved(pods):
+        return True
+    return pods is not None and split_spec(pods) != [TRAINER]
+
+
+def is_resolved(spec: object) -> bool:
+    """True for a list of :class:`PodRef` (what ``session.pods()`` returned): no lookup needed."""
+    return (
+        isinstance(spec, (list, tuple)) and bool(spec) and all(isinstance(r, PodRef) for r in spec)
+    )
+
+
 def resolve_pods(
     api: ApiClient, namespace: str, job: str, spec: TargetSpec, trainer_pod: str | None
 ) -> list[PodRef]:
-    """List the job's pods and resolve ``spec`` against them (``trainer`` needs no listing)."""
+    """List the job's pods and resolve ``spec`` against them (``trainer`` and resolved
+    :class:`PodRef` lists need no listing)."""
+    if is_resolved(spec):
+        return list(spec)  # type: ignore[arg-type]
     if split_spec(spec) == [TRAINER] and trainer_pod is not None:
         return [PodRef(trainer_pod, TRAINER, 0, "Running")]
     return resolve(spec, pod_refs(list_job_pods(api, namespace, job)), trainer_pod)

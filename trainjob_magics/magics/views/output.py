@@ -7,19 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .text_output import ScreenBuffer, Throttle, hidden_note, strip_ansi
-
-_BOX = (
-    "display:flex;flex-direction:column-reverse;max-height:32em;overflow:auto;"
-    "border-left:3px solid #8aa4c8;padding-left:6px"
-)
-_PRE = (
-    "margin:0;font-family:var(--jp-code-font-family,monospace);font-size:12px;white-space:pre-wrap"
-)
-_STDERR = "color:#b3261e;background:rgba(179,38,30,0.07)"
-_NOTE = "color:#777;font-style:italic"
-_OK = "color:#1e7b34"
-_FAIL = "color:#b3261e;font-weight:bold"
+from .styles import BOX_STYLE, FAIL_STYLE, NOTE_STYLE, OK_STYLE, PRE_STYLE, STDERR_STYLE
+from .text import ScreenBuffer, Throttle, hidden_note, strip_ansi
 
 
 def render_lines_html(
@@ -29,15 +18,17 @@ def render_lines_html(
     parts = []
     if hidden:
         note = html.escape(hidden_note(hidden, where, path))
-        parts.append(f'<span class="tjm-note" style="{_NOTE}">{note}</span>\n')
+        parts.append(f'<span class="tjm-note" style="{NOTE_STYLE}">{note}</span>\n')
     for stream, text in lines:
         t = html.escape(strip_ansi(text))
         if stream == "stderr":
-            parts.append(f'<span class="tjm-stderr" style="{_STDERR}">{t}</span>\n')
+            parts.append(f'<span class="tjm-stderr" style="{STDERR_STYLE}">{t}</span>\n')
         else:
             parts.append(f'<span class="tjm-stdout">{t}</span>\n')
     body = "".join(parts)
-    return f'<div class="tjm-output" style="{_BOX}"><pre style="{_PRE}">{body}</pre></div>'
+    return (
+        f'<div class="tjm-output" style="{BOX_STYLE}"><pre style="{PRE_STYLE}">{body}</pre></div>'
+    )
 
 
 def render_lines_text(
@@ -111,7 +102,7 @@ class WidgetOutputView:
         """Final render, footer, and the text fallback for front ends without widget state."""
         self._render()
         if footer:
-            style = _OK if ok else _FAIL
+            style = OK_STYLE if ok else FAIL_STYLE
             self.footer.value = (
                 f'<div class="tjm-footer" style="{style};font-size:12px">'
                 f"{html.escape(footer)}</div>"

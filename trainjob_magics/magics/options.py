@@ -13,9 +13,10 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, parse_argstring
 
-from .errors import TrainJobUsageError
+from .failures import TrainJobUsageError
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
 
 SESSION_HELP = "Session of this kernel (default: the last connected)."
 
@@ -94,7 +95,76 @@ def output_args(f: Callable[..., Any]) -> Callable[..., Any]:
     )
 
 
-# ------------------------------------------------------------------ parsing
+def connect_args(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of ``%trainjob_connect``: what to create, where, and under which alias."""
+    return _apply(
+        f,
+        [
+            argument(
+                "runtime",
+                nargs="?",
+                metavar="RUNTIME",
+                help="Runtime name (default: TrainJobMagics.default_runtime).",
+            ),
+            argument("--nodes", type=int, help="Number of nodes (default: the runtime's)."),
+            argument("--image", help="Container image of the trainer (default: the runtime's)."),
+            argument("--cpu", help="CPU per node, a Kubernetes quantity (e.g. 2, 500m)."),
+            argument("--memory", help="Memory per node, a Kubernetes quantity (e.g. 8Gi)."),
+            argument("--gpu", type=int, help="GPUs (nvidia.com/gpu) per node."),
+            argument(
+                "--env",
+                nargs="+",
+                action="append",
+                metavar="K=V",
+                help="Environment variables (repeatable).",
+            ),
+            argument("--name", help="TrainJob name (DNS-1035); default: a random one."),
+            argument(
+                "--queue", metavar="LQ", help="Kueue LocalQueue (label kueue.x-k8s.io/queue-name)."
+            ),
+            argument(
+                "--priority",
+                metavar="PC",
+                help="Kueue WorkloadPriorityClass (label kueue.x-k8s.io/priority-class).",
+            ),
+            argument(
+                "--max-runtime",
+                dest="max_runtime",
+                metavar="DURATION",
+                help="Maximum run time, e.g. 8h, 90m, 3600 (see docs/kueue.md).",
+            ),
+            cluster_args,
+            argument(
+                "--timeout",
+                type=float,
+                help="Seconds to wait for the trainer pod "
+                "(default: TrainJobMagics.connect_timeout).",
+            ),
+            argument(
+                "--as",
+                "--session",
+                dest="alias",
+                metavar="ALIAS",
+                help="Session name in this kernel (default: the --attach/--name, else 'default').",
+            ),
+            argument(
+                "--attach", metavar="NAME", help="Attach to the existing TrainJob NAME instead."
+            ),
+            argument(
+                "--replace",
+                action="store_true",
+                help="Close a live session with the same alias but other settings, then connect.",
+            ),
+        ],
+    )
+
+
+POD_HELP = "Target: trainer, all, node, node-2, a pod name."
+
+
+def no_verify(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--no-verify of the file transfers."""
+    return argument("--no-verify", action="store_true", help="Skip the size/sha256 check.")(f)
 
 
 def parse(fn: Callable[..., Any], line: str) -> Any:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from .text_output import SESSION_COLUMNS, SessionRow, format_sessions
-from .widgets_status import _CELL, _TABLE, _badge
+from .status_text import SESSION_COLUMNS, SessionRow, format_sessions
+from .styles import CELL_STYLE, TABLE_STYLE, state_badge
 
 
 def render_sessions_html(rows: list[SessionRow]) -> str:
@@ -15,16 +15,18 @@ def render_sessions_html(rows: list[SessionRow]) -> str:
         return (
             f'<div class="tjm-sessions" style="color:#555">{html.escape(format_sessions([]))}</div>'
         )
-    th = "".join(f'<th style="{_CELL}">{c.title()}</th>' for c in SESSION_COLUMNS)
+    th = "".join(f'<th style="{CELL_STYLE}">{c.title()}</th>' for c in SESSION_COLUMNS)
     body = []
     for r in rows:
         alias = html.escape(r.alias) + (" (default)" if r.default else "")
         cells = [alias, *(html.escape(x or "-") for x in (r.name, r.namespace, r.runtime))]
-        tds = "".join(f'<td style="{_CELL}">{c}</td>' for c in cells)
+        tds = "".join(f'<td style="{CELL_STYLE}">{c}</td>' for c in cells)
         weight = "font-weight:bold" if r.default else ""
-        body.append(f'<tr style="{weight}">{tds}<td style="{_CELL}">{_badge(r.state)}</td></tr>')
+        body.append(
+            f'<tr style="{weight}">{tds}<td style="{CELL_STYLE}">{state_badge(r.state)}</td></tr>'
+        )
     return (
-        f'<table class="tjm-sessions" style="{_TABLE}"><thead><tr>{th}</tr></thead>'
+        f'<table class="tjm-sessions" style="{TABLE_STYLE}"><thead><tr>{th}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table>"
     )
 

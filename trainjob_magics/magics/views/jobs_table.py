@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .text_output import format_age, table
+from .status_text import format_age, table
 
 HEADER = ("NAME", "STATE", "RUNTIME", "AGE", "OWNER", "KERNEL", "IDLE", "THIS KERNEL")
 
@@ -30,6 +30,3 @@ def format_trainjobs(jobs: Iterable[Any], own_names: set[str], namespace: str = 
         + table(HEADER, rows)
         + "\nAttach: %trainjob_connect --attach NAME    Close: %trainjob_close NAME"
     )
-
-
-__all__ = ["format_trainjobs"]

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from .text_output import (
+from .status_text import (
     POD_COLUMNS,
     format_seconds,
     format_status,
@@ -16,26 +16,7 @@ from .text_output import (
     queue_line,
     status_change_line,
 )
-
-_STATE_COLOURS = {
-    "Running": "#1e7b34",
-    "Complete": "#1e7b34",
-    "Failed": "#b3261e",
-    "Deleted": "#777",
-    "Suspended": "#a66300",
-    "Queued": "#a66300",
-    "Preempted": "#b3261e",
-}
-_TABLE = "border-collapse:collapse;font-size:12px;margin-top:4px"
-_CELL = "padding:2px 10px 2px 0;text-align:left;white-space:nowrap"
-
-
-def _badge(state: str) -> str:
-    colour = _STATE_COLOURS.get(state, "#1a5fb4")
-    return (
-        f'<span class="tjm-state" style="color:#fff;background:{colour};border-radius:3px;'
-        f'padding:0 6px">{html.escape(state)}</span>'
-    )
+from .styles import CELL_STYLE, TABLE_STYLE, state_badge
 
 
 def render_status_html(
@@ -46,7 +27,7 @@ def render_status_html(
     e = html.escape
     head = (
         f'<div class="tjm-status-head"><b>TrainJob {e(status.name)}</b> · namespace '
-        f"{e(status.namespace)} · runtime {e(status.runtime or '-')} · {_badge(status.state)}"
+        f"{e(status.namespace)} · runtime {e(status.runtime or '-')} · {state_badge(status.state)}"
         f' · <span class="tjm-elapsed">elapsed {format_seconds(el)}</span></div>'
     )
     msg = (
@@ -62,13 +43,13 @@ def render_status_html(
         return (
             f'<div class="tjm-status">{head}{msg}<div style="color:#777">(no pods yet)</div></div>'
         )
-    th = "".join(f'<th style="{_CELL}">{c.title()}</th>' for c in POD_COLUMNS)
+    th = "".join(f'<th style="{CELL_STYLE}">{c.title()}</th>' for c in POD_COLUMNS)
     rows = []
     for row in pod_rows(pods, now):
-        cells = "".join(f'<td style="{_CELL}">{e(c)}</td>' for c in row)
+        cells = "".join(f'<td style="{CELL_STYLE}">{e(c)}</td>' for c in row)
         rows.append(f"<tr>{cells}</tr>")
     tbl = (
-        f'<table class="tjm-pods" style="{_TABLE}"><thead><tr>{th}</tr></thead>'
+        f'<table class="tjm-pods" style="{TABLE_STYLE}"><thead><tr>{th}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
     return f'<div class="tjm-status">{head}{msg}{tbl}</div>'

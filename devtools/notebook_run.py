@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m trainjob_magics.devtools.notebook_run NOTEBOOK [--output PATH] [--no-cluster]
+    python devtools/notebook_run.py NOTEBOOK [--output PATH] [--no-cluster]
         [--kueue] [--timeout SECONDS]
 
 A :class:`~trainjob_magics.localcluster.LocalCluster` is started (unless ``--no-cluster`` is
@@ -10,6 +10,9 @@ given and ``KUBECONFIG`` is set), ``KUBECONFIG`` is exported to the kernel, the 
 under nbclient with ``store_widget_state=True``, the executed notebook is saved, and every
 cell's source and outputs are printed, including the text of widget views found in the saved
 widget state. The exit status is 1 when a cell failed.
+
+It lives in the repository, not in the installed package: it starts the local cluster and
+nbclient, which only development and the quickstart need.
 """
 
 from __future__ import annotations
@@ -315,7 +318,7 @@ def cluster_options(nb: Any, kueue: bool = False) -> dict[str, Any]:
     if kueue and not options.get("kueue"):
         options["kueue"] = True
     if isinstance(options.get("kueue"), dict):
-        from ..localcluster.kueue.config import KueueConfig
+        from trainjob_magics.localcluster.kueue.config import KueueConfig
 
         options["kueue"] = KueueConfig(**options["kueue"])
     return options
@@ -327,7 +330,7 @@ def _cluster(use_existing: bool, options: dict[str, Any]) -> Iterator[str | None
     if use_existing:
         yield None
         return
-    from ..localcluster import LocalCluster
+    from trainjob_magics.localcluster import LocalCluster
 
     with LocalCluster(**options) as cluster:
         yield str(cluster.kubeconfig_path)
@@ -336,7 +339,7 @@ def _cluster(use_existing: bool, options: dict[str, Any]) -> Iterator[str | None
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the process exit status."""
     parser = argparse.ArgumentParser(
-        prog="python -m trainjob_magics.devtools.notebook_run",
+        prog="python devtools/notebook_run.py",
         description="Execute a notebook against the local cluster and print what it shows.",
     )
     parser.add_argument("notebook", type=Path)

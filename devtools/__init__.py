@@ -1,0 +1,1 @@
+"""Development tools of the repository (not part of the installed package)."""

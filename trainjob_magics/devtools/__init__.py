@@ -1,1 +1,0 @@
-"""Developer tools: run notebooks against the local cluster and print what they show."""

@@ -1,0 +1,138 @@
+"""``%%trainjob_writefile``, ``%trainjob_upload``, ``%trainjob_download``, ``%trainjob_logs``.
+
+Every call goes to the session (engine) in a worker thread while the cell's thread renders
+per-pod output and progress.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
+from .host import MagicsHost
+from .options import check_positive
+from .worker import Pump
+
+
+def _run_with_progress(host: MagicsHost, label: str, fn: Callable[..., Any]) -> Any:
+    """Run ``fn(progress)`` in a worker; show its progress here once the transfer is large."""
+    bar = host.views.progress(label, host.use_widgets())
+
+    def work(emit: Callable[..., None]) -> Any:
+        return fn(lambda done, total: emit(done, total))
+
+    pump = Pump()
+    try:
+        result = pump.run(work, bar.update)
+    except KeyboardInterrupt:
+        pump.cancel()
+        bar.finish(ok=False)
+        raise TrainJobMagicError(f"interrupted: {label.lower()} abandoned") from None
+    except Exception as exc:
+        bar.finish(ok=False)
+        raise as_one_line(exc) from None
+    bar.finish(ok=True)
+    return result
+
+
+def _transfer(host: MagicsHost, label: str, args: Any, call: Callable[[Any, Any], Any]) -> None:
+    """``call(session, progress)`` with a progress bar; prints the transfer's summary."""
+    session = host.entry(args.session).session
+    result = _run_with_progress(host, label, lambda progress: call(session, progress))
+    print(result.summary())
+
+
+def write_file(host: MagicsHost, args: Any, cell: str) -> None:
+    """Write the cell body to PATH in the pod(s)."""
+    session = host.entry(args.session).session
+    try:
+        result = session.write_file(args.path, cell, pods=args.pod)
+    except Exception as exc:
+        raise as_one_line(exc) from None
+    where = result.pods[0] if len(result.pods) == 1 else f"{len(result.pods)} pods"
+    print(f"Wrote {result.bytes} bytes to {args.path} on {where}.")
+
+
+def upload(host: MagicsHost, args: Any) -> None:
+    """Copy a local file or directory to the pod(s)."""
+    _transfer(
+        host,
+        "Uploading",
+        args,
+        lambda session, progress: session.upload(
+            args.local, args.remote, pods=args.pod, progress=progress, verify=not args.no_verify
+        ),
+    )
+
+
+def download(host: MagicsHost, args: Any) -> None:
+    """Copy a file or directory from a pod."""
+    _transfer(
+        host,
+        "Downloading",
+        args,
+        lambda session, progress: session.download(
+            args.remote, args.local, pod=args.pod, progress=progress, verify=not args.no_verify
+        ),
+    )
+
+
+def logs(host: MagicsHost, args: Any) -> None:
+    """Show pod logs grouped per pod; --follow streams until Ctrl-C or --timeout."""
+    if args.tail is not None and args.tail < 0:
+        raise TrainJobUsageError(f"--tail must be >= 0, got {args.tail}")
+    check_positive(args.timeout, "--timeout")
+    session = host.entry(args.session).session
+    try:
+        refs = session.pods(args.pod)
+    except Exception as exc:
+        raise as_one_line(exc) from None
+    pods = [(r.name, "" if r.role == "trainer" else r.label) for r in refs]
+    view = host.pods_view(pods, "session.logs()")
+    stop = threading.Event()
+    started = time.monotonic()
+
+    def work(emit: Callable[..., None]) -> Any:
+        return session.logs(
+            refs,
+            tail=args.tail,
+            follow=args.follow,
+            container=args.container,
+            on_output=lambda pod, text: emit(pod, "stdout", text),
+            stop=stop,
+        )
+
+    def tick() -> None:
+        view.tick()
+        if args.timeout is not None and time.monotonic() - started > args.timeout:
+            stop.set()
+
+    pump = Pump()
+    try:
+        found = pump.run(work, view.write, tick)
+    except KeyboardInterrupt:
+        stop.set()
+        pump.cancel()
+        view.finish("stopped following the logs", ok=True)
+        return
+    except Exception as exc:
+        view.finish(type(exc).__name__, ok=False)
+        raise as_one_line(exc) from None
+    for pod in found:
+        error = found.errors.get(pod)
+        if error is not None:
+            view.write(pod, "stderr", f"{type(error).__name__}: {error}\n")
+    ok = not found.errors
+    n = len(found)
+    summary = f"logs of {n} pod{'s' if n != 1 else ''}" + (
+        "" if ok else f"; {len(found.errors)} could not be read: {', '.join(found.errors)}"
+    )
+    view.finish(summary, ok=ok)
+    if not ok:
+        raise TrainJobMagicError(summary)
+
+
+__all__ = ["download", "logs", "upload", "write_file"]
