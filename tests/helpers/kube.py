@@ -124,3 +124,15 @@ def delete_all_trainjobs(
             time.sleep(0.1)
     finally:
         api.close()
+
+
+def create_namespace(kubeconfig: str | Path, name: str) -> None:
+    """Create a namespace with the official client (nothing if it exists)."""
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+    finally:
+        api.close()

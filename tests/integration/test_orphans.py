@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from tests.helpers.kube import create_namespace
 from trainjob_magics import connect
 from trainjob_magics.engine.trainjob.orphans import list_trainjobs
 
@@ -44,3 +45,32 @@ def test_list_attach_and_close_orphans(shell, cluster, capsys) -> None:
     finally:
         for s in (orphan_a, orphan_b):
             s.close(timeout=20)
+
+
+def test_sessions_all_searches_the_namespaces_of_this_kernels_sessions(
+    shell, cluster, capsys
+) -> None:
+    """Tried on a real API server: after a connect in team-a, --all searched only the
+    configured namespace and said "No TrainJobs created by trainjob-magics."."""
+    create_namespace(cluster.kubeconfig_path, "team-a")
+    shell.run_line_magic("trainjob_connect", "mpi-interactive --namespace team-a --as a")
+    try:
+        name = _session_name(shell, "a")
+        capsys.readouterr()
+        shell.run_line_magic("trainjob_sessions", "--all")
+        out = capsys.readouterr().out
+        assert "in namespaces default, team-a:" in out, out
+        assert name in out and "team-a" in out and "NAMESPACE" in out
+        shell.run_line_magic("trainjob_sessions", "--all --namespace default")
+        out = capsys.readouterr().out
+        assert "No TrainJobs created by trainjob-magics in namespace default." in out, out
+    finally:
+        shell.run_line_magic("trainjob_close", "--all")
+
+
+def _session_name(shell, alias: str) -> str:
+    from trainjob_magics.magics.extension import loaded_magics
+
+    magics = loaded_magics(shell)
+    assert magics is not None
+    return magics.host.registry.get(alias).session.name

@@ -44,7 +44,13 @@ from .result import (
 )
 from .session import TrainJobSession
 from .trainjob.body import generate_name as new_trainjob_name
-from .trainjob.orphans import ManagedTrainJob, abandon_trainjob, close_trainjob, list_trainjobs
+from .trainjob.orphans import (
+    ManagedTrainJob,
+    abandon_trainjob,
+    close_trainjob,
+    find_trainjobs,
+    list_trainjobs,
+)
 from .validation import validate_name
 
 __all__ = [
@@ -85,6 +91,7 @@ __all__ = [
     "close_trainjob",
     "connect",
     "errors",
+    "find_trainjobs",
     "list_trainjobs",
     "new_trainjob_name",
     "validate_name",

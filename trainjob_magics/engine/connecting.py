@@ -14,11 +14,12 @@ from .errors import (
     NotFoundError,
     PermissionDeniedError,
     PodNotRunningError,
+    QueueUnavailableError,
     TrainJobError,
 )
 from .exec.scripts import DEFAULT_IDLE_TIMEOUT, validate_idle_timeout
 from .kube import kubeconfig
-from .kueue.admission import check_local_queue
+from .kueue.admission import check_local_queue, default_local_queue, multikueue_refusal
 from .kueue.labels import parse_duration, queue_labels, queue_of
 from .session import TrainJobSession
 from .trainjob.body import build_trainjob, generate_name, runtime_ref
@@ -26,11 +27,9 @@ from .trainjob.idle import idle_timeout_of
 from .trainjob.lifecycle import create_trainjob, delete_hint, delete_trainjob, fetch_trainjob
 from .trainjob.readiness import OnStatus, wait_ready
 from .trainjob.runtime import (
-    fetch_jobset,
     fetch_runtime,
     list_runtime_names,
-    target_from_jobset_spec,
-    target_from_runtime,
+    trainer_target,
     unknown_runtime_message,
 )
 from .trainjob.trainer_pod import TrainerTarget
@@ -109,8 +108,6 @@ def connect(
         max_seconds = parse_duration(max_runtime)
     except ValueError as exc:
         raise InvalidInputError(str(exc)) from None
-    kueue_labels = queue_labels(queue, priority_class, max_seconds if queue else None)
-    extra_labels = validate_labels({**(labels or {}), **kueue_labels} or None)
     wait_timeout = validate_timeout(timeout)
     if wait_timeout is None:
         raise InvalidInputError("timeout must be a positive number of seconds, got None")
@@ -120,6 +117,11 @@ def connect(
     ns = namespace or default_namespace
     if queue:
         check_local_queue(api, ns, queue)
+    # Kueue manages the job with an explicit queue, or through its default LocalQueue: then
+    # the maximum run time is Kueue's to enforce (its label), else the Job's deadline.
+    managed = queue or default_local_queue(api, ns)
+    kueue_labels = queue_labels(queue, priority_class, max_seconds if managed else None)
+    extra_labels = validate_labels({**(labels or {}), **kueue_labels} or None)
     info = fetch_runtime(api, ns, runtime)
     if info is None:
         available = list_runtime_names(api, ns)
@@ -138,7 +140,7 @@ def connect(
         idle_timeout=idle,
         **resources,
     )
-    if max_seconds and not queue:
+    if max_seconds and not managed:
         body["spec"]["activeDeadlineSeconds"] = max_seconds
     try:
         created = create_trainjob(api, ns, job_name, body)
@@ -152,14 +154,13 @@ def connect(
                 reason="AlreadyExists",
             ) from None
         raise
-    target = target_from_runtime(info.obj) if info.obj is not None else None
-    if target is None:
-        jobset = fetch_jobset(api, ns, job_name)
-        target = (
-            target_from_jobset_spec(jobset.get("spec") or {}, is_mpi=None)
-            if jobset
-            else TrainerTarget(None, source="fallback")
-        )
+    created = created or {}
+    refusal = multikueue_refusal(api, ns, job_name, created)
+    if refusal is not None:
+        delete_trainjob(api, ns, job_name)
+        raise QueueUnavailableError(refusal)
+    queue = queue_of(created) or queue  # Kueue's webhook may have set the default queue
+    target = trainer_target(api, ns, job_name, info.obj)
     job_uid = str(((created or {}).get("metadata") or {}).get("uid") or "") or None
     return _session_when_ready(
         api,
@@ -210,7 +211,8 @@ def attach(
             "create a new one with connect(...)"
         )
     runtime, _kind = runtime_ref(trainjob)
-    target = _attach_target(api, ns, name, runtime)
+    info = fetch_runtime(api, ns, runtime) if runtime else None
+    target = trainer_target(api, ns, name, info.obj if info is not None else None)
     queue = queue_of(trainjob)
     job_uid = str((trainjob.get("metadata") or {}).get("uid") or "") or None
     return _session_when_ready(
@@ -281,18 +283,3 @@ def _session_when_ready(
         job_uid=job_uid,
         idle_timeout=idle_timeout,
     )
-
-
-def _attach_target(api: ApiClient, namespace: str, name: str, runtime: str) -> TrainerTarget:
-    """Trainer target of an existing job: its JobSet, else its runtime, else the fallback."""
-    jobset = fetch_jobset(api, namespace, name)
-    info = fetch_runtime(api, namespace, runtime) if runtime else None
-    is_mpi = None
-    if info is not None and info.obj is not None:
-        is_mpi = "mpi" in ((info.obj.get("spec") or {}).get("mlPolicy") or {})
-    if jobset:
-        target = target_from_jobset_spec(jobset.get("spec") or {}, is_mpi=is_mpi)
-        return TrainerTarget(target.replicated_job, target.mpi_launcher, source="jobset")
-    if info is not None and info.obj is not None:
-        return target_from_runtime(info.obj)
-    return TrainerTarget(None, source="fallback")

@@ -30,7 +30,7 @@ class EngineCalls:
     attach: Callable[..., Any] = engine.attach
     abandon: Callable[..., bool] = engine.abandon_trainjob
     new_name: Callable[[], str] = engine.new_trainjob_name
-    list_trainjobs: Callable[..., Any] = engine.list_trainjobs
+    find_trainjobs: Callable[..., Any] = engine.find_trainjobs
     close_trainjob: Callable[..., str] = engine.close_trainjob
 
 

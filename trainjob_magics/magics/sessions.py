@@ -45,24 +45,29 @@ def list_sessions(host: MagicsHost, args: Any) -> None:
         print(format_sessions(rows))
 
 
-def _managed_trainjobs(host: MagicsHost, args: Any) -> tuple[list[Any], str]:
-    """Every TrainJob the project created in the namespace, and that namespace."""
+def _managed_trainjobs(
+    host: MagicsHost, args: Any, *, with_sessions: bool = False
+) -> tuple[list[Any], list[str]]:
+    """Every TrainJob the project created, and the namespaces searched: the one asked for
+    (--namespace), else the configured one plus, ``with_sessions``, those of this kernel's
+    sessions."""
     where = cluster_settings(args, host.settings)
+    namespaces: list[str | None] = [where["namespace"]]
+    if with_sessions and not args.namespace:
+        namespaces += [e.session.namespace for e in host.registry.entries()]
     try:
-        jobs = host.engine.list_trainjobs(
-            where["namespace"], context=where["context"], config_file=where["config_file"]
+        return host.engine.find_trainjobs(
+            namespaces, context=where["context"], config_file=where["config_file"]
         )
     except Exception as exc:
         raise as_one_line(exc) from None
-    namespace = jobs[0].namespace if jobs else where["namespace"] or ""
-    return jobs, namespace
 
 
 def list_all_trainjobs(host: MagicsHost, args: Any) -> None:
-    """``%trainjob_sessions --all``."""
-    jobs, namespace = _managed_trainjobs(host, args)
+    """``%trainjob_sessions --all``: every namespace of this kernel's sessions too."""
+    jobs, namespaces = _managed_trainjobs(host, args, with_sessions=True)
     own = {session_name(e.session) for e in host.registry.entries()}
-    print(format_trainjobs(jobs, own, namespace))
+    print(format_trainjobs(jobs, own, namespaces))
 
 
 # ------------------------------------------------------------------ %trainjob_status
@@ -84,14 +89,14 @@ def show_status(host: MagicsHost, args: Any) -> None:
 
 
 def _status_by_name(host: MagicsHost, args: Any, name: str) -> None:
-    jobs, namespace = _managed_trainjobs(host, args)
+    jobs, namespaces = _managed_trainjobs(host, args)
     found = [j for j in jobs if j.name == name]
     if not found:
         raise TrainJobUsageError(
             f"no session or TrainJob named {name!r} (this kernel's sessions: "
             f"{host.known_aliases()}; list every TrainJob with %trainjob_sessions --all)"
         )
-    print(format_trainjobs(found, set(), namespace))
+    print(format_trainjobs(found, set(), namespaces))
 
 
 def render_status(host: MagicsHost, entry: Entry, quiet_errors: bool = False) -> None:

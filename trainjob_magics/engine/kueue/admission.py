@@ -20,37 +20,38 @@ from ..errors import (
     QueueUnavailableError,
     TrainJobError,
 )
-from ..kube.requests import request
 from ..notify import notify
 from ..result import QueueStatus
 from .api import (
+    DEFAULT_LOCAL_QUEUE,
     KUEUE_GROUP,
+    MULTIKUEUE_CONTROLLER,
     Visibility,
     fetch_local_queue,
+    multikueue_check,
     queue_status,
 )
+from .discovery import kueue_api
+from .labels import queue_of
 from .status import queued_fingerprint
 
 log = logging.getLogger(__name__)
 
 
 def check_local_queue(api: ApiClient, namespace: str, name: str) -> None:
-    """Fail fast before creating anything when the LocalQueue is missing or stopped.
-
-    Raises QueueUnavailableError with Kueue's wording; a 403 (cannot read LocalQueues) passes.
-    """
+    """Fail fast before creating anything when Kueue is missing or the LocalQueue is missing or
+    stopped. Raises QueueUnavailableError with Kueue's wording; a 403 (cannot read LocalQueues)
+    passes."""
+    if not kueue_api(api).installed:
+        raise QueueUnavailableError(
+            f"Kueue is not installed on this cluster (no {KUEUE_GROUP} API), so queue "
+            f"{name!r} cannot be used: connect without queue=..."
+        )
     try:
         lq = fetch_local_queue(api, namespace, name)
     except PermissionDeniedError:
         return
     except NotFoundError:
-        try:
-            request(api, "GET", f"/apis/{KUEUE_GROUP}", verb="get", resource="API group")
-        except NotFoundError:
-            raise QueueUnavailableError(
-                f"Kueue is not installed on this cluster (no {KUEUE_GROUP} API), so queue "
-                f"{name!r} cannot be used: connect without queue=..."
-            ) from None
         raise QueueUnavailableError(
             f"LocalQueue {name} doesn't exist in namespace {namespace}; list the queues with "
             f"`kubectl get localqueues -n {namespace}` and pass one of them as the queue"
@@ -60,6 +61,38 @@ def check_local_queue(api: ApiClient, namespace: str, name: str) -> None:
             f"LocalQueue {name} is stopped (stopPolicy {lq['spec']['stopPolicy']}) in namespace "
             f"{namespace}; ask your cluster admin to resume it, or use another queue"
         )
+
+
+def default_local_queue(api: ApiClient, namespace: str) -> str | None:
+    """``default`` when Kueue will queue a job created without a queue label in ``namespace``
+    (LocalQueueDefaulting, on by default since Kueue 0.12: a LocalQueue named ``default``
+    exists; pkg/controller/jobs/trainjob/trainjob_webhook.go), else None."""
+    if not kueue_api(api).installed:
+        return None
+    try:
+        fetch_local_queue(api, namespace, DEFAULT_LOCAL_QUEUE)
+    except TrainJobError:  # missing, or not readable: the created object tells later
+        return None
+    return DEFAULT_LOCAL_QUEUE
+
+
+def multikueue_refusal(
+    api: ApiClient, namespace: str, name: str, trainjob: Mapping[str, Any]
+) -> str | None:
+    """The one line refusing a TrainJob Kueue hands to MultiKueue (``spec.managedBy``), or
+    None. Its pods would run on a worker cluster, where exec cannot reach them from here."""
+    if (trainjob.get("spec") or {}).get("managedBy") != MULTIKUEUE_CONTROLLER:
+        return None
+    queue = queue_of(trainjob) or "?"
+    cluster_queue, check = multikueue_check(api, namespace, queue)
+    where = f"ClusterQueue {cluster_queue}" if cluster_queue else f"the ClusterQueue of {queue}"
+    via = f" admission check {check}" if check else " admission check"
+    return (
+        f"TrainJob {name} would run on a MultiKueue worker cluster ({where} has the MultiKueue"
+        f"{via}; LocalQueue {queue}): its pods never start on this cluster and exec cannot "
+        "reach them from here, so it was deleted; use a LocalQueue whose ClusterQueue runs "
+        "jobs on this cluster"
+    )
 
 
 def unavailable_message(qs: QueueStatus, name: str, namespace: str, deleted: bool) -> str:

@@ -13,21 +13,10 @@ from kubernetes.client import ApiClient
 from ..errors import ApiServerError, NotFoundError, PermissionDeniedError, TrainJobError
 from ..kube.requests import request
 from ..result import QueueStatus
+from .discovery import KUEUE_GROUP, VISIBILITY_GROUP, kueue_api
 from .status import parse_workload
 
 log = logging.getLogger(__name__)
-
-
-KUEUE_GROUP = "kueue.x-k8s.io"
-
-
-KUEUE_VERSION = "v1beta2"
-
-
-VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
-
-
-VISIBILITY_VERSIONS = ("v1beta2", "v1beta1")
 
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
@@ -40,6 +29,10 @@ MAX_EXEC_TIME_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
 
 
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+DEFAULT_LOCAL_QUEUE = "default"  # LocalQueueDefaulting
+# spec.managedBy of a job MultiKueue dispatches, and the controllerName of its AdmissionCheck
+# (pkg/controller/admissionchecks/multikueue, pkg/controller/jobs/trainjob/trainjob_webhook.go)
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
 
 
 WORKLOAD_RESOURCE = f"workloads.{KUEUE_GROUP}"
@@ -51,12 +44,11 @@ LOCALQUEUE_RESOURCE = f"localqueues.{KUEUE_GROUP}"
 VISIBILITY_RESOURCE = f"localqueues/pendingworkloads.{VISIBILITY_GROUP}"
 
 
-def workload_path(namespace: str) -> str:
-    return f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/namespaces/{namespace}/workloads"
-
-
-def localqueue_path(namespace: str, name: str) -> str:
-    return f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/namespaces/{namespace}/localqueues/{name}"
+def kueue_path(api: ApiClient, namespace: str, plural: str, name: str | None = None) -> str:
+    """The path of a namespaced Kueue object in the version the cluster serves."""
+    version = kueue_api(api).version or "v1beta2"
+    base = f"/apis/{KUEUE_GROUP}/{version}/namespaces/{namespace}/{plural}"
+    return f"{base}/{name}" if name else base
 
 
 def fetch_local_queue(
@@ -66,7 +58,7 @@ def fetch_local_queue(
     return request(
         api,
         "GET",
-        localqueue_path(namespace, name),
+        kueue_path(api, namespace, "localqueues", name),
         verb="get",
         resource=LOCALQUEUE_RESOURCE,
         namespace=namespace,
@@ -75,12 +67,60 @@ def fetch_local_queue(
     )
 
 
+def cluster_path(api: ApiClient, plural: str, name: str) -> str:
+    """The path of a cluster-scoped Kueue object (ClusterQueue, AdmissionCheck)."""
+    return f"/apis/{KUEUE_GROUP}/{kueue_api(api).version or 'v1beta2'}/{plural}/{name}"
+
+
+def multikueue_check(
+    api: ApiClient, namespace: str, local_queue: str
+) -> tuple[str | None, str | None]:
+    """(ClusterQueue, its MultiKueue AdmissionCheck) behind a LocalQueue; None where unreadable."""
+    try:
+        lq = fetch_local_queue(api, namespace, local_queue)
+        cq_name = (lq.get("spec") or {}).get("clusterQueue")
+        if not cq_name:
+            return None, None
+        cq = request(
+            api,
+            "GET",
+            cluster_path(api, "clusterqueues", cq_name),
+            verb="get",
+            resource=f"clusterqueues.{KUEUE_GROUP}",
+            name=cq_name,
+        )
+    except TrainJobError:
+        return None, None
+    spec = cq.get("spec") or {}
+    names = list(spec.get("admissionChecks") or [])
+    names += [
+        str(r.get("name"))
+        for r in (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []
+        if r.get("name")
+    ]
+    for check in names:
+        try:
+            ac = request(
+                api,
+                "GET",
+                cluster_path(api, "admissionchecks", check),
+                verb="get",
+                resource=f"admissionchecks.{KUEUE_GROUP}",
+                name=check,
+            )
+        except TrainJobError:
+            continue
+        if (ac.get("spec") or {}).get("controllerName") == MULTIKUEUE_CONTROLLER:
+            return cq_name, check
+    return cq_name, names[0] if len(names) == 1 else None
+
+
 def find_workload(api: ApiClient, namespace: str, job_uid: str) -> dict[str, Any] | None:
     """The Workload whose job-uid label is the TrainJob's UID (newest if several), or None."""
     data = request(
         api,
         "GET",
-        workload_path(namespace),
+        kueue_path(api, namespace, "workloads"),
         verb="list",
         resource=WORKLOAD_RESOURCE,
         namespace=namespace,
@@ -93,12 +133,17 @@ def find_workload(api: ApiClient, namespace: str, job_uid: str) -> dict[str, Any
 
 
 class Visibility:
-    """Queue positions from the visibility API; turns itself off after a 403 or 404."""
+    """Queue positions from the visibility API, in the versions discovery lists; turns itself
+    off after a 403, or when discovery says the API is not served. A 404 for one queue is
+    transient (Kueue answers so for a LocalQueue it has not seen yet)."""
 
     def __init__(self, api: ApiClient) -> None:
         self.api = api
         self.note = ""  # set once positions became unavailable
-        self._versions = list(VISIBILITY_VERSIONS)
+        found = kueue_api(api)
+        self._versions = list(found.visibility)
+        if found.known and not self._versions:
+            self.note = "Kueue visibility API not available"
         self._cluster_queues: dict[tuple[str, str], str | None] = {}
 
     def cluster_queue(self, namespace: str, local_queue: str) -> str | None:
@@ -142,10 +187,7 @@ class Visibility:
                 self.note = "no permission for the Kueue visibility API"
                 return None, None
             except NotFoundError:
-                self._versions.pop(0)
-                if not self._versions:
-                    self.note = "Kueue visibility API not available"
-                continue
+                return None, None  # this queue is not known yet: try again next time
             except ApiServerError as exc:
                 log.debug("visibility API failed: %s", exc)
                 return None, None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -138,6 +138,27 @@ def list_trainjobs(
         return managed_trainjobs(api, namespace or default_namespace)
     finally:
         api.close()
+
+
+def find_trainjobs(
+    namespaces: Iterable[str | None],
+    *,
+    context: str | None = None,
+    config_file: str | None = None,
+) -> tuple[list[ManagedTrainJob], list[str]]:
+    """Every TrainJob trainjob-magics created in these namespaces (None: the kubeconfig's), and
+    the namespaces searched, each once, in order."""
+    wanted = list(namespaces) or [None]
+    for ns in wanted:
+        if ns is not None:
+            validate_namespace(ns)
+    api, default_namespace = kubeconfig.load(config_file, context)
+    searched = list(dict.fromkeys(ns or default_namespace for ns in wanted))
+    try:
+        jobs = [job for ns in searched for job in managed_trainjobs(api, ns)]
+    finally:
+        api.close()
+    return jobs, searched
 
 
 def close_trainjob(

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client import ApiClient
 
-from ..errors import NotFoundError, PermissionDeniedError
+from ..errors import NotFoundError, PermissionDeniedError, TrainJobError
 from ..kube.names import (
     ANCESTOR_LABEL,
     ANCESTOR_TRAINER,
@@ -20,6 +21,8 @@ from ..kube.names import (
 )
 from ..kube.requests import request
 from .trainer_pod import LAUNCHER, NODE, TrainerTarget
+
+SNAPSHOT_SUFFIX = "-runtime-snapshot"
 
 
 @dataclass(frozen=True)
@@ -143,3 +146,59 @@ def fetch_jobset(api: ApiClient, namespace: str, name: str) -> Mapping[str, Any]
         )
     except (NotFoundError, PermissionDeniedError):
         return None
+
+
+def fetch_runtime_snapshot(api: ApiClient, namespace: str, name: str) -> Mapping[str, Any] | None:
+    """The runtime Trainer v2.3 reconciles TrainJob ``name`` from: the ``runtime`` key of the
+    ConfigMap ``<name>-runtime-snapshot`` it owns (kubeflow/trainer
+    pkg/runtime/core/snapshot.go); None before v2.3, before the first reconcile, or unreadable."""
+    cm_name = f"{name}{SNAPSHOT_SUFFIX}"
+    try:
+        cm = request(
+            api,
+            "GET",
+            f"/api/v1/namespaces/{namespace}/configmaps/{cm_name}",
+            verb="get",
+            resource="configmaps",
+            namespace=namespace,
+            name=cm_name,
+        )
+    except TrainJobError:
+        return None
+    text = (cm.get("data") or {}).get("runtime")
+    if not text:
+        return None
+    try:
+        found = json.loads(text) if text.lstrip().startswith("{") else _yaml(text)
+    except ValueError:
+        return None
+    return found if isinstance(found, Mapping) else None
+
+
+def _yaml(text: str) -> Any:
+    try:
+        import yaml
+    except ImportError as exc:  # PyYAML comes with the kubernetes client
+        raise ValueError("no YAML parser") from exc
+    return yaml.safe_load(text)
+
+
+def trainer_target(
+    api: ApiClient, namespace: str, name: str, runtime: Mapping[str, Any] | None
+) -> TrainerTarget:
+    """Where a TrainJob's trainer pod is, from what actually runs: its JobSet, else the v2.3
+    runtime snapshot, else the live runtime; the fallback rules when none can be read."""
+    is_mpi = (
+        "mpi" in (((runtime or {}).get("spec") or {}).get("mlPolicy") or {}) if runtime else None
+    )
+    jobset = fetch_jobset(api, namespace, name)
+    if jobset:
+        target = target_from_jobset_spec(jobset.get("spec") or {}, is_mpi=is_mpi)
+        return TrainerTarget(target.replicated_job, target.mpi_launcher, source="jobset")
+    snapshot = fetch_runtime_snapshot(api, namespace, name)
+    if snapshot is not None:
+        target = target_from_runtime(snapshot)
+        return TrainerTarget(target.replicated_job, target.mpi_launcher, source="snapshot")
+    if runtime is not None:
+        return target_from_runtime(runtime)
+    return TrainerTarget(None, source="fallback")

@@ -30,7 +30,7 @@ class TrainerTarget:
 
     replicated_job: str | None
     mpi_launcher: bool = False
-    source: str = "runtime"  # "runtime" | "jobset" | "fallback"
+    source: str = "runtime"  # "runtime" | "snapshot" | "jobset" | "fallback"
 
 
 def _is_candidate(pod: Pod, target: TrainerTarget | None) -> bool:
