@@ -14,6 +14,7 @@ from .errors import (
     NotFoundError,
     PermissionDeniedError,
     PodNotRunningError,
+    PodStartError,
     QueueUnavailableError,
     TrainJobError,
 )
@@ -25,6 +26,7 @@ from .session import TrainJobSession
 from .trainjob.body import build_trainjob, generate_name, runtime_ref
 from .trainjob.idle import idle_timeout_of
 from .trainjob.lifecycle import create_trainjob, delete_hint, delete_trainjob, fetch_trainjob
+from .trainjob.pending import DEFAULT_IMAGE_PULL_RETRIES
 from .trainjob.readiness import OnStatus, wait_ready
 from .trainjob.runtime import (
     fetch_runtime,
@@ -70,6 +72,7 @@ def connect(
     priority_class: str | None = None,
     max_runtime: str | int | float | None = None,
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+    image_pull_retries: int = DEFAULT_IMAGE_PULL_RETRIES,
 ) -> TrainJobSession:
     """Create an interactive TrainJob and return a session once its trainer pod is Running.
 
@@ -82,7 +85,9 @@ def connect(
     ``queue`` (a Kueue LocalQueue) and ``priority_class`` set Kueue's labels; ``max_runtime``
     (seconds or "8h", "90m") becomes ``kueue.x-k8s.io/max-exec-time-seconds`` with a queue and
     ``spec.activeDeadlineSeconds`` without one (docs/kueue.md). A missing or inactive queue
-    raises QueueUnavailableError; a timeout while queued raises QueuedTimeoutError.
+    raises QueueUnavailableError; a timeout while queued raises QueuedTimeoutError. A
+    trainer pod that cannot start (a bad image name, or ``image_pull_retries`` failed pulls)
+    raises PodStartError and the TrainJob is deleted.
     """
     started = time.monotonic()
     validate_object_name(runtime, "runtime name")
@@ -175,6 +180,7 @@ def connect(
         job_uid=job_uid,
         idle_timeout=idle,
         created=True,
+        image_pull_retries=image_pull_retries,
     )
 
 
@@ -245,6 +251,7 @@ def _session_when_ready(
     job_uid: str | None,
     idle_timeout: float | None,
     created: bool,
+    image_pull_retries: int = DEFAULT_IMAGE_PULL_RETRIES,
 ) -> TrainJobSession:
     """Wait until the job is ready and return its session. ``created``: this call created the
     job, so Ctrl-C, a permission error or an unavailable queue deletes it again."""
@@ -261,8 +268,9 @@ def _session_when_ready(
             queue=queue,
             job_uid=job_uid,
             delete_on_unavailable=created,
+            image_pull_retries=image_pull_retries,
         )
-    except (KeyboardInterrupt, PermissionDeniedError):
+    except (KeyboardInterrupt, PermissionDeniedError, PodStartError):
         if created:
             # The caller has no session to close (and cannot watch its pods without RBAC): do
             # not leave the job holding resources.

@@ -38,6 +38,11 @@ class PodNotRunningError(TrainJobError):
     """The trainer pod is gone, not Running, Succeeded or Failed."""
 
 
+class PodStartError(PodNotRunningError):
+    """The trainer pod cannot start and waiting will not help (a bad image name, an image
+    that failed to pull too often); ``problem`` says why."""
+
+
 class TrainJobFailedError(PodNotRunningError):
     """The TrainJob reports a ``Failed`` condition."""
 

@@ -174,6 +174,7 @@ class JobStatus:
     trainer_pod: str | None = None
     elapsed: float = 0.0
     queue: QueueStatus | None = None  # Kueue state, position and message (queued jobs only)
+    problem: str = ""  # why the trainer pod waits: the scheduler's or kubelet's words
 
 
 def _unlink(path: str) -> None:

@@ -37,6 +37,12 @@ class TrainJobConfig(Configurable):
         "ends itself and frees its resources (heartbeats flow while the kernel lives, so this "
         "bounds how long a killed kernel's job lingers); 0 keeps it forever.",
     )
+    image_pull_retries = _setting(
+        Int,
+        3,
+        "Failed image pulls of the trainer pod after which %trainjob_connect gives up (and deletes "
+        "the new TrainJob); an invalid image name gives up at once.",
+    )
     context = _setting(Unicode, "", "Kubeconfig context to use; empty: the current one.")
     kubeconfig = _setting(Unicode, "", "Kubeconfig file; empty: $KUBECONFIG or ~/.kube/config.")
     display_max_lines = _setting(

@@ -28,7 +28,17 @@ _NEW_JOB_OPTIONS = (
     "priority",
     "max_runtime",
 )
-_CONNECT_KEYS = ("image", "num_nodes", "command", "cpu", "memory", "gpu", "env", "idle_timeout")
+_CONNECT_KEYS = (
+    "image",
+    "num_nodes",
+    "command",
+    "cpu",
+    "memory",
+    "gpu",
+    "env",
+    "idle_timeout",
+    "image_pull_retries",
+)
 _KUEUE_KEYS = ("queue", "priority_class", "max_runtime")
 
 
@@ -117,6 +127,7 @@ def connect_settings(host: MagicsHost, args: Any) -> dict[str, Any]:
         **cluster_settings(args, host.settings),
         "command": ["sh", "-c", keep_alive] if keep_alive else None,
         "idle_timeout": host.settings.idle_timeout if host.settings.idle_timeout > 0 else None,
+        "image_pull_retries": host.settings.image_pull_retries,
     }
 
 

@@ -20,6 +20,7 @@ from ..errors import (
     QueueUnavailableError,
     TrainJobError,
 )
+from ..kube.events import events_about
 from ..notify import notify
 from ..result import QueueStatus
 from .api import (
@@ -36,6 +37,8 @@ from .labels import queue_of
 from .status import queued_fingerprint
 
 log = logging.getLogger(__name__)
+
+REFUSALS = ("WorkloadPriorityClassNotFound",)  # job events that mean "no Workload, ever"
 
 
 def check_local_queue(api: ApiClient, namespace: str, name: str) -> None:
@@ -119,6 +122,20 @@ def queued_timeout_message(qs: QueueStatus, name: str, namespace: str, timeout: 
     )
 
 
+def workload_refused(
+    api: ApiClient, namespace: str, name: str, local_queue: str | None
+) -> QueueStatus | None:
+    """Why Kueue created no Workload for the TrainJob, when its Events say it will not:
+    ``WorkloadPriorityClassNotFound`` ("WorkloadPriorityClass %q not found", recorded by the
+    job reconciler, pkg/controller/jobframework/reconciler.go); None otherwise."""
+    for event in reversed(events_about(api, namespace, name, "TrainJob")):
+        if event.reason in REFUSALS:
+            return QueueStatus(
+                "Inactive", reason=event.reason, message=event.message, local_queue=local_queue
+            )
+    return None
+
+
 def wait_for_admission(
     api: ApiClient,
     namespace: str,
@@ -139,6 +156,11 @@ def wait_for_admission(
     visibility = Visibility(api)
     while True:
         qs = queue_status(api, namespace, job_uid, local_queue, visibility)
+        if qs.workload is None:
+            refused = workload_refused(api, namespace, name, local_queue)
+            if refused is not None:
+                report(refused)
+                raise QueueUnavailableError(refused.message, reason=refused.reason)
         report(qs)
         if qs.state in ("Inactive", "Deactivated"):
             raise QueueUnavailableError(qs.message or qs.state, reason=qs.reason)

@@ -7,6 +7,7 @@ sleeps, no polling.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -18,9 +19,11 @@ from ..errors import (
     ConnectTimeoutError,
     NotFoundError,
     PodNotRunningError,
+    PodStartError,
     TrainJobError,
     TrainJobFailedError,
 )
+from ..kube.events import events_about
 from ..kube.objects import is_running, pod_name, pod_phase
 from ..kueue.admission import QueueReporter, admit_or_raise
 from ..kueue.api import find_workload
@@ -28,11 +31,14 @@ from ..kueue.status import eviction_count
 from ..notify import notify
 from ..result import JobStatus
 from .lifecycle import delete_hint, delete_trainjob, fetch_trainjob
+from .pending import DEFAULT_IMAGE_PULL_RETRIES, PodProblem, pod_problem
 from .status import job_status, trainjob_failure
 from .targets import job_pods_watcher
 from .trainer_pod import TrainerTarget, select_trainer_pod
 
 log = logging.getLogger(__name__)
+
+EVENTS_EVERY = 2.0  # seconds between two reads of the waiting trainer pod's Events
 
 
 def _fingerprint(status: JobStatus) -> tuple[Any, ...]:
@@ -70,10 +76,13 @@ def wait_for_trainer_pod(
     timeout: float,
     started_at: float | None = None,
     on_status: Callable[[JobStatus], None] | None = None,
+    image_pull_retries: int = DEFAULT_IMAGE_PULL_RETRIES,
 ) -> dict[str, Any]:
     """Block until the trainer pod of TrainJob ``name`` is Running and return it.
 
-    Raises PodNotRunningError (pod Succeeded/Failed, job deleted), TrainJobFailedError
+    While it waits, the pod and its Events say why (unschedulable, image pull): that goes into
+    ``JobStatus.problem`` and the timeout message. Raises PodNotRunningError (pod
+    Succeeded/Failed, job deleted), PodStartError (a hopeless image state), TrainJobFailedError
     (Failed condition) or ConnectTimeoutError (the TrainJob is left in place).
     """
     started = time.monotonic() if started_at is None else started_at
@@ -106,10 +115,33 @@ def wait_for_trainer_pod(
                 " and connect again"
             )
 
+    problem: list[PodProblem | None] = [None]
+    events_read = [0.0]
+
+    def why_waiting(trainer: dict[str, Any] | None) -> PodProblem | None:
+        """The trainer pod's problem (its Events read at most every EVENTS_EVERY s)."""
+        if trainer is None or is_running(trainer):
+            return None
+        now = time.monotonic()
+        if problem[0] is None or now - events_read[0] >= EVENTS_EVERY:
+            events_read[0] = now
+            events = events_about(api, namespace, pod_name(trainer), "Pod")
+            problem[0] = pod_problem(trainer, events, image_pull_retries=image_pull_retries)
+        return problem[0]
+
     def check() -> dict[str, Any] | None:
         pods = list(watcher.objects.values())
-        reporter.report(job_status(name, namespace, runtime, trainjob, pods, target, started))
         trainer = select_trainer_pod(pods, target)
+        found = why_waiting(trainer)
+        status = job_status(name, namespace, runtime, trainjob, pods, target, started)
+        if found is not None:
+            status = dataclasses.replace(status, problem=found.line())
+        reporter.report(status)
+        if found is not None and found.hopeless:
+            raise PodStartError(
+                f"the trainer pod of TrainJob {name} cannot start: {found.line()}; fix the "
+                f"image (or what it needs) and connect again"
+            )
         if trainer is None:
             return None
         if is_running(trainer):
@@ -126,6 +158,8 @@ def wait_for_trainer_pod(
     pod = watcher.run(deadline, check, refresh=refresh)
     if pod is None:
         last = reporter.last.message if reporter.last is not None else "no status"
+        if problem[0] is not None:
+            last = f"{last}; waiting because {problem[0].line()}"
         raise ConnectTimeoutError(
             f"the trainer pod of TrainJob {name} was not Running after {timeout:g}s ({last}); "
             f"the TrainJob still exists: keep waiting with attach({name!r}, "
@@ -159,6 +193,7 @@ def wait_ready(
     queue: str | None,
     job_uid: str | None,
     delete_on_unavailable: bool = False,
+    image_pull_retries: int = DEFAULT_IMAGE_PULL_RETRIES,
 ) -> dict[str, Any]:
     """Wait for Kueue admission (queued jobs), then for the trainer pod to run."""
     if not queue or not job_uid:
@@ -171,6 +206,7 @@ def wait_ready(
             timeout=timeout,
             started_at=started,
             on_status=on_status,
+            image_pull_retries=image_pull_retries,
         )
     deadline = time.monotonic() + timeout
     reporter = QueueReporter(on_status)
@@ -199,4 +235,5 @@ def wait_ready(
         timeout=max(1.0, deadline - time.monotonic()),
         started_at=started,
         on_status=reporter.wrap,
+        image_pull_retries=image_pull_retries,
     )

@@ -38,6 +38,8 @@ def render_status_html(
     kueue = queue_line(status)
     if kueue:
         msg += f'<div class="tjm-queue" style="color:#555">{e(kueue)}</div>'
+    if getattr(status, "problem", ""):
+        msg += f'<div class="tjm-problem" style="color:#a66300">Waiting: {e(status.problem)}</div>'
     pods = list(status.pods or [])
     if not pods:
         return (

@@ -95,6 +95,8 @@ def format_status(status: Any, now: datetime | None = None, elapsed: float | Non
     kueue = queue_line(status)
     if kueue:
         out.append(f"  {kueue}")
+    if getattr(status, "problem", ""):
+        out.append(f"  Waiting: {status.problem}")
     pods = list(status.pods or [])
     if pods:
         out.append(table(POD_COLUMNS, pod_rows(pods, now), indent="  "))
@@ -118,6 +120,8 @@ def status_change_line(status: Any) -> str:
     kueue = queue_line(status)
     if kueue and status.state not in ("Running",):
         line += f" [{kueue}]"
+    if getattr(status, "problem", ""):
+        line += f" - waiting: {status.problem}"
     return line
 
 
