@@ -408,6 +408,21 @@ def problems(
     return [f"{release} {version}: {w}" for w in warnings + errors]
 
 
+def releases_with(plural: str) -> list[str]:
+    """Every release (oldest first) that has CRD ``plural``."""
+    return [release for release, crds in crd_index().items() if plural in crds]
+
+
+def matrix_problems(
+    plural: str, obj: dict, old: dict | None = None, releases: list[str] | None = None
+) -> list[str]:
+    """``problems`` of ``obj`` on every release that has CRD ``plural`` (or on ``releases``)."""
+    out: list[str] = []
+    for release in releases if releases is not None else releases_with(plural):
+        out += problems(plural, obj, old, release)
+    return out
+
+
 # --- every rule -------------------------------------------------------------------------
 
 
