@@ -391,11 +391,11 @@ def as_served(plural: str, obj: dict, release: str) -> tuple[dict, str]:
 _KUEUE_PLURALS = ("workloads", "clusterqueues", "localqueues", "resourceflavors")
 
 
-def problems(
+def check(
     plural: str, obj: dict, old: dict | None = None, release: str | None = None
-) -> list[str]:
-    """What the apiserver of ``release`` would object to in ``obj`` (an update of ``old``
-    when given): fields it would drop, and validation errors as ``path: message``."""
+) -> tuple[str, list[str], list[tuple[str, str]]]:
+    """``obj`` (an update of ``old`` when given) on the apiserver of ``release``: the version
+    it is validated in, the fields the server would drop, and the errors as (path, message)."""
     release = release or newest_release(plural)
     obj, version = as_served(plural, obj, release)
     if old is not None:
@@ -404,8 +404,18 @@ def problems(
     pruned, warnings = prune(schema, obj)
     old_pruned = prune(schema, old)[0] if old is not None else None
     validator = crd_validator(plural, version, release)
-    errors = [f"{field_path(e)}: {e.message}" for e in validator.iter_errors(pruned, old_pruned)]
-    return [f"{release} {version}: {w}" for w in warnings + errors]
+    errors = [(field_path(e), e.message) for e in validator.iter_errors(pruned, old_pruned)]
+    return version, warnings, errors
+
+
+def problems(
+    plural: str, obj: dict, old: dict | None = None, release: str | None = None
+) -> list[str]:
+    """What the apiserver of ``release`` would object to in ``obj`` (an update of ``old``
+    when given): fields it would drop, and validation errors as ``path: message``."""
+    release = release or newest_release(plural)
+    version, warnings, errors = check(plural, obj, old, release)
+    return [f"{release} {version}: {w}" for w in warnings + [f"{p}: {m}" for p, m in errors]]
 
 
 def releases_with(plural: str) -> list[str]:
