@@ -20,7 +20,7 @@ from tests.crd_schema import (
     rules_of,
     served_versions,
 )
-from tests.helpers.cel import CelCompileError, compile_rule
+from tests.helpers.cel import CelCompileError, CelEvalError, compile_rule
 from tests.helpers.k8s_data import have_k8s_data, k8s_data_dir, require_k8s_data
 
 
@@ -126,6 +126,25 @@ def test_a_rule_outside_the_library_fails_loudly() -> None:
     with pytest.raises(CelCompileError, match="fieldPath"):
         compile_rule({"rule": "true", "fieldPath": ".a"})
     assert compile_rule({"rule": "self.lowerAscii() == 'a' && self.?x.orValue(1) == 1"})
+
+
+def test_messages_and_errors_like_the_apiserver() -> None:
+    rule = compile_rule({"rule": "self > 1", "messageExpression": "'got ' + string(self)"})
+    assert rule.evaluate(2) is True and rule.evaluate(0) is False
+    assert rule.failure_message(0) == "got 0"
+    assert compile_rule({"rule": "self > 1"}).failure_message(0) == "failed rule: self > 1"
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "object", "x-kubernetes-validations": [{"rule": "self.b"}]}},
+    }
+    [error] = cel_errors(schema, {"a": {}})
+    assert field_path(error) == "a"
+    assert error.message.endswith("evaluating rule: self.b") and "b" in error.message
+    # int-or-string: CEL's || absorbs the error of the branch that does not apply
+    either = compile_rule({"rule": "self > 0 || self in ['auto', 'cpu', 'gpu']"})
+    assert either.evaluate("auto") and either.evaluate(2) and not either.evaluate(0)
+    with pytest.raises(CelEvalError, match="No matching overloads"):
+        either.evaluate("tpu")  # an error || false is an error: the server rejects it too
 
 
 # --- transition rules: every `self == oldSelf` of every CRD --------------------------------

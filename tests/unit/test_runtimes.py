@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from tests.crd_schema import crd_validator, field_path, load_crd_schema, prune
-from tests.helpers.k8s_data import require_k8s_data
+from tests.helpers.k8s_data import release_params, require_k8s_data
 from trainjob_magics.localcluster.runtimes import (
     ANCESTOR_LABEL,
     load_builtin_runtimes,
@@ -37,10 +37,11 @@ def shared_runtime(framework: str) -> dict:
     return doc
 
 
-def assert_valid(plural: str, obj: dict) -> None:
-    pruned, warnings = prune(load_crd_schema(plural), obj)
+def assert_valid(plural: str, obj: dict, release: str | None = None) -> None:
+    pruned, warnings = prune(load_crd_schema(plural, release=release), obj)
     assert warnings == [], f"fields the real server would drop: {warnings}"
-    errors = [f"{field_path(e)}: {e.message}" for e in crd_validator(plural).iter_errors(pruned)]
+    validator = crd_validator(plural, release=release)
+    errors = [f"{field_path(e)}: {e.message}" for e in validator.iter_errors(pruned)]
     assert errors == []
 
 
@@ -49,13 +50,16 @@ def test_builtin_names() -> None:
     assert names == ["deepspeed-distributed", "mpi-interactive", "torch-distributed"]
 
 
+@pytest.mark.parametrize("release", release_params("trainer"))
 @pytest.mark.parametrize("name", ["torch-distributed", "deepspeed-distributed", "mpi-interactive"])
-def test_builtin_valid_against_real_crd(name: str) -> None:
+def test_builtin_valid_against_real_crd(name: str, release: str) -> None:
+    """Valid for every Trainer release's runtime CRDs (v2.0.1 ... v2.3.0)."""
+    require_k8s_data()
     runtime = builtin(name)
-    assert_valid("clustertrainingruntimes", runtime)
+    assert_valid("clustertrainingruntimes", runtime, release)
     namespaced = {**copy.deepcopy(runtime), "kind": "TrainingRuntime"}
     namespaced["metadata"]["namespace"] = "default"
-    assert_valid("trainingruntimes", namespaced)
+    assert_valid("trainingruntimes", namespaced, release)
 
 
 def test_validator_catches_a_broken_runtime() -> None:
