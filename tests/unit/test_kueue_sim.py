@@ -12,7 +12,14 @@ import pytest
 
 from tests.crd_schema import crd_validator, load_crd_schema, prune
 from trainjob_magics.localcluster.controller import Controller
-from trainjob_magics.localcluster.faults import Faults
+from trainjob_magics.localcluster.core.faults import Faults
+from trainjob_magics.localcluster.core.resources import (
+    CLUSTER_TRAINING_RUNTIMES,
+    NAMESPACES,
+    TRAINJOBS,
+    default_registry,
+)
+from trainjob_magics.localcluster.core.store import Store
 from trainjob_magics.localcluster.kueue import (
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
@@ -21,14 +28,7 @@ from trainjob_magics.localcluster.kueue import (
     KueueSimulation,
 )
 from trainjob_magics.localcluster.kueue.quantity import format_quantity, parse_quantity
-from trainjob_magics.localcluster.resources import (
-    CLUSTER_TRAINING_RUNTIMES,
-    NAMESPACES,
-    TRAINJOBS,
-    default_registry,
-)
 from trainjob_magics.localcluster.runtimes import load_builtin_runtimes
-from trainjob_magics.localcluster.store import Store
 
 pytestmark = pytest.mark.timeout(30)
 

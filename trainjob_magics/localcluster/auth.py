@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from .api_request import USER_KEY, Target
-from .apierror import ApiError, forbidden
+from .core.apierror import ApiError, forbidden
 from .server_context import ServerContext, User
 
 

@@ -14,18 +14,19 @@ from typing import Any
 
 from aiohttp import web
 
-from .apierror import ApiError
 from .controller import Controller
-from .faults import Faults
-from .kubeconfig import write_kubeconfig
-from .kueue import KueueConfig, KueueSimulation
-from .resources import (
+from .core.apierror import ApiError
+from .core.faults import Faults
+from .core.resources import (
     CLUSTER_TRAINING_RUNTIMES,
     NAMESPACES,
     TRAINING_RUNTIMES,
     Registry,
     default_registry,
 )
+from .core.store import Store
+from .kubeconfig import write_kubeconfig
+from .kueue import KueueConfig, KueueSimulation
 from .server import ApiServer
 from .server_context import (
     AdmissionHook,
@@ -34,7 +35,6 @@ from .server_context import (
     User,
     new_token,
 )
-from .store import Store
 from .tls import make_tls
 
 log = logging.getLogger(__name__)

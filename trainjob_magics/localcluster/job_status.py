@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from .apierror import ApiError
-from .conditions import condition, set_condition
 from .container_status import pod_ready
+from .core.apierror import ApiError
+from .core.resources import JOBSETS, TRAINJOBS
+from .core.status_conditions import condition, set_condition
+from .core.store import Store
 from .jobstate import JobState
 from .podspec import slots
-from .resources import JOBSETS, TRAINJOBS
-from .store import Store
 
 
 class JobStatusUpdater:

@@ -21,7 +21,7 @@ import json
 from typing import Any
 
 from . import schema as tj_schema
-from .resources import TRAINJOBS, Kind, Registry
+from .core.resources import TRAINJOBS, Kind, Registry
 
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
 _OBJECT_META_REF = {"$ref": f"#/components/schemas/{META}.ObjectMeta"}

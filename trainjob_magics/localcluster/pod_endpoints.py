@@ -8,10 +8,10 @@ from aiohttp import web
 
 from . import exec_ws
 from .api_request import USER_KEY, Target, query_bool, query_int
-from .apierror import ApiError
 from .auth import Authorizer
+from .core.apierror import ApiError
+from .core.resources import PODS
 from .logs import follow_log, read_log
-from .resources import PODS
 
 
 class PodEndpoints(Authorizer):

@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from . import processes
-from .apierror import ApiError
-from .conditions import condition
 from .container_status import container_image, image_id, image_ref, waiting_status
-from .faults import Faults
+from .core.apierror import ApiError
+from .core.faults import Faults
+from .core.resources import PODS
+from .core.status_conditions import condition
+from .core.store import Store, now_rfc3339
 from .jobstate import JobState
 from .podspec import (
     TRAINER_CONTAINER,
@@ -25,8 +27,6 @@ from .podspec import (
     mpi_policy,
     slots,
 )
-from .resources import PODS
-from .store import Store, now_rfc3339
 
 NODE_NAME = "local-node"
 SSHD_LOG = "Server listening on 0.0.0.0 port 2222.\nServer listening on :: port 2222.\n"

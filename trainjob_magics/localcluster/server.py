@@ -10,14 +10,14 @@ from aiohttp import web
 from . import openapi
 from .api_request import USER_KEY, Target, query_bool
 from .api_response import NOT_ALLOWED, NOT_FOUND, error_response, json_response
-from .apierror import ApiError
-from .pod_endpoints import PodEndpoints
-from .resources import (
+from .core.apierror import ApiError
+from .core.resources import (
     api_group,
     api_group_list,
     api_resource_list,
     api_versions,
 )
+from .pod_endpoints import PodEndpoints
 from .rest_handlers import RestHandlers
 from .server_context import ServerContext
 from .tables import include_object, to_table, wants_table

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .controller import Controller
-from .faults import Faults
-from .resources import Kind, Registry
-from .store import Store
+from .core.faults import Faults
+from .core.resources import Kind, Registry
+from .core.store import Store
 
 # Admission hook: (kind, operation "CREATE"|"UPDATE", new object, old object or None) ->
 # warnings; may mutate the new object or raise ApiError to deny.

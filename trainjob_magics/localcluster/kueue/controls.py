@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..resources import TRAINJOBS
+from ..core.resources import TRAINJOBS
 from . import conditions as C
 from .kinds import (
     CLUSTER_QUEUES,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from ..resources import PODS
+from ..core.resources import PODS
 from . import conditions as C
 from .state import SimulationState
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from ..apierror import ApiError
+from ..core.apierror import ApiError
 from . import conditions as C
 from .admission import add, flavor_names, nominal, usage_of
 from .kinds import (

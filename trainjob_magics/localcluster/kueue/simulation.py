@@ -18,9 +18,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ..apierror import ApiError
-from ..resources import PODS, TRAINJOBS, Registry
-from ..store import Event, Store
+from ..core.apierror import ApiError
+from ..core.resources import PODS, TRAINJOBS, Registry
+from ..core.store import Event, Store
 from . import conditions as C
 from .admission import add, usage_of
 from .config import KueueConfig

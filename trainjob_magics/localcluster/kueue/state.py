@@ -8,9 +8,9 @@ import itertools
 import threading
 from typing import Any
 
-from ..apierror import ApiError
-from ..resources import TRAINJOBS
-from ..store import Store
+from ..core.apierror import ApiError
+from ..core.resources import TRAINJOBS
+from ..core.store import Store
 from .config import KueueConfig
 from .kinds import WORKLOADS
 
