@@ -14,8 +14,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from . import processes
-from .container_status import image_id, image_ref, pod_ready
 from .core.apierror import ApiError, invalid
 from .core.faults import Faults
 from .core.resources import (
@@ -29,6 +27,8 @@ from .core.status_conditions import condition, has_condition, set_condition
 from .core.store import Event, Store
 from .job_status import JobStatusUpdater
 from .jobstate import JobState
+from .kubelet import processes
+from .kubelet.container_status import image_id, image_ref, pod_ready
 from .pod_lifecycle import NODE_NAME, SSHD_LOG, PodLifecycle
 from .podspec import JOBSET_NAME, build_jobset_spec, build_pod, slots
 

@@ -6,12 +6,12 @@ from typing import Any
 
 from aiohttp import web
 
-from . import exec_ws
 from .api_request import USER_KEY, Target, query_bool, query_int
 from .auth import Authorizer
 from .core.apierror import ApiError
 from .core.resources import PODS
-from .logs import follow_log, read_log
+from .kubelet import exec_ws
+from .kubelet.pod_logs import follow_log, read_log
 
 
 class PodEndpoints(Authorizer):

@@ -10,14 +10,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from . import processes
-from .container_status import container_image, image_id, image_ref, waiting_status
 from .core.apierror import ApiError
 from .core.faults import Faults
 from .core.resources import PODS
 from .core.status_conditions import condition
 from .core.store import Store, now_rfc3339
 from .jobstate import JobState
+from .kubelet import processes
+from .kubelet.container_status import container_image, image_id, image_ref, waiting_status
 from .podspec import (
     TRAINER_CONTAINER,
     PodSlot,
