@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from tests.crd_schema import crd_validator, field_path, load_crd_schema, prune, shared_dir
-from trainjob_magics.localcluster.runtimes import (
+from trainjob_magics.localcluster.runtimes.loader import (
     ANCESTOR_LABEL,
     load_builtin_runtimes,
     mpi_policy,

@@ -23,10 +23,10 @@ from .podspec import (
     PodSlot,
     container_argv,
     env_dict,
-    is_trainer_rjob,
     mpi_policy,
     slots,
 )
+from .runtimes.loader import is_trainer_rjob
 
 NODE_NAME = "local-node"
 SSHD_LOG = "Server listening on 0.0.0.0 port 2222.\nServer listening on :: port 2222.\n"

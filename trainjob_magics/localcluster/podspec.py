@@ -9,7 +9,8 @@ import string
 from dataclasses import dataclass
 from typing import Any
 
-ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+from .runtimes.loader import ANCESTOR_LABEL, is_trainer_rjob
+
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 RJOB_NAME = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX = "jobset.sigs.k8s.io/job-index"
@@ -32,11 +33,6 @@ class PodSlot:
 
 def random_suffix() -> str:
     return "".join(secrets.choice(_SUFFIX_CHARS) for _ in range(5))
-
-
-def is_trainer_rjob(rjob: dict[str, Any]) -> bool:
-    labels = ((rjob.get("template") or {}).get("metadata") or {}).get("labels") or {}
-    return labels.get(ANCESTOR_LABEL) == "trainer"
 
 
 def _merge_env(base: list[dict[str, Any]], extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
