@@ -18,11 +18,11 @@ from .api_request import (
     send_initial_events,
 )
 from .api_response import json_response
+from .controller.podspec import random_suffix
 from .core.apierror import ApiError, invalid
 from .core.resources import PODS, TRAINJOBS, Kind
 from .core.selectors import FIELD_SELECTABLE, parse_field_selector, parse_label_selector
 from .patch import JSON_PATCH, MERGE_TYPES, json_patch, merge_patch
-from .podspec import random_suffix
 from .server_context import ServerContext
 from .tables import include_object, to_table, wants_table
 from .watch import WatchParams, serve_watch

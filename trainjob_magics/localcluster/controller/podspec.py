@@ -9,7 +9,7 @@ import string
 from dataclasses import dataclass
 from typing import Any
 
-from .runtimes.loader import ANCESTOR_LABEL, is_trainer_rjob
+from ..runtimes.loader import ANCESTOR_LABEL, is_trainer_rjob
 
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 RJOB_NAME = "jobset.sigs.k8s.io/replicatedjob-name"

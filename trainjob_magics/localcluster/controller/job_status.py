@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from .core.apierror import ApiError
-from .core.resources import JOBSETS, TRAINJOBS
-from .core.status_conditions import condition, set_condition
-from .core.store import Store
-from .jobstate import JobState
-from .kubelet.container_status import pod_ready
+from ..core.apierror import ApiError
+from ..core.resources import JOBSETS, TRAINJOBS
+from ..core.status_conditions import condition, set_condition
+from ..core.store import Store
+from ..kubelet.container_status import pod_ready
+from .job_state import JobState
 from .podspec import slots
 
 

@@ -1,5 +1,5 @@
-"""The kubelet part of the controller: start a pod's process, walk its phases, fail and
-finalize it, and write the MPI hostfile."""
+"""The pod half of the controller: start a pod's process (through the kubelet), walk its
+phases, fail and finalize it, and write the MPI hostfile."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .core.apierror import ApiError
-from .core.faults import Faults
-from .core.resources import PODS
-from .core.status_conditions import condition
-from .core.store import Store, now_rfc3339
-from .jobstate import JobState
-from .kubelet import processes
-from .kubelet.container_status import container_image, image_id, image_ref, waiting_status
+from ..core.apierror import ApiError
+from ..core.faults import Faults
+from ..core.resources import PODS
+from ..core.status_conditions import condition
+from ..core.store import Store, now_rfc3339
+from ..kubelet import processes
+from ..kubelet.container_status import container_image, image_id, image_ref, waiting_status
+from ..runtimes.loader import is_trainer_rjob
+from .job_state import JobState
 from .podspec import (
     TRAINER_CONTAINER,
     PodSlot,
@@ -26,7 +27,6 @@ from .podspec import (
     mpi_policy,
     slots,
 )
-from .runtimes.loader import is_trainer_rjob
 
 NODE_NAME = "local-node"
 SSHD_LOG = "Server listening on 0.0.0.0 port 2222.\nServer listening on :: port 2222.\n"
