@@ -14,6 +14,14 @@ from typing import Any
 
 from aiohttp import web
 
+from .apiserver import (
+    AdmissionHook,
+    ApiServer,
+    ServerContext,
+    SubresourceGetter,
+    User,
+    new_token,
+)
 from .controller import Controller
 from .core.apierror import ApiError
 from .core.faults import Faults
@@ -27,14 +35,6 @@ from .core.resources import (
 from .core.store import Store
 from .kubeconfig import write_kubeconfig
 from .kueue import KueueConfig, KueueSimulation
-from .server import ApiServer
-from .server_context import (
-    AdmissionHook,
-    ServerContext,
-    SubresourceGetter,
-    User,
-    new_token,
-)
 from .tls import make_tls
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,8 @@ class LocalCluster:
         ctx = ServerContext(
             store=self.store,
             registry=self.registry,
-            controller=self.controller,
+            resolve_runtime=self.controller.resolve_runtime,
+            sandbox=self.controller.sandbox,
             faults=self.faults,
             users=self._users,
             stopping=asyncio.Event(),

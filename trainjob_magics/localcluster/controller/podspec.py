@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import secrets
-import string
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.store import random_suffix
 from ..runtimes.loader import ANCESTOR_LABEL, is_trainer_rjob
 
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
@@ -16,7 +15,6 @@ RJOB_NAME = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 TRAINER_CONTAINER = "node"
-_SUFFIX_CHARS = string.ascii_lowercase + string.digits
 
 
 @dataclass(frozen=True)
@@ -29,10 +27,6 @@ class PodSlot:
 
     def hostname(self, jobset: str) -> str:
         return f"{jobset}-{self.rjob}-{self.job_index}-{self.completion_index}"
-
-
-def random_suffix() -> str:
-    return "".join(secrets.choice(_SUFFIX_CHARS) for _ in range(5))
 
 
 def _merge_env(base: list[dict[str, Any]], extra: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import secrets
+import string
 import threading
 import uuid
 from collections import deque
@@ -16,6 +18,13 @@ from typing import Any
 from .apierror import ApiError, already_exists, conflict, not_found
 from .resources import NAMESPACES, Kind
 from .selectors import Requirement, fields_match, labels_match
+
+_SUFFIX_CHARS = string.ascii_lowercase + string.digits
+
+
+def random_suffix() -> str:
+    """Five random characters, as generateName and the Job controller's pod names add."""
+    return "".join(secrets.choice(_SUFFIX_CHARS) for _ in range(5))
 
 
 def now_rfc3339() -> str:

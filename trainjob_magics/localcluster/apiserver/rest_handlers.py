@@ -8,7 +8,11 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import schema
+from ..core.apierror import ApiError, invalid
+from ..core.resources import PODS, TRAINJOBS, Kind
+from ..core.selectors import FIELD_SELECTABLE, parse_field_selector, parse_label_selector
+from ..core.store import random_suffix
+from . import trainjob_schema
 from .api_request import (
     Target,
     dry_run,
@@ -18,14 +22,10 @@ from .api_request import (
     send_initial_events,
 )
 from .api_response import json_response
-from .controller.podspec import random_suffix
-from .core.apierror import ApiError, invalid
-from .core.resources import PODS, TRAINJOBS, Kind
-from .core.selectors import FIELD_SELECTABLE, parse_field_selector, parse_label_selector
+from .clients.tables import include_object, to_table, wants_table
 from .patch import JSON_PATCH, MERGE_TYPES, json_patch, merge_patch
 from .server_context import ServerContext
-from .tables import include_object, to_table, wants_table
-from .watch import WatchParams, serve_watch
+from .watch_stream import WatchParams, serve_watch
 
 
 class RestHandlers:
@@ -100,9 +100,9 @@ class RestHandlers:
             return obj, []
         try:
             if old is None:
-                return schema.validate_trainjob(obj)
-            return schema.validate_trainjob_update(old, obj)
-        except schema.SchemaError as err:
+                return trainjob_schema.validate_trainjob(obj)
+            return trainjob_schema.validate_trainjob_update(old, obj)
+        except trainjob_schema.SchemaError as err:
             name = (obj.get("metadata") or {}).get("name", "")
             raise invalid(kind.kind, kind.group, name, err.causes) from err
 
@@ -152,7 +152,7 @@ class RestHandlers:
         warnings = field_validation(request, kind, warnings)
         warnings += self._admit(kind, "CREATE", body, None)
         if kind.key == TRAINJOBS.key:
-            self.ctx.controller.resolve_runtime(t.namespace or "default", body)
+            self.ctx.resolve_runtime(t.namespace or "default", body)
         if kind.key == "namespaces":
             body["status"] = {"phase": "Active"}
         if dry_run(request):
