@@ -20,13 +20,8 @@ from trainjob_magics.localcluster.core.resources import (
     default_registry,
 )
 from trainjob_magics.localcluster.core.store import Store
-from trainjob_magics.localcluster.kueue import (
-    CLUSTER_QUEUES,
-    LOCAL_QUEUES,
-    RESOURCE_FLAVORS,
-    KueueConfig,
-    KueueSimulation,
-)
+from trainjob_magics.localcluster.kueue import KueueConfig, KueueSimulation
+from trainjob_magics.localcluster.kueue.kinds import CLUSTER_QUEUES, LOCAL_QUEUES, RESOURCE_FLAVORS
 from trainjob_magics.localcluster.kueue.quantity import format_quantity, parse_quantity
 from trainjob_magics.localcluster.runtimes import load_builtin_runtimes
 

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from ..core.resources import TRAINJOBS
-from . import conditions as C
+from . import workload_conditions as C
 from .kinds import (
     CLUSTER_QUEUES,
     JOB_UID_LABEL,

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..core.resources import PODS
-from . import conditions as C
+from . import workload_conditions as C
 from .state import SimulationState
 
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"

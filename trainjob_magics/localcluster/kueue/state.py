@@ -11,8 +11,8 @@ from typing import Any
 from ..core.apierror import ApiError
 from ..core.resources import TRAINJOBS
 from ..core.store import Store
-from .config import KueueConfig
 from .kinds import WORKLOADS
+from .simulation_config import KueueConfig
 
 
 class SimulationState:
