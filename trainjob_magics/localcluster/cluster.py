@@ -23,7 +23,6 @@ from .apiserver import (
     new_token,
 )
 from .controller import Controller
-from .core.apierror import ApiError
 from .core.faults import Faults
 from .core.resources import (
     CLUSTER_TRAINING_RUNTIMES,
@@ -33,7 +32,7 @@ from .core.resources import (
     default_registry,
 )
 from .core.store import Store
-from .kubeconfig import write_kubeconfig
+from .kubeconfig_file import write_kubeconfig
 from .kueue import KueueConfig, KueueSimulation
 from .tls import make_tls
 
@@ -264,7 +263,7 @@ class LocalCluster:
         return self.store.compact()
 
     def add_admission_hook(self, hook: AdmissionHook) -> None:
-        """Run `hook(kind, op, obj, old)` on API creates/updates (may mutate or raise ApiError)."""
+        """Run `hook(kind, op, obj, old)` on API creates/updates (may mutate, or raise ApiError)."""
         self.admission_hooks.append(hook)
 
     def add_subresource_getter(
@@ -291,4 +290,4 @@ class LocalCluster:
         return self._tls.ca_pem
 
 
-__all__ = ["ApiError", "LocalCluster"]
+__all__ = ["LocalCluster"]
