@@ -28,6 +28,16 @@ from .server_context import ServerContext
 from .watch_stream import WatchParams, serve_watch
 
 
+def list_body(kind: Kind, rv: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """A `<Kind>List` answer (list, deletecollection)."""
+    return {
+        "kind": kind.list_kind,
+        "apiVersion": kind.api_version,
+        "metadata": {"resourceVersion": rv},
+        "items": items,
+    }
+
+
 class RestHandlers:
     """REST verb methods of the ApiServer (a mixin; the ApiServer sets ctx)."""
 
@@ -44,14 +54,7 @@ class RestHandlers:
         items, rv = self.ctx.store.list(t.kind, t.namespace, labels, fields)
         if wants_table(request.headers.get("Accept", "")):
             return json_response(to_table(t.kind, items, rv, include_object(request.query)))
-        return json_response(
-            {
-                "kind": t.kind.list_kind,
-                "apiVersion": t.kind.api_version,
-                "metadata": {"resourceVersion": rv},
-                "items": items,
-            }
-        )
+        return json_response(list_body(t.kind, rv, items))
 
     async def _watch(self, request: web.Request, t: Target) -> web.StreamResponse:
         labels, fields = self._selectors(request, t)
@@ -259,13 +262,6 @@ class RestHandlers:
                 out.append(self.ctx.store.mark_deleting(t.kind, m.get("namespace"), m["name"]))
             else:
                 out.append(self.ctx.store.remove(t.kind, m.get("namespace"), m["name"]))
-        return json_response(
-            {
-                "kind": t.kind.list_kind,
-                "apiVersion": t.kind.api_version,
-                "metadata": {"resourceVersion": rv},
-                "items": out,
-            }
-        )
+        return json_response(list_body(t.kind, rv, out))
 
     # -- pods/log and pods/exec ------------------------------------------------------------

@@ -84,7 +84,7 @@ class JobStatusUpdater:
             status = o.setdefault("status", {})
             for c in conds:
                 set_condition(status, c)
-            status[key] = jobs_status
+            status[key] = [dict(j) for j in jobs_status]  # its own list in each object
             if key == "replicatedJobsStatus":  # JobSetStatus: restarts is not omitempty
                 status.setdefault("restarts", 0)
                 for c in conds:

@@ -248,19 +248,8 @@ class PodLifecycle:
         fut = asyncio.run_coroutine_threadsafe(self._fail_pod(ns, name, code, reason), self._loop)
         fut.result(timeout=10)
 
-    async def _fail_pod(self, ns: str, name: str, code: int, reason: str) -> None:
-        self.store.get(PODS, ns, name)
-        task = self._pod_tasks.pop((ns, name), None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        sb = self.sandboxes.get((ns, name))
-        if sb is not None:
-            processes.kill_all(sb)
-        self._terminate_pod(ns, name, code or 1, reason)
-
-    async def _finalize_pod(self, key: tuple[str, str], grace: Any) -> None:
+    async def _stop_pod(self, key: tuple[str, str]) -> None:
+        """Cancel the pod's lifecycle task (and wait for it), then kill all its processes."""
         task = self._pod_tasks.pop(key, None)
         if task is not None:
             task.cancel()
@@ -269,6 +258,14 @@ class PodLifecycle:
         sb = self.sandboxes.get(key)
         if sb is not None:
             processes.kill_all(sb)
+
+    async def _fail_pod(self, ns: str, name: str, code: int, reason: str) -> None:
+        self.store.get(PODS, ns, name)
+        await self._stop_pod((ns, name))
+        self._terminate_pod(ns, name, code or 1, reason)
+
+    async def _finalize_pod(self, key: tuple[str, str], grace: Any) -> None:
+        await self._stop_pod(key)
         delay = self.delete_grace if grace is None or int(grace) > 0 else 0.0
         await asyncio.sleep(delay)
         with contextlib.suppress(ApiError):
