@@ -13,24 +13,23 @@ import pytest
 from tests.crd_schema import load_crd_schema, matrix_problems, releases_with
 from tests.helpers.store_writes import store_writes
 from trainjob_magics.localcluster.controller import Controller
-from trainjob_magics.localcluster.faults import Faults
-from trainjob_magics.localcluster.kueue import (
-    CLUSTER_QUEUES,
-    LOCAL_QUEUES,
-    RESOURCE_FLAVORS,
-    WORKLOADS,
-    KueueConfig,
-    KueueSimulation,
-)
-from trainjob_magics.localcluster.kueue.quantity import format_quantity, parse_quantity
-from trainjob_magics.localcluster.resources import (
+from trainjob_magics.localcluster.core.faults import Faults
+from trainjob_magics.localcluster.core.resources import (
     CLUSTER_TRAINING_RUNTIMES,
     NAMESPACES,
     TRAINJOBS,
     default_registry,
 )
+from trainjob_magics.localcluster.core.store import Store
+from trainjob_magics.localcluster.kueue import KueueConfig, KueueSimulation
+from trainjob_magics.localcluster.kueue.kinds import (
+    CLUSTER_QUEUES,
+    LOCAL_QUEUES,
+    RESOURCE_FLAVORS,
+    WORKLOADS,
+)
+from trainjob_magics.localcluster.kueue.quantity import format_quantity, parse_quantity
 from trainjob_magics.localcluster.runtimes import load_builtin_runtimes
-from trainjob_magics.localcluster.store import Store
 
 pytestmark = pytest.mark.timeout(30)
 

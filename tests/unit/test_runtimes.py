@@ -8,7 +8,7 @@ import pytest
 
 from tests.crd_schema import crd_validator, field_path, load_crd_schema, prune
 from tests.helpers.k8s_data import release_params, require_k8s_data
-from trainjob_magics.localcluster.runtimes import (
+from trainjob_magics.localcluster.runtimes.loader import (
     ANCESTOR_LABEL,
     load_builtin_runtimes,
     mpi_policy,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.crd_schema import crd_validator, error_paths, field_path, load_crd_schema, prune
-from trainjob_magics.localcluster.schema import (
+from trainjob_magics.localcluster.apiserver.trainjob_schema import (
     API_VERSION,
     SchemaError,
     validate_trainjob,
