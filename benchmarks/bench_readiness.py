@@ -23,7 +23,7 @@ class RunningRecorder:
     """Records time.monotonic() when each pod's status.phase first becomes Running."""
 
     def __init__(self, cluster: Any) -> None:
-        from trainjob_magics.localcluster.store import Store
+        from trainjob_magics.localcluster.core.store import Store
 
         self.store = _find_store(cluster, Store)
         self.times: dict[str, float] = {}

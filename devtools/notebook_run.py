@@ -318,7 +318,7 @@ def cluster_options(nb: Any, kueue: bool = False) -> dict[str, Any]:
     if kueue and not options.get("kueue"):
         options["kueue"] = True
     if isinstance(options.get("kueue"), dict):
-        from trainjob_magics.localcluster.kueue.config import KueueConfig
+        from trainjob_magics.localcluster.kueue import KueueConfig
 
         options["kueue"] = KueueConfig(**options["kueue"])
     return options

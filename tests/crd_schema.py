@@ -1,26 +1,34 @@
-"""Validate objects against the real CRDs in ``<repo>/../shared`` with jsonschema.
+"""Validate objects against the real upstream CRDs, as a Kubernetes apiserver would.
 
-The CRDs' ``openAPIV3Schema`` is a Kubernetes *structural* schema. jsonschema (Draft 7,
-whose "integer" accepts 1.0 like kube-openapi does) understands most of it; this module adds
-the Kubernetes extensions as extra keywords:
+The CRDs come from the k8s data dir (``tests/helpers/k8s_data.py``: ``$TRAINJOB_MAGICS_K8S_DATA``
+or ``<repo>/../shared/k8s``), one folder per release (``trainer-v2.0.1`` ... ``trainer-v2.3.0``,
+``kueue-v0.14.0`` ... ``kueue-main``). Every loader calls ``require_k8s_data()``, so a test
+that reaches one skips (or, under CI, fails) with one clear line when the data is missing.
 
-- ``nullable``: ``null`` passes the type check;
-- ``x-kubernetes-int-or-string``: integer or string;
-- ``x-kubernetes-list-type`` ``map`` / ``set``: unique map keys / unique items;
-- ``x-kubernetes-validations``: a small CEL subset (the rule shapes used by the Trainer CRDs).
-  Transition rules (``oldSelf``) are skipped (create semantics); rules outside the subset are
-  skipped and recorded in ``UNSUPPORTED_RULES``;
-- ``format: date-time`` is checked (RFC 3339), other formats are not (like the apiserver).
+``CrdValidator`` follows the apiserver's order for a custom resource
+(k8s.io/apiextensions-apiserver pkg/registry/customresource/strategy.go):
+
+1. defaults from the schema are applied (``default(schema, obj)``);
+2. the structural schema is checked with jsonschema (Draft 7, whose "integer" accepts 1.0
+   like kube-openapi), plus the Kubernetes extensions: ``nullable``,
+   ``x-kubernetes-int-or-string``, ``x-kubernetes-list-type`` map/set, ``format: date-time``;
+3. when a type, enum or format error was found, the CEL rules are not run and one error
+   "some validation rules were not checked ..." is added at the root, as the server does;
+4. otherwise every ``x-kubernetes-validations`` rule is run by a real CEL runtime
+   (``tests/helpers/cel.py``). Transition rules (``oldSelf``) run only for an update
+   (``iter_errors(new, old=...)``) and where the old value correlates. A rule that cannot be
+   compiled raises ``CelCompileError``: never skipped.
 
 ``prune(schema, obj)`` mirrors the apiserver's pruning of unknown fields and of ``null`` in
 non-nullable fields, and returns the unknown paths worded like the server's warnings.
+``problems(plural, obj, old, release=...)`` does all of it for the CRD version the object's
+apiVersion names (converting Kueue v1beta2 to v1beta1 for a release that serves only v1beta1).
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,9 +37,10 @@ from typing import Any
 import jsonschema
 import yaml
 
-ENV_SHARED_DIR = "TRAINJOB_MAGICS_SHARED_DIR"
+from tests.helpers.cel import CelEvalError, compile_rule
+from tests.helpers.k8s_data import k8s_data_dir, release_key, require_k8s_data
+
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-UNSUPPORTED_RULES: set[str] = set()
 
 OBJECT_META_FIELDS = frozenset(
     {
@@ -52,99 +61,62 @@ OBJECT_META_FIELDS = frozenset(
         "managedFields",
     }
 )
+BLOCKED = (
+    "some validation rules were not checked because the object was invalid; "
+    "correct the existing errors to complete validation"
+)
 
-
-def shared_dir() -> Path:
-    """The shared data dir: ``$TRAINJOB_MAGICS_SHARED_DIR`` or the repo root's ``../shared``."""
-    env = os.environ.get(ENV_SHARED_DIR)
-    path = Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared"
-    if not (path / "k8s").is_dir():
-        raise FileNotFoundError(
-            f"shared data dir {path} not found (expected {path}/k8s/*/crds); "
-            f"put the shared/ checkout beside the repo or set {ENV_SHARED_DIR}"
-        )
-    return path
+# --- the CRDs ---------------------------------------------------------------------------
 
 
 @functools.cache
-def _crd_files() -> dict[str, Path]:
-    """Map CRD plural -> file, for every ``k8s/**/crds/*.yaml`` under the shared dir."""
-    found: dict[str, Path] = {}
-    for path in sorted(shared_dir().glob("k8s/**/crds/*.yaml")):
+def _index(root: Path) -> dict[str, dict[str, Path]]:
+    """release -> {CRD plural -> file}, for every ``<release>/crds/*.yaml`` under root."""
+    found: dict[str, dict[str, Path]] = {}
+    for path in sorted(root.glob("*/crds/*.yaml")):
         doc = yaml.load(path.read_text(), Loader=_LOADER)
         if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
-            found[doc["spec"]["names"]["plural"]] = path
-    return found
+            found.setdefault(path.parent.parent.name, {})[doc["spec"]["names"]["plural"]] = path
+    return dict(sorted(found.items(), key=lambda item: release_key(item[0])))
+
+
+def crd_index() -> dict[str, dict[str, Path]]:
+    """release -> {plural -> CRD file}; skips the test when the data is missing."""
+    return _index(require_k8s_data())
+
+
+def newest_release(plural: str) -> str:
+    """The newest release that has CRD ``plural`` (trainer-v2.3.0, kueue-main)."""
+    have = [release for release, crds in crd_index().items() if plural in crds]
+    if not have:
+        raise KeyError(f"no CRD with plural {plural!r} under {k8s_data_dir()}")
+    return have[-1]
 
 
 @functools.cache
-def load_crd(name: str) -> dict:
-    """The whole CRD whose plural is ``name`` (e.g. "trainjobs")."""
-    files = _crd_files()
-    if name not in files:
-        raise KeyError(f"no CRD with plural {name!r} under {shared_dir()}; have {sorted(files)}")
-    return yaml.load(files[name].read_text(), Loader=_LOADER)
+def _load(path: Path) -> dict:
+    return yaml.load(path.read_text(), Loader=_LOADER)
 
 
-def load_crd_schema(name: str, version: str | None = None) -> dict:
+def load_crd(name: str, release: str | None = None) -> dict:
+    """The whole CRD whose plural is ``name`` (e.g. "trainjobs"), of ``release`` or the newest."""
+    release = release or newest_release(name)
+    crds = crd_index().get(release, {})
+    if name not in crds:
+        raise KeyError(f"release {release} has no CRD {name!r}; has {sorted(crds)}")
+    return _load(crds[name])
+
+
+def served_versions(name: str, release: str | None = None) -> list[str]:
+    return [v["name"] for v in load_crd(name, release)["spec"]["versions"] if v.get("served")]
+
+
+def load_crd_schema(name: str, version: str | None = None, release: str | None = None) -> dict:
     """The ``openAPIV3Schema`` of the storage version (or ``version``) of CRD ``name``."""
-    versions = load_crd(name)["spec"]["versions"]
-    for ver in versions:
+    for ver in load_crd(name, release)["spec"]["versions"]:
         if (version is None and ver.get("storage")) or ver["name"] == version:
             return copy.deepcopy(ver["schema"]["openAPIV3Schema"])
-    raise KeyError(f"CRD {name} has no version {version!r}")
-
-
-# --- CEL subset -------------------------------------------------------------------------
-
-_MISSING = object()
-
-
-def _select(obj: Any, dotted: str) -> Any:
-    """Follow ``.a.b`` from obj; ``_MISSING`` when a step is absent."""
-    for part in filter(None, dotted.split(".")):
-        if not isinstance(obj, dict) or part not in obj:
-            return _MISSING
-        obj = obj[part]
-    return obj
-
-
-def _cel_eval(rule: str, value: Any) -> bool | None:
-    """Evaluate a CEL rule of a known shape; None when the shape is not supported."""
-    rule = rule.strip()
-    if "oldSelf" in rule:
-        return None
-    if " || " in rule:
-        parts = [_cel_eval(p, value) for p in rule.split(" || ")]
-        return None if None in parts else any(parts)
-    if rule == "self == ''":
-        return value == ""
-    m = re.fullmatch(r"self((?:\.\w+)*)\.matches\('(.*)'\)", rule)
-    if m:
-        target = _select(value, m.group(1))
-        return True if target is _MISSING else re.search(m.group(2), target) is not None
-    m = re.fullmatch(r"size\(self((?:\.\w+)*)\) <= (\d+)", rule)
-    if m:
-        target = _select(value, m.group(1))
-        return True if target is _MISSING else len(target) <= int(m.group(2))
-    m = re.fullmatch(r"self in \[(.*)\]", rule)
-    if m:
-        return value in re.findall(r"'([^']*)'", m.group(1))
-    m = re.fullmatch(r"self >= (-?\d+)", rule)
-    if m:
-        return value >= int(m.group(1))
-    m = re.fullmatch(r"has\(self\.(\w+)\)", rule)
-    if m:
-        return m.group(1) in value
-    m = re.fullmatch(r"\[(.*)\]\.filter\(x, ?x(?: == true)?\)\.size\(\) (<=|==) (\d+)", rule)
-    if m:
-        keys = re.findall(r"has\(self\.(\w+)\)", m.group(1))
-        count = sum(k in value for k in keys)
-        return count <= int(m.group(3)) if m.group(2) == "<=" else count == int(m.group(3))
-    m = re.fullmatch(r"!self\.exists\((\w+), \1 == '([^']*)'\)", rule)
-    if m:
-        return m.group(2) not in value
-    return None
+    raise KeyError(f"CRD {name} of {release or 'the newest release'} has no version {version!r}")
 
 
 # --- jsonschema keywords for the Kubernetes extensions ----------------------------------
@@ -183,18 +155,6 @@ def _list_type(validator, kind, instance, schema) -> Iterator[jsonschema.Validat
         seen.append(key)
 
 
-def _validations(validator, rules, instance, schema) -> Iterator[jsonschema.ValidationError]:
-    for rule in rules:
-        try:
-            ok = _cel_eval(rule["rule"], instance)
-        except (TypeError, re.error):
-            ok = None
-        if ok is None:
-            UNSUPPORTED_RULES.add(rule["rule"])
-        elif not ok:
-            yield jsonschema.ValidationError(rule.get("message") or f"failed rule: {rule['rule']}")
-
-
 def _format_checker() -> jsonschema.FormatChecker:
     checker = jsonschema.FormatChecker(formats=())
     rfc3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
@@ -206,29 +166,168 @@ def _format_checker() -> jsonschema.FormatChecker:
     return checker
 
 
-K8sValidator = jsonschema.validators.extend(
+# x-kubernetes-validations is not a jsonschema keyword here: CrdValidator runs the CEL rules
+# itself, after the schema passes, with the old object at hand for transition rules.
+K8sSchemaValidator = jsonschema.validators.extend(
     jsonschema.Draft7Validator,
     {
         "type": _type,
         "x-kubernetes-int-or-string": _int_or_string,
         "x-kubernetes-list-type": _list_type,
-        "x-kubernetes-validations": _validations,
     },
 )
 
 
+def _blocking(error: jsonschema.ValidationError) -> bool:
+    """kube-openapi's TypeInvalid (type, format) and NotSupported (enum) block the CEL rules.
+    A value that fits no branch of an int-or-string ``anyOf`` by type is a type error too."""
+    if error.validator in ("type", "enum", "format", "x-kubernetes-int-or-string"):
+        return True
+    if error.validator == "anyOf":
+        return bool(error.context) and all(e.validator == "type" for e in error.context)
+    return False
+
+
+# --- defaulting -------------------------------------------------------------------------
+
+
+def default(schema: dict, obj: Any) -> Any:
+    """A copy of ``obj`` with the schema's defaults filled in, as the apiserver stores it."""
+    return _default(schema, copy.deepcopy(obj))
+
+
+def _default(schema: dict, obj: Any) -> Any:
+    if isinstance(obj, dict):
+        props = schema.get("properties") or {}
+        for key, sub in props.items():
+            if key not in obj and "default" in sub:
+                obj[key] = copy.deepcopy(sub["default"])
+        extra = schema.get("additionalProperties")
+        for key, value in obj.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if sub is not None:
+                obj[key] = _default(sub, value)
+    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        return [_default(schema["items"], item) for item in obj]
+    elif isinstance(obj, float) and schema.get("type") == "integer" and obj.is_integer():
+        return int(obj)  # the apiserver decodes an integral JSON number into an int64
+    return obj
+
+
+# --- CEL rules --------------------------------------------------------------------------
+
+_ABSENT = object()
+
+
+def _cel_view(obj: Any) -> Any:
+    """The root object as CEL sees it: ``metadata`` exposes only name and generateName."""
+    if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict):
+        meta = {k: v for k, v in obj["metadata"].items() if k in ("name", "generateName")}
+        return {**obj, "metadata": meta}
+    return obj
+
+
+def cel_errors(schema: dict, obj: Any, old: Any = _ABSENT) -> list[jsonschema.ValidationError]:
+    """Every CEL rule of ``schema`` that ``obj`` breaks (``old``: the stored object, for an
+    update). Both are taken as already defaulted."""
+    out: list[jsonschema.ValidationError] = []
+    _walk_rules(schema, _cel_view(obj), _ABSENT if old is _ABSENT else _cel_view(old), [], out)
+    return out
+
+
+def _walk_rules(schema: dict, value: Any, old: Any, path: list, out: list) -> None:
+    if value is None:
+        return
+    for rule in schema.get("x-kubernetes-validations") or []:
+        compiled = compile_rule(rule)  # raises CelCompileError: never skipped
+        if compiled.transition and old is _ABSENT:
+            continue  # a transition rule runs only on an update, with a correlated old value
+        old_value = old if compiled.transition else None
+        try:
+            ok = compiled.evaluate(value, old_value)
+        except CelEvalError as err:
+            message = f"{err} evaluating rule: {compiled.text}"
+        else:
+            if ok:
+                continue
+            message = compiled.failure_message(value, old_value)
+        out.append(
+            jsonschema.ValidationError(
+                message,
+                path=list(path),
+                validator="x-kubernetes-validations",
+                validator_value=rule,
+                instance=value,
+            )
+        )
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        for key, child in value.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if sub is not None:
+                old_child = old.get(key, _ABSENT) if isinstance(old, dict) else _ABSENT
+                _walk_rules(sub, child, old_child, [*path, key], out)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        old_items = _correlate(schema, old)
+        for index, item in enumerate(value):
+            old_item = old_items.get(_map_key(schema, item), _ABSENT) if old_items else _ABSENT
+            _walk_rules(schema["items"], item, old_item, [*path, index], out)
+
+
+def _map_key(schema: dict, item: Any) -> tuple | None:
+    if not isinstance(item, dict):
+        return None
+    return tuple(item.get(k) for k in schema.get("x-kubernetes-list-map-keys", []))
+
+
+def _correlate(schema: dict, old: Any) -> dict[tuple | None, Any]:
+    """Old items by map key: only ``x-kubernetes-list-type: map`` lists correlate."""
+    if schema.get("x-kubernetes-list-type") != "map" or not isinstance(old, list):
+        return {}
+    return {_map_key(schema, item): item for item in old}
+
+
+# --- the validator ----------------------------------------------------------------------
+
+
+class CrdValidator:
+    """Schema plus CEL rules of one CRD version, in the apiserver's order."""
+
+    def __init__(self, schema: dict) -> None:
+        self.schema = schema
+        self._schema = K8sSchemaValidator(schema, format_checker=_format_checker())
+
+    def iter_errors(self, obj: Any, old: Any = None) -> Iterator[jsonschema.ValidationError]:
+        """Errors for a create (``old`` None) or an update of ``old`` (the stored object)."""
+        obj = default(self.schema, obj)
+        errors = list(self._schema.iter_errors(obj))
+        yield from errors
+        if any(_blocking(e) for e in errors):
+            yield jsonschema.ValidationError(BLOCKED, validator="blocked", instance=obj)
+            return
+        stored = _ABSENT if old is None else default(self.schema, old)
+        yield from cel_errors(self.schema, obj, stored)
+
+    def is_valid(self, obj: Any, old: Any = None) -> bool:
+        return next(self.iter_errors(obj, old), None) is None
+
+
 @functools.cache
-def _validator(name: str, version: str | None) -> jsonschema.protocols.Validator:
-    return K8sValidator(load_crd_schema(name, version), format_checker=_format_checker())
+def _validator(name: str, version: str | None, release: str | None) -> CrdValidator:
+    return CrdValidator(load_crd_schema(name, version, release))
 
 
-def crd_validator(name: str, version: str | None = None) -> jsonschema.protocols.Validator:
-    """A jsonschema validator for CRD ``name`` (plural), Kubernetes extensions included."""
-    return _validator(name, version)
+def crd_validator(
+    name: str, version: str | None = None, release: str | None = None
+) -> CrdValidator:
+    """The validator of CRD ``name`` (plural): ``version`` (default storage) of ``release``
+    (default newest)."""
+    return _validator(name, version, release or newest_release(name))
 
 
 def field_path(error: jsonschema.ValidationError) -> str:
-    """The apiserver-style field path of a jsonschema error ("<nil>" for the root).
+    """The apiserver-style field path of an error ("<nil>" for the root).
 
     A ``required`` error points at the missing child, as the apiserver's does.
     """
@@ -242,10 +341,111 @@ def field_path(error: jsonschema.ValidationError) -> str:
     return out or "<nil>"
 
 
-def error_paths(name: str, obj: Any) -> set[str]:
+def error_paths(name: str, obj: Any, old: Any = None, release: str | None = None) -> set[str]:
     """Field paths of every error CRD ``name`` finds in ``obj`` (after pruning)."""
-    pruned, _ = prune(load_crd_schema(name), obj)
-    return {field_path(e) for e in crd_validator(name).iter_errors(pruned)}
+    pruned, _ = prune(load_crd_schema(name, release=release), obj)
+    return {field_path(e) for e in crd_validator(name, release=release).iter_errors(pruned, old)}
+
+
+# --- one object against one release -----------------------------------------------------
+
+
+def kueue_v1beta2_to_v1beta1(plural: str, obj: dict) -> dict:
+    """Kueue's own v1beta2 -> v1beta1 conversion: field renames only
+    (apis/kueue/v1beta1/{workload,clusterqueue,localqueue}_conversion.go, Kueue main)."""
+    out = copy.deepcopy(obj)
+    out["apiVersion"] = "kueue.x-k8s.io/v1beta1"
+    spec, status = out.get("spec") or {}, out.get("status") or {}
+    if plural == "workloads":
+        ref = spec.pop("priorityClassRef", None)
+        if ref:
+            source = {
+                ("kueue.x-k8s.io", "WorkloadPriorityClass"): "kueue.x-k8s.io/workloadpriorityclass",
+                ("scheduling.k8s.io", "PriorityClass"): "scheduling.k8s.io/priorityclass",
+            }.get((ref.get("group"), ref.get("kind")))
+            if source:
+                spec["priorityClassSource"] = source
+                spec["priorityClassName"] = ref.get("name")
+        if "accumulatedPastExecutionTimeSeconds" in status:
+            past = status.pop("accumulatedPastExecutionTimeSeconds")
+            status["accumulatedPastExexcutionTimeSeconds"] = past  # sic, v1beta1's spelling
+    elif plural == "clusterqueues" and "cohortName" in spec:
+        spec["cohort"] = spec.pop("cohortName")
+    elif plural == "localqueues" and "flavorsUsage" in status:
+        status["flavorUsage"] = status.pop("flavorsUsage")
+    return out
+
+
+def as_served(plural: str, obj: dict, release: str) -> tuple[dict, str]:
+    """``obj`` in a version that ``release`` serves, and that version: the one its apiVersion
+    names, or Kueue's v1beta1 for a v1beta2 object on a release without v1beta2 (v0.14)."""
+    version = str(obj.get("apiVersion", "")).rpartition("/")[2]
+    served = served_versions(plural, release)
+    if version in served:
+        return obj, version
+    if version == "v1beta2" and "v1beta1" in served and plural in _KUEUE_PLURALS:
+        return kueue_v1beta2_to_v1beta1(plural, obj), "v1beta1"
+    raise KeyError(f"{release} serves {plural} in {served}, not {version!r}")
+
+
+_KUEUE_PLURALS = ("workloads", "clusterqueues", "localqueues", "resourceflavors")
+
+
+def check(
+    plural: str, obj: dict, old: dict | None = None, release: str | None = None
+) -> tuple[str, list[str], list[tuple[str, str]]]:
+    """``obj`` (an update of ``old`` when given) on the apiserver of ``release``: the version
+    it is validated in, the fields the server would drop, and the errors as (path, message)."""
+    release = release or newest_release(plural)
+    obj, version = as_served(plural, obj, release)
+    if old is not None:
+        old, _ = as_served(plural, old, release)
+    schema = load_crd_schema(plural, version, release)
+    pruned, warnings = prune(schema, obj)
+    old_pruned = prune(schema, old)[0] if old is not None else None
+    validator = crd_validator(plural, version, release)
+    errors = [(field_path(e), e.message) for e in validator.iter_errors(pruned, old_pruned)]
+    return version, warnings, errors
+
+
+def problems(
+    plural: str, obj: dict, old: dict | None = None, release: str | None = None
+) -> list[str]:
+    """What the apiserver of ``release`` would object to in ``obj`` (an update of ``old``
+    when given): fields it would drop, and validation errors as ``path: message``."""
+    release = release or newest_release(plural)
+    version, warnings, errors = check(plural, obj, old, release)
+    return [f"{release} {version}: {w}" for w in warnings + [f"{p}: {m}" for p, m in errors]]
+
+
+def releases_with(plural: str) -> list[str]:
+    """Every release (oldest first) that has CRD ``plural``."""
+    return [release for release, crds in crd_index().items() if plural in crds]
+
+
+def matrix_problems(
+    plural: str, obj: dict, old: dict | None = None, releases: list[str] | None = None
+) -> list[str]:
+    """``problems`` of ``obj`` on every release that has CRD ``plural`` (or on ``releases``)."""
+    out: list[str] = []
+    for release in releases if releases is not None else releases_with(plural):
+        out += problems(plural, obj, old, release)
+    return out
+
+
+# --- every rule -------------------------------------------------------------------------
+
+
+def rules_of(schema: dict, path: str = "") -> Iterator[tuple[str, dict, dict]]:
+    """(path, schema node, rule) for every ``x-kubernetes-validations`` rule under ``schema``."""
+    for rule in schema.get("x-kubernetes-validations") or []:
+        yield path, schema, rule
+    for key, sub in (schema.get("properties") or {}).items():
+        yield from rules_of(sub, f"{path}.{key}")
+    if isinstance(schema.get("items"), dict):
+        yield from rules_of(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from rules_of(schema["additionalProperties"], f"{path}{{}}")
 
 
 # --- pruning ----------------------------------------------------------------------------

@@ -25,8 +25,8 @@ from aiohttp import web
 from kubernetes.client import Configuration
 from kubernetes.stream.ws_client import WSClient, get_websocket_url
 
-from trainjob_magics.localcluster.exec_ws import handle_exec, shutdown
-from trainjob_magics.localcluster.processes import (
+from trainjob_magics.localcluster.kubelet.exec_ws import handle_exec, shutdown
+from trainjob_magics.localcluster.kubelet.processes import (
     PodSandbox,
     kill_all,
     make_sandbox,

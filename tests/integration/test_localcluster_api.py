@@ -849,7 +849,7 @@ def test_extension_kinds_and_subresource_getter(
     cluster: LocalCluster, kube: Kube, tmp_path: Any, unique_name: Callable[[str], str]
 ) -> None:
     """Other modules (the Kueue simulation) add kinds and read-only subresources."""
-    from trainjob_magics.localcluster.resources import Kind
+    from trainjob_magics.localcluster.core.resources import Kind
 
     group = f"{unique_name('g')}.example.com"
     cluster.registry.register(

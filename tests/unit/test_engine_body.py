@@ -1,4 +1,5 @@
-"""TrainJob bodies: v2.3-valid (checked against the real CRD), labelled, keep-alive injected."""
+"""TrainJob bodies: valid for every Trainer release's CRD (v2.0.1 ... v2.3.0, schema and CEL
+rules, no field the server would drop), labelled, keep-alive injected."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import re
 
 import pytest
 
-from tests.crd_schema import crd_validator
+from tests.crd_schema import problems
+from tests.helpers.k8s_data import release_params, require_k8s_data
 from trainjob_magics.engine.kube.names import trainjob_path
 from trainjob_magics.engine.trainjob.body import (
     KEEP_ALIVE_COMMAND,
@@ -17,16 +19,17 @@ from trainjob_magics.engine.trainjob.body import (
 )
 
 
-@pytest.fixture(scope="module")
-def validator():
-    return crd_validator("trainjobs")
+@pytest.fixture(scope="module", params=release_params("trainer"))
+def trainer_release(request: pytest.FixtureRequest) -> str:
+    require_k8s_data()
+    return request.param
 
 
-def _errors(validator, body):
-    return sorted(e.message for e in validator.iter_errors(body))
+def _errors(release: str, body: dict) -> list[str]:
+    return problems("trainjobs", body, release=release)
 
 
-def test_default_body_injects_keep_alive_and_labels(validator) -> None:
+def test_default_body_injects_keep_alive_and_labels(trainer_release: str) -> None:
     body = build_trainjob("abc", "default", "mpi-interactive")
     assert body["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
     assert body["kind"] == "TrainJob"
@@ -48,7 +51,7 @@ def test_default_body_injects_keep_alive_and_labels(validator) -> None:
     assert ann["trainjob-magics/owner-pid"] == str(os.getpid())
     assert ann["trainjob-magics/owner-host"]
     assert ann["trainjob-magics/created-by"]
-    assert _errors(validator, body) == []
+    assert _errors(trainer_release, body) == []
 
 
 def test_keep_alive_is_a_copy() -> None:
@@ -58,7 +61,7 @@ def test_keep_alive_is_a_copy() -> None:
     assert before == KEEP_ALIVE_COMMAND
 
 
-def test_full_body_validates(validator) -> None:
+def test_full_body_validates(trainer_release: str) -> None:
     body = build_trainjob(
         "full-job",
         "team-a",
@@ -85,7 +88,7 @@ def test_full_body_validates(validator) -> None:
     assert res["requests"] == res["limits"]
     assert body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "user-queue"
     assert body["spec"]["runtimeRef"]["kind"] == "TrainingRuntime"
-    assert _errors(validator, body) == []
+    assert _errors(trainer_release, body) == []
 
 
 def test_no_removed_fields() -> None:
@@ -94,11 +97,11 @@ def test_no_removed_fields() -> None:
         assert removed not in body["spec"]
 
 
-def test_validator_would_catch_a_bad_body(validator) -> None:
+def test_validator_would_catch_a_bad_body(trainer_release: str) -> None:
     """The CRD check is real: a removed v2.1 field or a bad name type fails it."""
     body = build_trainjob("abc", "default", "x")
     body["spec"]["trainer"]["numNodes"] = "four"
-    assert _errors(validator, body)
+    assert _errors(trainer_release, body)
 
 
 def test_generated_names_look_like_the_sdk() -> None:

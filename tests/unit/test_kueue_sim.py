@@ -10,25 +10,26 @@ from typing import Any
 
 import pytest
 
-from tests.crd_schema import crd_validator, load_crd_schema, prune
+from tests.crd_schema import load_crd_schema, matrix_problems, releases_with
+from tests.helpers.store_writes import store_writes
 from trainjob_magics.localcluster.controller import Controller
-from trainjob_magics.localcluster.faults import Faults
-from trainjob_magics.localcluster.kueue import (
-    CLUSTER_QUEUES,
-    LOCAL_QUEUES,
-    RESOURCE_FLAVORS,
-    KueueConfig,
-    KueueSimulation,
-)
-from trainjob_magics.localcluster.kueue.quantity import format_quantity, parse_quantity
-from trainjob_magics.localcluster.resources import (
+from trainjob_magics.localcluster.core.faults import Faults
+from trainjob_magics.localcluster.core.resources import (
     CLUSTER_TRAINING_RUNTIMES,
     NAMESPACES,
     TRAINJOBS,
     default_registry,
 )
+from trainjob_magics.localcluster.core.store import Store
+from trainjob_magics.localcluster.kueue import KueueConfig, KueueSimulation
+from trainjob_magics.localcluster.kueue.kinds import (
+    CLUSTER_QUEUES,
+    LOCAL_QUEUES,
+    RESOURCE_FLAVORS,
+    WORKLOADS,
+)
+from trainjob_magics.localcluster.kueue.quantity import format_quantity, parse_quantity
 from trainjob_magics.localcluster.runtimes import load_builtin_runtimes
-from trainjob_magics.localcluster.store import Store
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -82,11 +83,41 @@ def conds(obj: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
     }
 
 
-def validate(plural: str, obj: dict[str, Any]) -> None:
-    pruned, warnings = prune(load_crd_schema(plural), obj)
-    assert warnings == [], warnings
-    errors = [e.message for e in crd_validator(plural).iter_errors(pruned)]
-    assert errors == [], errors
+def validate(plural: str, obj: dict[str, Any], old: dict[str, Any] | None = None) -> None:
+    """``obj`` passes the CRD of every release in the k8s data (schema and CEL rules)."""
+    releases = trainjob_releases() if plural == "trainjobs" else None
+    problems = matrix_problems(plural, obj, old, releases)
+    assert problems == [], problems
+
+
+def trainjob_releases() -> list[str]:
+    """The Trainer releases whose TrainJob has spec.runtimePatches: the simulation patches the
+    way Kueue v0.17+ does, which needs Trainer v2.2 or later."""
+    return [
+        release
+        for release in releases_with("trainjobs")
+        if "runtimePatches"
+        in load_crd_schema("trainjobs", release=release)["properties"]["spec"]["properties"]
+    ]
+
+
+def assert_writes_valid(sim: KueueSimulation) -> None:
+    """Every Kueue object and TrainJob the store holds or held, created or updated (with the
+    old object, so that the CRDs' transition rules run), passes every release's CRD."""
+    found = []
+    for write in store_writes(sim.store):
+        if write.group == "kueue.x-k8s.io" or write.plural == "trainjobs":
+            name = write.obj["metadata"]["name"]
+            for problem in matrix_problems(
+                write.plural,
+                write.obj,
+                write.old,
+                trainjob_releases() if write.plural == "trainjobs" else None,
+            ):
+                found.append(
+                    f"{write.plural}/{name} {'update' if write.old else 'create'}: {problem}"
+                )
+    assert found == [], "\n".join(dict.fromkeys(found))
 
 
 def test_quantities() -> None:
@@ -101,6 +132,7 @@ def test_webhook_suspends_and_adds_patch(sim: KueueSimulation) -> None:
     assert tj["spec"]["suspend"] is True
     assert tj["spec"]["runtimePatches"] == [{"manager": "kueue.x-k8s.io/manager"}]
     validate("trainjobs", tj)
+    assert_writes_valid(sim)
 
 
 def test_fifo_admission_messages_and_crds(sim: KueueSimulation) -> None:
@@ -158,6 +190,7 @@ def test_fifo_admission_messages_and_crds(sim: KueueSimulation) -> None:
     sim.sync()
     assert conds(sim.workload_for("first"))["Finished"][0] == "True"
     assert conds(sim.workload_for("second"))["Admitted"][0] == "True"
+    assert_writes_valid(sim)
 
 
 def test_legacy_reasons_and_exceeds(sim: KueueSimulation) -> None:
@@ -168,6 +201,7 @@ def test_legacy_reasons_and_exceeds(sim: KueueSimulation) -> None:
     assert (status, reason) == ("False", "Pending")
     assert "insufficient quota for nvidia.com/gpu in flavor default-flavor" in message
     assert "(8 > 4)" in message
+    assert_writes_valid(sim)
 
 
 def test_missing_and_stopped_queue(sim: KueueSimulation) -> None:
@@ -188,6 +222,7 @@ def test_missing_and_stopped_queue(sim: KueueSimulation) -> None:
     lq = sim.store.get(LOCAL_QUEUES, "default", "user-queue")
     assert conds(lq)["Active"][0] == "False"
     validate("workloads", sim.workload_for("held"))
+    assert_writes_valid(sim)
 
 
 def test_preempt_requeue_and_priority(sim: KueueSimulation) -> None:
@@ -211,3 +246,35 @@ def test_preempt_requeue_and_priority(sim: KueueSimulation) -> None:
     assert conds(low)["Requeued"][0] == "True"
     assert low["status"]["schedulingStats"]["evictions"][0]["count"] == 1
     validate("workloads", low)
+    assert_writes_valid(sim)
+
+
+def test_a_simulation_that_breaks_a_cel_rule_is_caught(
+    sim: KueueSimulation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checks above are real: a Workload breaking a CEL rule, on create or as an update
+    (a transition rule), fails them with the rule's message."""
+    from trainjob_magics.localcluster.kueue import simulation
+
+    real = simulation.build_workload
+
+    def broken(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        body = real(*args, **kwargs)
+        body["spec"]["podSets"][0]["minCount"] = body["spec"]["podSets"][0]["count"] + 1
+        return body
+
+    monkeypatch.setattr(simulation, "build_workload", broken)
+    make_trainjob(sim, "bad")
+    sim.sync()
+    with pytest.raises(AssertionError, match="minCount should be positive and less or equal"):
+        assert_writes_valid(sim)
+
+
+def test_an_update_breaking_a_transition_rule_is_caught(sim: KueueSimulation) -> None:
+    make_trainjob(sim, "moved")
+    sim.sync()
+    name = sim.workload_for("moved")["metadata"]["name"]
+    assert conds(sim.workload_for("moved"))["QuotaReserved"][0] == "True"
+    sim.store.mutate(WORKLOADS, "default", name, lambda o: o["spec"].update(queueName="other"))
+    with pytest.raises(AssertionError, match="queueName is immutable while workload quota"):
+        assert_writes_valid(sim)

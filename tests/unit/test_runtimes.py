@@ -6,8 +6,9 @@ import copy
 
 import pytest
 
-from tests.crd_schema import crd_validator, field_path, load_crd_schema, prune, shared_dir
-from trainjob_magics.localcluster.runtimes import (
+from tests.crd_schema import crd_validator, field_path, load_crd_schema, prune
+from tests.helpers.k8s_data import release_params, require_k8s_data
+from trainjob_magics.localcluster.runtimes.loader import (
     ANCESTOR_LABEL,
     load_builtin_runtimes,
     mpi_policy,
@@ -25,16 +26,22 @@ def builtin(name: str) -> dict:
     return {r["metadata"]["name"]: r for r in load_builtin_runtimes()}[name]
 
 
+def shared_runtimes_dir():
+    """The ClusterTrainingRuntimes that ship with Trainer v2.3.0 (k8s data)."""
+    return require_k8s_data() / "trainer-v2.3.0/runtimes"
+
+
 def shared_runtime(framework: str) -> dict:
-    path = shared_dir() / "k8s/trainer-v2.3.0/runtimes" / f"{framework}_distributed.yaml"
+    path = shared_runtimes_dir() / f"{framework}_distributed.yaml"
     [doc] = parse_runtime_yaml(path.read_text())
     return doc
 
 
-def assert_valid(plural: str, obj: dict) -> None:
-    pruned, warnings = prune(load_crd_schema(plural), obj)
+def assert_valid(plural: str, obj: dict, release: str | None = None) -> None:
+    pruned, warnings = prune(load_crd_schema(plural, release=release), obj)
     assert warnings == [], f"fields the real server would drop: {warnings}"
-    errors = [f"{field_path(e)}: {e.message}" for e in crd_validator(plural).iter_errors(pruned)]
+    validator = crd_validator(plural, release=release)
+    errors = [f"{field_path(e)}: {e.message}" for e in validator.iter_errors(pruned)]
     assert errors == []
 
 
@@ -43,22 +50,28 @@ def test_builtin_names() -> None:
     assert names == ["deepspeed-distributed", "mpi-interactive", "torch-distributed"]
 
 
+@pytest.mark.parametrize("release", release_params("trainer"))
 @pytest.mark.parametrize("name", ["torch-distributed", "deepspeed-distributed", "mpi-interactive"])
-def test_builtin_valid_against_real_crd(name: str) -> None:
+def test_builtin_valid_against_real_crd(name: str, release: str) -> None:
+    """Valid for every Trainer release's runtime CRDs (v2.0.1 ... v2.3.0)."""
+    require_k8s_data()
     runtime = builtin(name)
-    assert_valid("clustertrainingruntimes", runtime)
+    assert_valid("clustertrainingruntimes", runtime, release)
     namespaced = {**copy.deepcopy(runtime), "kind": "TrainingRuntime"}
     namespaced["metadata"]["namespace"] = "default"
-    assert_valid("trainingruntimes", namespaced)
+    assert_valid("trainingruntimes", namespaced, release)
 
 
 def test_validator_catches_a_broken_runtime() -> None:
+    validator = crd_validator("clustertrainingruntimes")
     runtime = builtin("mpi-interactive")
-    runtime["spec"]["mlPolicy"]["mpi"]["mpiImplementation"] = "MPICH"
     runtime["spec"]["mlPolicy"]["torch"] = {}
-    errors = list(crd_validator("clustertrainingruntimes").iter_errors(runtime))
-    paths = {field_path(e) for e in errors}
-    assert paths == {"spec.mlPolicy.mpi.mpiImplementation", "spec.mlPolicy"}
+    errors = [(field_path(e), e.message) for e in validator.iter_errors(runtime)]
+    assert errors == [("spec.mlPolicy", "Only one of the policy can be configured")]
+    # An enum error blocks the CEL rules, as on a real apiserver.
+    runtime["spec"]["mlPolicy"]["mpi"]["mpiImplementation"] = "MPICH"
+    paths = {field_path(e) for e in validator.iter_errors(runtime)}
+    assert paths == {"spec.mlPolicy.mpi.mpiImplementation", "<nil>"}
 
 
 @pytest.mark.parametrize(
@@ -140,8 +153,7 @@ def test_parse_real_shared_runtimes(framework: str) -> None:
 
 def test_parse_multi_doc_and_builtin_files_round_trip() -> None:
     text = "\n---\n".join(
-        (shared_dir() / "k8s/trainer-v2.3.0/runtimes" / f"{f}_distributed.yaml").read_text()
-        for f in SHARED_RUNTIMES
+        (shared_runtimes_dir() / f"{f}_distributed.yaml").read_text() for f in SHARED_RUNTIMES
     )
     docs = parse_runtime_yaml(text + "\n---\n")
     assert [d["metadata"]["name"] for d in docs] == [f"{f}-distributed" for f in SHARED_RUNTIMES]
@@ -175,15 +187,13 @@ def test_parse_multi_doc_and_builtin_files_round_trip() -> None:
 )
 def test_parse_rejects_non_runtimes(text: str | None, match: str) -> None:
     if text is None:
-        text = (
-            shared_dir() / "k8s/trainer-v2.3.0/runtimes/example_flux-interactive-trainjob.yaml"
-        ).read_text()
+        text = (shared_runtimes_dir() / "example_flux-interactive-trainjob.yaml").read_text()
     with pytest.raises(ValueError, match=match):
         parse_runtime_yaml(text)
 
 
 def test_a_runtime_then_a_trainjob_is_rejected_with_its_index() -> None:
-    good = (shared_dir() / "k8s/trainer-v2.3.0/runtimes/torch_distributed.yaml").read_text()
+    good = (shared_runtimes_dir() / "torch_distributed.yaml").read_text()
     bad = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"
     with pytest.raises(ValueError, match="document 2 is ConfigMap"):
         parse_runtime_yaml(good + "\n---\n" + bad)

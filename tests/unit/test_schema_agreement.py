@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.crd_schema import crd_validator, error_paths, load_crd_schema, prune
-from trainjob_magics.localcluster.schema import (
+from tests.crd_schema import crd_validator, error_paths, field_path, load_crd_schema, prune
+from trainjob_magics.localcluster.apiserver.trainjob_schema import (
     API_VERSION,
     SchemaError,
     validate_trainjob,
@@ -216,13 +216,18 @@ def test_table_is_big_enough() -> None:
 
 
 @pytest.mark.parametrize(("body", "valid"), [(r[1], r[2]) for r in ROWS], ids=[r[0] for r in ROWS])
-def test_agrees_with_crd(body: dict, valid: bool) -> None:
+def test_row_agrees_with_crd(body: dict, valid: bool) -> None:
     pruned, _ = prune(load_crd_schema("trainjobs"), body)
     crd_valid = crd_validator("trainjobs").is_valid(pruned)
-    out, _, causes = _mine(body)
     assert crd_valid is valid, (
         f"row expectation disagrees with the real CRD: {error_paths('trainjobs', body)}"
     )
+
+
+@pytest.mark.parametrize(("body", "valid"), [(r[1], r[2]) for r in ROWS], ids=[r[0] for r in ROWS])
+def test_local_cluster_agrees_with_row(body: dict, valid: bool) -> None:
+    """Needs no k8s data: the rows' verdicts are checked against the CRD above."""
+    out, _, causes = _mine(body)
     assert (out is not None) is valid, causes
 
 
@@ -231,9 +236,9 @@ def test_agrees_with_crd(body: dict, valid: bool) -> None:
 )
 def test_field_paths_agree(body: dict) -> None:
     _, _, causes = _mine(body)
+    # The oracle also adds the server's "<nil>: some validation rules were not checked" when a
+    # type, enum or format error blocks the CEL rules.
     mine = {c["field"] for c in causes}
-    if any(BLOCKED in c["message"] for c in causes):
-        mine.discard("<nil>")
     # ObjectMeta checks are apiserver built-ins, not part of the CRD schema.
     mine = {f for f in mine if not f.startswith("metadata.")}
     assert mine == error_paths("trainjobs", body)
@@ -354,32 +359,142 @@ def test_generate_name_and_good_labels_accepted() -> None:
 # --- updates ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "change",
-    [
-        lambda b: b["spec"]["trainer"].update(numNodes=3),
-        lambda b: b["spec"].update(runtimeRef={"name": "other"}),
-        lambda b: b["spec"].update(activeDeadlineSeconds=99),
-        lambda b: b["spec"].update(managedBy="kueue.x-k8s.io/multikueue"),
-        lambda b: b["spec"].update(initializer={"model": {"storageUri": "hf://b"}}),
-    ],
-    ids=["trainer", "runtimeRef", "activeDeadlineSeconds", "managedBy", "initializer"],
-)
-def test_update_immutable_fields(change: Callable[[dict], None]) -> None:
-    old, _ = validate_trainjob(
-        trainjob(
-            trainer={"numNodes": 2},
-            activeDeadlineSeconds=10,
-            initializer={"model": {"storageUri": "hf://a"}},
+def _patch(manager: str = "example.com/m", **pod_spec: Any) -> dict:
+    """A runtimePatch for replicated job ``node`` setting ``pod_spec`` fields."""
+    job = {"name": "node", "template": {"spec": {"template": {"spec": pod_spec}}}}
+    return {
+        "manager": manager,
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [job]}}},
+    }
+
+
+def _pod_patch(body: dict) -> dict:
+    return body["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"][
+        "replicatedJobs"
+    ][0]["template"]["spec"]["template"]["spec"]
+
+
+STORED = trainjob(
+    trainer={"numNodes": 2},
+    activeDeadlineSeconds=10,
+    initializer={"model": {"storageUri": "hf://a"}},
+    runtimePatches=[
+        _patch(
+            containers=[{"name": "node", "env": [{"name": "A", "value": "1"}]}],
+            initContainers=[{"name": "init"}],
+            imagePullSecrets=[{"name": "pull"}],
+            securityContext={"runAsUser": 1000},
+            serviceAccountName="sa",
+            terminationGracePeriodSeconds=30,
+            volumes=[{"name": "v", "emptyDir": {}}],
+            nodeSelector={"a": "b"},
         )
-    )
+    ],
+)
+_NOT_IN_LOCAL_CLUSTER = pytest.mark.xfail(
+    strict=True,
+    reason="localcluster/schema.py validate_trainjob_update checks only the 5 spec-level "
+    "immutable fields, not the CRD's 'self == oldSelf' rules under "
+    "spec.runtimePatches[].trainingRuntimeSpec...template.spec (field is immutable)",
+)
+# (id, change, the field the real CRD rejects as immutable or None, marks)
+UPDATES: list[tuple[str, Callable[[dict], None], str | None, tuple]] = [
+    ("trainer", lambda b: b["spec"]["trainer"].update(numNodes=3), "spec.trainer", ()),
+    ("runtimeRef", lambda b: b["spec"].update(runtimeRef={"name": "o"}), "spec.runtimeRef", ()),
+    (
+        "activeDeadlineSeconds",
+        lambda b: b["spec"].update(activeDeadlineSeconds=99),
+        "spec.activeDeadlineSeconds",
+        (),
+    ),
+    (
+        "managedBy",
+        lambda b: b["spec"].update(managedBy="kueue.x-k8s.io/multikueue"),
+        "spec.managedBy",
+        (),
+    ),
+    (
+        "initializer",
+        lambda b: b["spec"].update(initializer={"model": {"storageUri": "hf://b"}}),
+        "spec.initializer",
+        (),
+    ),
+    *[
+        (
+            f"runtimePatch-{field}",
+            change,
+            "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0]"
+            f".template.spec.template.spec.{field}",
+            (_NOT_IN_LOCAL_CLUSTER,),
+        )
+        for field, change in [
+            ("containers", lambda b: _pod_patch(b)["containers"][0]["env"][0].update(value="2")),
+            ("initContainers", lambda b: _pod_patch(b).update(initContainers=[])),
+            ("imagePullSecrets", lambda b: _pod_patch(b)["imagePullSecrets"].append({"name": "x"})),
+            ("securityContext", lambda b: _pod_patch(b).update(securityContext={})),
+            ("serviceAccountName", lambda b: _pod_patch(b).update(serviceAccountName="other")),
+            (
+                "terminationGracePeriodSeconds",
+                lambda b: _pod_patch(b).update(terminationGracePeriodSeconds=5),
+            ),
+            (
+                "volumes",
+                lambda b: _pod_patch(b)["volumes"][0].update(emptyDir={"medium": "Memory"}),
+            ),
+        ]
+    ],
+    # mutable, or not a transition (a field absent on one side; a patch of another manager)
+    ("suspend", lambda b: b["spec"].update(suspend=True), None, ()),
+    ("labels", lambda b: b["metadata"].update(labels={"a": "b"}), None, ()),
+    ("runtimePatch-nodeSelector", lambda b: _pod_patch(b).update(nodeSelector={}), None, ()),
+    ("runtimePatch-added", lambda b: b["spec"]["runtimePatches"].append(_patch("x/y")), None, ()),
+    (
+        "runtimePatch-other-manager",
+        lambda b: b["spec"].update(runtimePatches=[_patch("x/y", serviceAccountName="o")]),
+        None,
+        (),
+    ),
+    ("activeDeadlineSeconds-removed", lambda b: b["spec"].pop("activeDeadlineSeconds"), None, ()),
+    ("unchanged", lambda b: None, None, ()),
+]
+
+
+def _stored() -> dict:
+    out, _ = validate_trainjob(STORED)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("change", "immutable"), [(u[1], u[2]) for u in UPDATES], ids=[u[0] for u in UPDATES]
+)
+def test_update_rows_agree_with_crd(change: Callable[[dict], None], immutable: str | None) -> None:
+    """The real CRD's transition rules (self == oldSelf) reject exactly the listed field."""
+    old = _stored()
     new = copy.deepcopy(old)
     change(new)
+    errors = [
+        (field_path(e), e.message) for e in crd_validator("trainjobs").iter_errors(new, old=old)
+    ]
+    assert errors == ([(immutable, "field is immutable")] if immutable else [])
+
+
+@pytest.mark.parametrize(
+    ("change", "immutable"),
+    [pytest.param(u[1], u[2], marks=u[3]) for u in UPDATES],
+    ids=[u[0] for u in UPDATES],
+)
+def test_update_immutable_fields(change: Callable[[dict], None], immutable: str | None) -> None:
+    old = _stored()
+    new = copy.deepcopy(old)
+    change(new)
+    if immutable is None:
+        validate_trainjob_update(old, new)
+        return
     with pytest.raises(SchemaError) as info:
         validate_trainjob_update(old, new)
     [cause] = info.value.causes
     assert cause["message"].endswith(": field is immutable")
-    assert cause["field"].startswith("spec.")
+    assert cause["field"] == immutable
 
 
 def test_update_mutable_fields_and_defaults() -> None:

@@ -14,27 +14,26 @@ from typing import Any
 
 from aiohttp import web
 
-from .apierror import ApiError
+from .apiserver import (
+    AdmissionHook,
+    ApiServer,
+    ServerContext,
+    SubresourceGetter,
+    User,
+    new_token,
+)
 from .controller import Controller
-from .faults import Faults
-from .kubeconfig import write_kubeconfig
-from .kueue import KueueConfig, KueueSimulation
-from .resources import (
+from .core.faults import Faults
+from .core.resources import (
     CLUSTER_TRAINING_RUNTIMES,
     NAMESPACES,
     TRAINING_RUNTIMES,
     Registry,
     default_registry,
 )
-from .server import ApiServer
-from .server_context import (
-    AdmissionHook,
-    ServerContext,
-    SubresourceGetter,
-    User,
-    new_token,
-)
-from .store import Store
+from .core.store import Store
+from .kubeconfig_file import write_kubeconfig
+from .kueue import KueueConfig, KueueSimulation
 from .tls import make_tls
 
 log = logging.getLogger(__name__)
@@ -144,7 +143,8 @@ class LocalCluster:
         ctx = ServerContext(
             store=self.store,
             registry=self.registry,
-            controller=self.controller,
+            resolve_runtime=self.controller.resolve_runtime,
+            sandbox=self.controller.sandbox,
             faults=self.faults,
             users=self._users,
             stopping=asyncio.Event(),
@@ -263,7 +263,7 @@ class LocalCluster:
         return self.store.compact()
 
     def add_admission_hook(self, hook: AdmissionHook) -> None:
-        """Run `hook(kind, op, obj, old)` on API creates/updates (may mutate or raise ApiError)."""
+        """Run `hook(kind, op, obj, old)` on API creates/updates (may mutate, or raise ApiError)."""
         self.admission_hooks.append(hook)
 
     def add_subresource_getter(
@@ -290,4 +290,4 @@ class LocalCluster:
         return self._tls.ca_pem
 
 
-__all__ = ["ApiError", "LocalCluster"]
+__all__ = ["LocalCluster"]

@@ -1,29 +1,14 @@
-"""Kueue simulation for the local cluster (switched on with ``LocalCluster(kueue=...)``)."""
+"""Kueue simulation for the local cluster (switched on with ``LocalCluster(kueue=...)``):
+Workloads for queued TrainJobs, FIFO admission by quota, eviction and requeueing, queue status
+and the visibility API.
+
+Imports ``core/`` and ``controller/podspec.py`` (to size a TrainJob's pod sets) from the rest of
+the local cluster.
+"""
 
 from __future__ import annotations
 
-from .config import KueueConfig
-from .kinds import (
-    CLUSTER_QUEUES,
-    JOB_UID_LABEL,
-    LOCAL_QUEUES,
-    MAX_EXEC_TIME_LABEL,
-    PRIORITY_CLASS_LABEL,
-    QUEUE_NAME_LABEL,
-    RESOURCE_FLAVORS,
-    WORKLOADS,
-)
 from .simulation import KueueSimulation
+from .simulation_config import KueueConfig
 
-__all__ = [
-    "CLUSTER_QUEUES",
-    "JOB_UID_LABEL",
-    "LOCAL_QUEUES",
-    "MAX_EXEC_TIME_LABEL",
-    "PRIORITY_CLASS_LABEL",
-    "QUEUE_NAME_LABEL",
-    "RESOURCE_FLAVORS",
-    "WORKLOADS",
-    "KueueConfig",
-    "KueueSimulation",
-]
+__all__ = ["KueueConfig", "KueueSimulation"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..resources import TRAINJOBS
-from . import conditions as C
+from ..core.resources import TRAINJOBS
+from . import workload_conditions as C
 from .kinds import (
     CLUSTER_QUEUES,
     JOB_UID_LABEL,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from ..resources import PODS
-from . import conditions as C
+from ..core.resources import PODS
+from . import workload_conditions as C
 from .state import SimulationState
 
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"

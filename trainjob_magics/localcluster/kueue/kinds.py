@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..resources import Kind, Registry
+from ..core.resources import Kind, Registry
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"

@@ -5,15 +5,15 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from ..apierror import ApiError
-from . import conditions as C
-from .admission import add, flavor_names, nominal, usage_of
+from ..core.apierror import ApiError
+from . import workload_conditions as C
 from .kinds import (
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
     WORKLOADS,
 )
 from .quantity import format_quantity
+from .quota_fit import add, flavor_names, nominal, usage_of
 from .scheduling import is_stopped
 from .state import SimulationState
 from .visibility import missing, summary

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import conditions as C
-from .admission import add, fit, flavor_names
+from . import workload_conditions as C
+from .quota_fit import add, fit, flavor_names
 from .state import SimulationState
 from .workloads import resource_requests
 

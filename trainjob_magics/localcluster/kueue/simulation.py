@@ -18,12 +18,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ..apierror import ApiError
-from ..resources import PODS, TRAINJOBS, Registry
-from ..store import Event, Store
-from . import conditions as C
-from .admission import add, usage_of
-from .config import KueueConfig
+from ..core.apierror import ApiError
+from ..core.resources import PODS, TRAINJOBS, Registry
+from ..core.store import Event, Store
+from . import workload_conditions as C
 from .controls import QueueControls
 from .eviction import JOBSET_NAME_LABEL, Eviction
 from .kinds import (
@@ -36,7 +34,9 @@ from .kinds import (
     register_kinds,
 )
 from .queue_status import QueueStatus
+from .quota_fit import add, usage_of
 from .scheduling import CHECKS_PENDING_MSG, Scheduling
+from .simulation_config import KueueConfig
 from .trainjob_sync import TrainJobSync
 from .webhook import queue_name, trainjob_webhook
 from .workloads import build_workload

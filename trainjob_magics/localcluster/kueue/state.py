@@ -8,11 +8,11 @@ import itertools
 import threading
 from typing import Any
 
-from ..apierror import ApiError
-from ..resources import TRAINJOBS
-from ..store import Store
-from .config import KueueConfig
+from ..core.apierror import ApiError
+from ..core.resources import TRAINJOBS
+from ..core.store import Store
 from .kinds import WORKLOADS
+from .simulation_config import KueueConfig
 
 
 class SimulationState:

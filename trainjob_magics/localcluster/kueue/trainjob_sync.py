@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from ..apierror import ApiError
-from ..resources import TRAINJOBS
-from ..store import now_rfc3339
+from ..core.apierror import ApiError
+from ..core.resources import TRAINJOBS
+from ..core.store import now_rfc3339
 from .kinds import (
     MANAGER,
     PODSET_LABEL,

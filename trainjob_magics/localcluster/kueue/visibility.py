@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..apierror import not_found
+from ..core.apierror import not_found
 from .kinds import VISIBILITY_GROUP
 
 

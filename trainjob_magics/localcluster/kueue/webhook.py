@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..resources import TRAINJOBS, Kind
+from ..core.resources import TRAINJOBS, Kind
 from .kinds import MANAGER, QUEUE_NAME_LABEL
 
 

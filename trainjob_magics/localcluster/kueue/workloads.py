@@ -7,8 +7,8 @@ import hashlib
 from fractions import Fraction
 from typing import Any
 
-from ..podspec import build_jobset_spec
-from ..resources import TRAINJOBS
+from ..controller.podspec import build_jobset_spec
+from ..core.resources import TRAINJOBS
 from .kinds import (
     JOB_UID_LABEL,
     MAX_EXEC_TIME_LABEL,

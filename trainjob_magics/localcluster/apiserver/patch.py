@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .apierror import ApiError
+from ..core.apierror import ApiError
 
 MERGE_TYPES = (
     "application/merge-patch+json",

@@ -8,7 +8,11 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import schema
+from ..core.apierror import ApiError, invalid
+from ..core.resources import PODS, TRAINJOBS, Kind
+from ..core.selectors import FIELD_SELECTABLE, parse_field_selector, parse_label_selector
+from ..core.store import random_suffix
+from . import trainjob_schema
 from .api_request import (
     Target,
     dry_run,
@@ -18,14 +22,20 @@ from .api_request import (
     send_initial_events,
 )
 from .api_response import json_response
-from .apierror import ApiError, invalid
+from .clients.tables import include_object, to_table, wants_table
 from .patch import JSON_PATCH, MERGE_TYPES, json_patch, merge_patch
-from .podspec import random_suffix
-from .resources import PODS, TRAINJOBS, Kind
-from .selectors import FIELD_SELECTABLE, parse_field_selector, parse_label_selector
 from .server_context import ServerContext
-from .tables import include_object, to_table, wants_table
-from .watch import WatchParams, serve_watch
+from .watch_stream import WatchParams, serve_watch
+
+
+def list_body(kind: Kind, rv: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """A `<Kind>List` answer (list, deletecollection)."""
+    return {
+        "kind": kind.list_kind,
+        "apiVersion": kind.api_version,
+        "metadata": {"resourceVersion": rv},
+        "items": items,
+    }
 
 
 class RestHandlers:
@@ -44,14 +54,7 @@ class RestHandlers:
         items, rv = self.ctx.store.list(t.kind, t.namespace, labels, fields)
         if wants_table(request.headers.get("Accept", "")):
             return json_response(to_table(t.kind, items, rv, include_object(request.query)))
-        return json_response(
-            {
-                "kind": t.kind.list_kind,
-                "apiVersion": t.kind.api_version,
-                "metadata": {"resourceVersion": rv},
-                "items": items,
-            }
-        )
+        return json_response(list_body(t.kind, rv, items))
 
     async def _watch(self, request: web.Request, t: Target) -> web.StreamResponse:
         labels, fields = self._selectors(request, t)
@@ -100,9 +103,9 @@ class RestHandlers:
             return obj, []
         try:
             if old is None:
-                return schema.validate_trainjob(obj)
-            return schema.validate_trainjob_update(old, obj)
-        except schema.SchemaError as err:
+                return trainjob_schema.validate_trainjob(obj)
+            return trainjob_schema.validate_trainjob_update(old, obj)
+        except trainjob_schema.SchemaError as err:
             name = (obj.get("metadata") or {}).get("name", "")
             raise invalid(kind.kind, kind.group, name, err.causes) from err
 
@@ -152,7 +155,7 @@ class RestHandlers:
         warnings = field_validation(request, kind, warnings)
         warnings += self._admit(kind, "CREATE", body, None)
         if kind.key == TRAINJOBS.key:
-            self.ctx.controller.resolve_runtime(t.namespace or "default", body)
+            self.ctx.resolve_runtime(t.namespace or "default", body)
         if kind.key == "namespaces":
             body["status"] = {"phase": "Active"}
         if dry_run(request):
@@ -259,13 +262,6 @@ class RestHandlers:
                 out.append(self.ctx.store.mark_deleting(t.kind, m.get("namespace"), m["name"]))
             else:
                 out.append(self.ctx.store.remove(t.kind, m.get("namespace"), m["name"]))
-        return json_response(
-            {
-                "kind": t.kind.list_kind,
-                "apiVersion": t.kind.api_version,
-                "metadata": {"resourceVersion": rv},
-                "items": out,
-            }
-        )
+        return json_response(list_body(t.kind, rv, out))
 
     # -- pods/log and pods/exec ------------------------------------------------------------

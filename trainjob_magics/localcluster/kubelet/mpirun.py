@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Local-cluster shim for OpenMPI's mpirun (stdlib only).
 
 Reads the job's hostfile (``--hostfile``/``-H``; else ``$TRAINJOB_LOCAL_HOSTFILE``; the usual

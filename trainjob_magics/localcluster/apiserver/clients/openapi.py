@@ -20,8 +20,8 @@ import hashlib
 import json
 from typing import Any
 
-from . import schema as tj_schema
-from .resources import TRAINJOBS, Kind, Registry
+from ...core.resources import TRAINJOBS, Kind, Registry
+from .. import trainjob_schema as tj_schema
 
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
 _OBJECT_META_REF = {"$ref": f"#/components/schemas/{META}.ObjectMeta"}

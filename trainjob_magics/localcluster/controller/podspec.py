@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import secrets
-import string
 from dataclasses import dataclass
 from typing import Any
 
-ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+from ..core.store import random_suffix
+from ..runtimes.loader import ANCESTOR_LABEL, is_trainer_rjob
+
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 RJOB_NAME = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 TRAINER_CONTAINER = "node"
-_SUFFIX_CHARS = string.ascii_lowercase + string.digits
 
 
 @dataclass(frozen=True)
@@ -28,15 +27,6 @@ class PodSlot:
 
     def hostname(self, jobset: str) -> str:
         return f"{jobset}-{self.rjob}-{self.job_index}-{self.completion_index}"
-
-
-def random_suffix() -> str:
-    return "".join(secrets.choice(_SUFFIX_CHARS) for _ in range(5))
-
-
-def is_trainer_rjob(rjob: dict[str, Any]) -> bool:
-    labels = ((rjob.get("template") or {}).get("metadata") or {}).get("labels") or {}
-    return labels.get(ANCESTOR_LABEL) == "trainer"
 
 
 def _merge_env(base: list[dict[str, Any]], extra: list[dict[str, Any]]) -> list[dict[str, Any]]:

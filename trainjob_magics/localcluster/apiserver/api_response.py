@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from .apierror import ApiError
+from ..core.apierror import ApiError
 
 NOT_FOUND = "the server could not find the requested resource"
 NOT_ALLOWED = "the server does not allow this method on the requested resource"

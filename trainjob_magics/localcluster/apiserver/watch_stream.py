@@ -11,11 +11,11 @@ from typing import Any
 
 from aiohttp import web
 
-from .apierror import status_body
-from .resources import Kind
-from .selectors import Requirement, fields_match, labels_match
-from .store import Event, ExpiredError, Store
-from .tables import to_table
+from ..core.apierror import status_body
+from ..core.resources import Kind
+from ..core.selectors import Requirement, fields_match, labels_match
+from ..core.store import Event, ExpiredError, Store
+from .clients.tables import to_table
 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from ..core.apierror import ApiError, forbidden
 from .api_request import USER_KEY, Target
-from .apierror import ApiError, forbidden
 from .server_context import ServerContext, User
 
 

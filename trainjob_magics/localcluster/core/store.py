@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import secrets
+import string
 import threading
 import uuid
 from collections import deque
@@ -16,6 +18,13 @@ from typing import Any
 from .apierror import ApiError, already_exists, conflict, not_found
 from .resources import NAMESPACES, Kind
 from .selectors import Requirement, fields_match, labels_match
+
+_SUFFIX_CHARS = string.ascii_lowercase + string.digits
+
+
+def random_suffix() -> str:
+    """Five random characters, as generateName and the Job controller's pod names add."""
+    return "".join(secrets.choice(_SUFFIX_CHARS) for _ in range(5))
 
 
 def now_rfc3339() -> str:
@@ -183,7 +192,10 @@ class Store:
 
     def replace(self, kind: Kind, obj: dict[str, Any], *, check_rv: bool = True) -> dict[str, Any]:
         """Replace a stored object (PUT semantics for the whole object)."""
-        obj = copy.deepcopy(obj)
+        return self._replace(kind, copy.deepcopy(obj), check_rv)
+
+    def _replace(self, kind: Kind, obj: dict[str, Any], check_rv: bool) -> dict[str, Any]:
+        """replace() with an object the store may keep as it is (nobody else holds it)."""
         meta = _meta(obj)
         name = meta.get("name", "")
         with self._lock:
@@ -255,11 +267,15 @@ class Store:
         name: str,
         fn: Callable[[dict[str, Any]], None],
     ) -> dict[str, Any]:
-        """Apply fn to a copy of the stored object and store the result atomically."""
+        """Apply fn to a copy of the stored object and store the result atomically.
+
+        The copy fn changed is stored as it is (one copy, not two): what fn puts into it must
+        not be changed by the caller afterwards.
+        """
         with self._lock:
             obj = self.get(kind, namespace, name)
             fn(obj)
-            return self.replace(kind, obj, check_rv=False)
+            return self._replace(kind, obj, check_rv=False)
 
     def mark_deleting(
         self, kind: Kind, namespace: str | None, name: str, grace_seconds: int = 30

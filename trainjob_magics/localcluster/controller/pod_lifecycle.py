@@ -1,5 +1,5 @@
-"""The kubelet part of the controller: start a pod's process, walk its phases, fail and
-finalize it, and write the MPI hostfile."""
+"""The pod half of the controller: start a pod's process (through the kubelet), walk its
+phases, fail and finalize it, and write the MPI hostfile."""
 
 from __future__ import annotations
 
@@ -10,23 +10,23 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from . import processes
-from .apierror import ApiError
-from .conditions import condition
-from .container_status import container_image, image_id, image_ref, waiting_status
-from .faults import Faults
-from .jobstate import JobState
+from ..core.apierror import ApiError
+from ..core.faults import Faults
+from ..core.resources import PODS
+from ..core.status_conditions import condition
+from ..core.store import Store, now_rfc3339
+from ..kubelet import processes
+from ..kubelet.container_status import container_image, image_id, image_ref, waiting_status
+from ..runtimes.loader import is_trainer_rjob
+from .job_state import JobState
 from .podspec import (
     TRAINER_CONTAINER,
     PodSlot,
     container_argv,
     env_dict,
-    is_trainer_rjob,
     mpi_policy,
     slots,
 )
-from .resources import PODS
-from .store import Store, now_rfc3339
 
 NODE_NAME = "local-node"
 SSHD_LOG = "Server listening on 0.0.0.0 port 2222.\nServer listening on :: port 2222.\n"
@@ -248,19 +248,8 @@ class PodLifecycle:
         fut = asyncio.run_coroutine_threadsafe(self._fail_pod(ns, name, code, reason), self._loop)
         fut.result(timeout=10)
 
-    async def _fail_pod(self, ns: str, name: str, code: int, reason: str) -> None:
-        self.store.get(PODS, ns, name)
-        task = self._pod_tasks.pop((ns, name), None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        sb = self.sandboxes.get((ns, name))
-        if sb is not None:
-            processes.kill_all(sb)
-        self._terminate_pod(ns, name, code or 1, reason)
-
-    async def _finalize_pod(self, key: tuple[str, str], grace: Any) -> None:
+    async def _stop_pod(self, key: tuple[str, str]) -> None:
+        """Cancel the pod's lifecycle task (and wait for it), then kill all its processes."""
         task = self._pod_tasks.pop(key, None)
         if task is not None:
             task.cancel()
@@ -269,6 +258,14 @@ class PodLifecycle:
         sb = self.sandboxes.get(key)
         if sb is not None:
             processes.kill_all(sb)
+
+    async def _fail_pod(self, ns: str, name: str, code: int, reason: str) -> None:
+        self.store.get(PODS, ns, name)
+        await self._stop_pod((ns, name))
+        self._terminate_pod(ns, name, code or 1, reason)
+
+    async def _finalize_pod(self, key: tuple[str, str], grace: Any) -> None:
+        await self._stop_pod(key)
         delay = self.delete_grace if grace is None or int(grace) > 0 else 0.0
         await asyncio.sleep(delay)
         with contextlib.suppress(ApiError):

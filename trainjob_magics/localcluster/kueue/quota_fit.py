@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from .conditions import EXCEEDS_MAX_QUOTA, NO_MATCHING_FLAVOR, WAITING_FOR_QUOTA
 from .quantity import format_quantity, parse_quantity
+from .workload_conditions import EXCEEDS_MAX_QUOTA, NO_MATCHING_FLAVOR, WAITING_FOR_QUOTA
 from .workloads import pod_set_requests
 
 Usage = dict[tuple[str, str], Fraction]  # (flavor, resource) -> amount

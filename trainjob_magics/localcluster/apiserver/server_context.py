@@ -1,4 +1,5 @@
-"""ServerContext: what the API server serves from (store, controller, users, hooks)."""
+"""ServerContext: what the API server serves from (store, users, hooks, and the callbacks
+into the controller and the kubelet)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .controller import Controller
-from .faults import Faults
-from .resources import Kind, Registry
-from .store import Store
+from ..core.faults import Faults
+from ..core.resources import Kind, Registry
+from ..core.store import Store
+from ..kubelet.processes import PodSandbox
 
 # Admission hook: (kind, operation "CREATE"|"UPDATE", new object, old object or None) ->
 # warnings; may mutate the new object or raise ApiError to deny.
 AdmissionHook = Callable[[Kind, str, dict[str, Any], "dict[str, Any] | None"], "list[str] | None"]
 
 SubresourceGetter = Callable[[str, str, "str | None", str, dict[str, str]], dict[str, Any]]
+# (namespace, TrainJob) -> its runtime; raises ApiError 422 when it does not exist (the
+# create-time check of the Trainer webhook).
+RuntimeResolver = Callable[[str, dict[str, Any]], dict[str, Any]]
+# (namespace, pod name) -> where its processes run, or None (not started, or gone).
+SandboxLookup = Callable[[str, str], "PodSandbox | None"]
 
 
 @dataclass
@@ -30,7 +36,8 @@ class User:
 class ServerContext:
     store: Store
     registry: Registry
-    controller: Controller
+    resolve_runtime: RuntimeResolver
+    sandbox: SandboxLookup
     faults: Faults
     users: dict[str, User]
     stopping: asyncio.Event

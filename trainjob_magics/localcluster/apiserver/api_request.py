@@ -7,8 +7,8 @@ from typing import Any
 
 from aiohttp import web
 
-from .apierror import ApiError, invalid
-from .resources import Kind
+from ..core.apierror import ApiError, invalid
+from ..core.resources import Kind
 
 USER_KEY = web.RequestKey("user", tuple)
 FIELD_VALIDATION = ("Ignore", "Warn", "Strict")

@@ -37,7 +37,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from .apierror import status_body
+from ..core.apierror import status_body
 from .processes import PodSandbox, describe_spawn_error, exit_code, spawn
 
 V5 = "v5.channel.k8s.io"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from .apierror import ApiError
-from .conditions import condition, set_condition
-from .container_status import pod_ready
-from .jobstate import JobState
+from ..core.apierror import ApiError
+from ..core.resources import JOBSETS, TRAINJOBS
+from ..core.status_conditions import condition, set_condition
+from ..core.store import Store
+from ..kubelet.container_status import pod_ready
+from .job_state import JobState
 from .podspec import slots
-from .resources import JOBSETS, TRAINJOBS
-from .store import Store
 
 
 class JobStatusUpdater:
@@ -84,7 +84,7 @@ class JobStatusUpdater:
             status = o.setdefault("status", {})
             for c in conds:
                 set_condition(status, c)
-            status[key] = jobs_status
+            status[key] = [dict(j) for j in jobs_status]  # its own list in each object
             if key == "replicatedJobsStatus":  # JobSetStatus: restarts is not omitempty
                 status.setdefault("restarts", 0)
                 for c in conds:

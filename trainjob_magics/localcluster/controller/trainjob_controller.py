@@ -14,36 +14,27 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from . import processes
-from .apierror import ApiError, invalid
-from .conditions import condition, has_condition, set_condition
-from .container_status import image_id, image_ref, pod_ready
-from .faults import Faults
-from .job_status import JobStatusUpdater
-from .jobstate import JobState
-from .pod_lifecycle import NODE_NAME, SSHD_LOG, PodLifecycle
-from .podspec import JOBSET_NAME, build_jobset_spec, build_pod, slots
-from .resources import (
+from ..core.apierror import ApiError, invalid
+from ..core.faults import Faults
+from ..core.resources import (
     CLUSTER_TRAINING_RUNTIMES,
     JOBSETS,
     PODS,
     TRAINING_RUNTIMES,
     TRAINJOBS,
 )
-from .store import Event, Store
+from ..core.status_conditions import condition, set_condition
+from ..core.store import Event, Store
+from ..kubelet import processes
+from ..kubelet.container_status import pod_ready
+from .job_state import JobState
+from .job_status import JobStatusUpdater
+from .pod_lifecycle import PodLifecycle
+from .podspec import JOBSET_NAME, build_jobset_spec, build_pod, slots
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "NODE_NAME",
-    "SSHD_LOG",
-    "Controller",
-    "JobState",
-    "has_condition",
-    "image_id",
-    "image_ref",
-    "set_condition",
-]
+__all__ = ["Controller"]
 
 
 class Controller(PodLifecycle, JobStatusUpdater):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..conditions import set_condition
-from ..store import now_rfc3339
+from ..core.status_conditions import set_condition
+from ..core.store import now_rfc3339
 
 QUOTA_RESERVED = "QuotaReserved"
 ADMITTED = "Admitted"

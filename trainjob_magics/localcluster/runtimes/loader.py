@@ -61,7 +61,7 @@ def _check_runtime(doc: Any, index: int) -> None:
 
 def load_builtin_runtimes() -> list[dict]:
     """The preloaded ClusterTrainingRuntimes (fresh copies), sorted by name."""
-    folder = resources.files(__package__) / "runtimes"
+    folder = resources.files(__package__)
     found: list[dict] = []
     for entry in folder.iterdir():
         if entry.name.endswith(".yaml"):
@@ -78,6 +78,12 @@ def replicated_jobs(obj: dict) -> list[dict]:
     return jobs if isinstance(jobs, list) else []
 
 
+def is_trainer_rjob(rjob: dict) -> bool:
+    """Whether a replicated job's Job template carries the trainer ancestor label."""
+    labels = ((rjob.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    return labels.get(ANCESTOR_LABEL) == ANCESTOR_TRAINER
+
+
 def trainer_replicated_job(obj: dict) -> str:
     """Name of the replicated job whose Job template carries the trainer ancestor label.
 
@@ -85,8 +91,7 @@ def trainer_replicated_job(obj: dict) -> str:
     """
     jobs = replicated_jobs(obj)
     for job in jobs:
-        labels = ((job.get("template") or {}).get("metadata") or {}).get("labels") or {}
-        if labels.get(ANCESTOR_LABEL) == ANCESTOR_TRAINER:
+        if is_trainer_rjob(job):
             return job["name"]
     names = [job.get("name") for job in jobs]
     if "launcher" in names:

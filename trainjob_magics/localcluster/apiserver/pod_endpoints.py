@@ -6,12 +6,12 @@ from typing import Any
 
 from aiohttp import web
 
-from . import exec_ws
+from ..core.apierror import ApiError
+from ..core.resources import PODS
+from ..kubelet import exec_ws
+from ..kubelet.pod_logs import follow_log, read_log
 from .api_request import USER_KEY, Target, query_bool, query_int
-from .apierror import ApiError
 from .auth import Authorizer
-from .logs import follow_log, read_log
-from .resources import PODS
 
 
 class PodEndpoints(Authorizer):
@@ -41,7 +41,7 @@ class PodEndpoints(Authorizer):
                 400,
                 f'previous terminated container "{container}" in pod "{t.name}" not found',
             )
-        sandbox = self.ctx.controller.sandbox(t.namespace or "", t.name or "")
+        sandbox = self.ctx.sandbox(t.namespace or "", t.name or "")
         status = pod.get("status") or {}
         waiting = next(
             (
@@ -84,7 +84,7 @@ class PodEndpoints(Authorizer):
         pod = self.ctx.store.get(PODS, t.namespace, t.name or "")
         container = self._container(pod, q.get("container"))
         phase = (pod.get("status") or {}).get("phase")
-        sandbox = self.ctx.controller.sandbox(t.namespace or "", t.name or "")
+        sandbox = self.ctx.sandbox(t.namespace or "", t.name or "")
         not_found = f'unable to upgrade connection: container not found ("{container}")'
         translated = self.ctx.exec_errors == "translated" and exec_ws.translates_errors(request)
         has_host = bool((pod.get("spec") or {}).get("nodeName"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from .apierror import ApiError
-from .resources import Kind
+from ...core.apierror import ApiError
+from ...core.resources import Kind
 
 INCLUDE_OBJECT = ("Object", "Metadata", "None")
 

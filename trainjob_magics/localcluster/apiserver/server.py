@@ -7,20 +7,20 @@ from typing import Any
 
 from aiohttp import web
 
-from . import openapi
+from ..core.apierror import ApiError
 from .api_request import USER_KEY, Target, query_bool
 from .api_response import NOT_ALLOWED, NOT_FOUND, error_response, json_response
-from .apierror import ApiError
-from .pod_endpoints import PodEndpoints
-from .resources import (
+from .clients import openapi
+from .clients.discovery import (
     api_group,
     api_group_list,
     api_resource_list,
     api_versions,
 )
+from .clients.tables import include_object, to_table, wants_table
+from .pod_endpoints import PodEndpoints
 from .rest_handlers import RestHandlers
 from .server_context import ServerContext
-from .tables import include_object, to_table, wants_table
 
 log = logging.getLogger(__name__)
 
