@@ -9,8 +9,13 @@ import yaml
 from aiohttp import web
 
 from ..core.apierror import ApiError, invalid
-from ..core.resources import PODS, TRAINJOBS, Kind
-from ..core.selectors import FIELD_SELECTABLE, parse_field_selector, parse_label_selector
+from ..core.resources import EVENTS, PODS, TRAINJOBS, Kind
+from ..core.selectors import (
+    EVENT_FIELD_SELECTABLE,
+    FIELD_SELECTABLE,
+    parse_field_selector,
+    parse_label_selector,
+)
 from ..core.store import random_suffix
 from . import trainjob_schema
 from .api_request import (
@@ -46,6 +51,8 @@ class RestHandlers:
     def _selectors(self, request: web.Request, t: Target) -> tuple[list[Any], list[Any]]:
         labels = parse_label_selector(request.query.get("labelSelector"))
         allowed = FIELD_SELECTABLE if t.kind.key == PODS.key else None
+        if t.kind.key == EVENTS.key:
+            allowed = EVENT_FIELD_SELECTABLE
         fields = parse_field_selector(request.query.get("fieldSelector"), allowed)
         return labels, fields
 

@@ -92,6 +92,16 @@ PODS = Kind(
     subresources=("status", "log", "exec"),
     has_generation=False,
 )
+EVENTS = Kind(
+    "",
+    "v1",
+    "Event",
+    "events",
+    verbs=tuple(ALL_VERBS),
+    singular="event",
+    short_names=("ev",),
+    has_generation=False,
+)
 TRAINER_GROUP = "trainer.kubeflow.org"
 TRAINJOBS = Kind(
     TRAINER_GROUP,
@@ -132,6 +142,14 @@ JOBSETS = Kind(
 
 def default_registry() -> Registry:
     reg = Registry()
-    for k in (NAMESPACES, PODS, TRAINJOBS, CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, JOBSETS):
+    for k in (
+        NAMESPACES,
+        PODS,
+        EVENTS,
+        TRAINJOBS,
+        CLUSTER_TRAINING_RUNTIMES,
+        TRAINING_RUNTIMES,
+        JOBSETS,
+    ):
         reg.register(k)
     return reg

@@ -97,6 +97,24 @@ FIELD_SELECTABLE = {
 }
 
 
+# The fields kube-apiserver lets you select core/v1 Events by (pkg/registry/core/event/strategy.go).
+EVENT_FIELD_SELECTABLE = {
+    "metadata.name",
+    "metadata.namespace",
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+}
+
+
 def parse_field_selector(text: str | None, allowed: set[str] | None = None) -> list[Requirement]:
     """Parse `metadata.name=x,status.phase!=Failed`."""
     if not text:
