@@ -36,6 +36,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="simulate Kueue: ResourceFlavors, ClusterQueues with quota, LocalQueues, Workloads",
     )
+    lc.add_argument(
+        "--kueue-version",
+        choices=("0.14", "0.17", "0.19", "main"),  # localcluster.kueue KUEUE_VERSIONS
+        default=None,
+        help="the Kueue release imitated (implies --kueue; default main): served API versions, "
+        "reasons, how admission patches the TrainJob",
+    )
     return parser
 
 
@@ -51,7 +58,8 @@ def run_local_cluster(args: argparse.Namespace) -> int:
         port=args.port,
         root_dir=args.root_dir,
         ancestor_label_on_pods=args.ancestor_label_on_pods,
-        kueue=args.kueue,
+        kueue=args.kueue or args.kueue_version is not None,
+        kueue_version=args.kueue_version or "main",
     )
     try:
         cluster.start()
@@ -72,7 +80,7 @@ def run_local_cluster(args: argparse.Namespace) -> int:
         cfg = cluster.kueue.config
         print(
             f"Kueue: LocalQueue {cfg.local_queue!r} in namespace {cfg.namespace!r} "
-            f"-> ClusterQueue {cfg.cluster_queue!r} with quota {cfg.quota}",
+            f"-> ClusterQueue {cfg.cluster_queue!r} with quota {cfg.quota} (Kueue {cfg.version})",
             flush=True,
         )
     print("point kubectl and trainjob_magics at it with:", flush=True)

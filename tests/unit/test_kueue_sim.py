@@ -130,7 +130,10 @@ def test_quantities() -> None:
 def test_webhook_suspends_and_adds_patch(sim: KueueSimulation) -> None:
     tj = make_trainjob(sim, "a")
     assert tj["spec"]["suspend"] is True
-    assert tj["spec"]["runtimePatches"] == [{"manager": "kueue.x-k8s.io/manager"}]
+    # the skeleton the webhook appends (kueue pkg/controller/jobs/trainjob/trainjob_webhook.go)
+    assert tj["spec"]["runtimePatches"] == [
+        {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {"spec": {}}}}
+    ]
     validate("trainjobs", tj)
     assert_writes_valid(sim)
 
@@ -139,6 +142,7 @@ def test_fifo_admission_messages_and_crds(sim: KueueSimulation) -> None:
     make_trainjob(sim, "first", cpu="1")  # 2 nodes x 1 cpu: the whole quota
     make_trainjob(sim, "second", cpu="1")
     sim.sync()
+    sim.sync()  # admission is two updates: the patch (still suspended), then the unsuspend
     first, second = sim.workload_for("first"), sim.workload_for("second")
     assert first and second
     assert first["metadata"]["name"].startswith("trainjob-first-")

@@ -64,6 +64,7 @@ class LocalCluster:
         bookmark_interval: float = 1.0,
         load_builtin_runtimes: bool = True,
         kueue: bool | KueueConfig = False,
+        kueue_version: str | None = None,
         exec_errors: str = "pre-upgrade",
     ) -> None:
         if exec_errors not in EXEC_ERROR_MODES:
@@ -105,8 +106,12 @@ class LocalCluster:
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.store.create(NAMESPACES, {"metadata": {"name": ns}, "status": {"phase": "Active"}})
         self.kueue: KueueSimulation | None = None
-        if kueue:
-            self._enable_kueue(kueue if isinstance(kueue, KueueConfig) else KueueConfig())
+        if kueue or kueue_version is not None:
+            config = kueue if isinstance(kueue, KueueConfig) else KueueConfig()
+            if kueue_version is not None:
+                config.version = kueue_version
+                config.__post_init__()  # checks the version
+            self._enable_kueue(config)
 
     # -- lifecycle -------------------------------------------------------------------------
 

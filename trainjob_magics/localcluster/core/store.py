@@ -80,8 +80,16 @@ class Store:
         self._history_limit = history_limit
         self._compacted = 0
         self._subs: list[Subscription] = []
+        # kind key -> the apiVersion objects are stored in, where it is not the Kind's own
+        # (a Kueue 0.14 cluster stores kueue.x-k8s.io objects as v1beta1)
+        self.storage_versions: dict[str, str] = {}
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def api_version(self, kind: Kind) -> str:
+        """The apiVersion ``kind``'s objects are stored with."""
+        group_version = self.storage_versions.get(kind.key)
+        return group_version or kind.api_version
 
     @property
     def resource_version(self) -> int:
@@ -161,7 +169,7 @@ class Store:
         meta = _meta(obj)
         with self._lock:
             key = self._new_key(kind, meta, namespace)
-            obj["apiVersion"] = kind.api_version
+            obj["apiVersion"] = self.api_version(kind)
             obj["kind"] = kind.kind
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = now_rfc3339()
@@ -212,7 +220,7 @@ class Store:
                     meta[keep] = old_meta[keep]
             if "deletionGracePeriodSeconds" in old_meta:
                 meta["deletionGracePeriodSeconds"] = old_meta["deletionGracePeriodSeconds"]
-            obj["apiVersion"], obj["kind"] = kind.api_version, kind.kind
+            obj["apiVersion"], obj["kind"] = self.api_version(kind), kind.kind
             if kind.has_generation:
                 gen = old_meta.get("generation", 1)
                 if obj.get("spec") != old.get("spec"):
@@ -235,7 +243,7 @@ class Store:
         meta = _meta(obj)
         with self._lock:
             self._new_key(kind, meta, namespace)
-        obj["apiVersion"], obj["kind"] = kind.api_version, kind.kind
+        obj["apiVersion"], obj["kind"] = self.api_version(kind), kind.kind
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339()
         if kind.has_generation:
@@ -257,7 +265,7 @@ class Store:
             for keep in ("uid", "creationTimestamp", "resourceVersion", "generation"):
                 if keep in old["metadata"]:
                     out["metadata"][keep] = old["metadata"][keep]
-            out["apiVersion"], out["kind"] = kind.api_version, kind.kind
+            out["apiVersion"], out["kind"] = self.api_version(kind), kind.kind
             return out
 
     def mutate(

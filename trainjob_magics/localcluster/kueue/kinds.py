@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..core.resources import Kind, Registry
 
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -68,6 +70,26 @@ CLUSTER_QUEUES = Kind(
         {"jsonPath": ".status.admittedWorkloads", "name": "Admitted Workloads", "type": "integer"},
     ),
 )
+ADMISSION_CHECKS = Kind(
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "AdmissionCheck",
+    "admissionchecks",
+    namespaced=False,
+    singular="admissioncheck",
+    categories=("kueue",),
+    subresources=("status",),
+)
+WORKLOAD_PRIORITY_CLASSES = Kind(
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "WorkloadPriorityClass",
+    "workloadpriorityclasses",
+    namespaced=False,
+    singular="workloadpriorityclass",
+    categories=("kueue",),
+    has_generation=True,
+)
 RESOURCE_FLAVORS = Kind(
     KUEUE_GROUP,
     KUEUE_VERSION,
@@ -105,13 +127,25 @@ def visibility_kinds(version: str) -> tuple[Kind, Kind]:
     return lq, cq
 
 
-KUEUE_KINDS = (WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES, RESOURCE_FLAVORS)
+KUEUE_KINDS = (
+    WORKLOADS,
+    LOCAL_QUEUES,
+    CLUSTER_QUEUES,
+    RESOURCE_FLAVORS,
+    ADMISSION_CHECKS,
+    WORKLOAD_PRIORITY_CLASSES,
+)
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"  # AdmissionCheck controllerName, managedBy
 
 
-def register_kinds(registry: Registry) -> None:
-    """Serve the Kueue kinds and the visibility group (discovery included)."""
-    for kind in KUEUE_KINDS:
-        registry.register(kind)
-    for version in VISIBILITY_VERSIONS:
+def register_kinds(registry: Registry, versions: tuple[str, ...] = ("v1beta2", "v1beta1")) -> None:
+    """Serve the Kueue kinds and the visibility group in ``versions`` (discovery included).
+
+    Every served version shares one store bucket (the store keys by plural and group); objects
+    keep the apiVersion they were written with (the local cluster does no conversion).
+    """
+    for version in versions:
+        for kind in KUEUE_KINDS:
+            registry.register(dataclasses.replace(kind, version=version))
         for kind in visibility_kinds(version):
             registry.register(kind)

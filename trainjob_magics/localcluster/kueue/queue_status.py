@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import time
+from datetime import datetime
 from typing import Any
 
 from ..core.apierror import ApiError
@@ -138,6 +140,18 @@ class QueueStatus(SimulationState):
 
     # -- visibility API ----------------------------------------------------------------------
 
+    def _unseen(self, lq: dict[str, Any]) -> bool:
+        """A LocalQueue younger than ``visibility_delay`` seconds (not in the cache yet)."""
+        delay = self.config.visibility_delay
+        if delay <= 0:
+            return False
+        created = str((lq.get("metadata") or {}).get("creationTimestamp") or "")
+        try:
+            born = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return False
+        return time.time() - born < delay
+
     def pending_workloads(
         self,
         version: str,
@@ -152,7 +166,9 @@ class QueueStatus(SimulationState):
         offset = int(query.get("offset") or 0)
         if plural == LOCAL_QUEUES.plural:
             lq = self.store.try_get(LOCAL_QUEUES, namespace, name)
-            if lq is None:
+            if lq is None or self._unseen(lq):
+                # Kueue's queue manager answers 404 for a LocalQueue it has not cached yet
+                # (pkg/visibility/api/.../pending_workloads_lq.go)
                 raise missing("localqueues", name)
             cq_name = (lq.get("spec") or {}).get("clusterQueue", "")
             ordered = self.ordered_pending(cq_name)

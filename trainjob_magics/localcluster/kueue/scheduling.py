@@ -46,7 +46,7 @@ class Scheduling(SimulationState):
         return not is_stopped(cq) and all(f in flavors for f in flavor_names(cq))
 
     def _set_pending(self, wl: dict[str, Any], granular: str, message: str) -> None:
-        reason = C.reason_for(granular, self.config.reason_style)
+        reason = C.reason_for(granular, self.config.reasons)
         C.put(wl, C.QUOTA_RESERVED, False, reason, message)
         C.put(wl, C.ADMITTED, False, "NoReservation", C.NO_RESERVATION_MSG)
         wl.setdefault("status", {})["resourceRequests"] = resource_requests(wl)

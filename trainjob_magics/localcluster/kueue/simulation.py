@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core.apierror import ApiError
+from ..core.events import record_event
 from ..core.resources import PODS, TRAINJOBS, Registry
 from ..core.store import Event, Store
 from . import workload_conditions as C
@@ -27,18 +28,21 @@ from .eviction import JOBSET_NAME_LABEL, Eviction
 from .kinds import (
     CLUSTER_QUEUES,
     JOB_UID_LABEL,
+    KUEUE_KINDS,
     LOCAL_QUEUES,
     PENDING_WORKLOADS,
+    PRIORITY_CLASS_LABEL,
     RESOURCE_FLAVORS,
+    WORKLOAD_PRIORITY_CLASSES,
     WORKLOADS,
     register_kinds,
 )
 from .queue_status import QueueStatus
 from .quota_fit import add, usage_of
 from .scheduling import CHECKS_PENDING_MSG, Scheduling
-from .simulation_config import KueueConfig
+from .simulation_config import KueueConfig, served_versions
 from .trainjob_sync import TrainJobSync
-from .webhook import queue_name, trainjob_webhook
+from .webhook import TrainJobWebhook, queue_name
 from .workloads import build_workload
 
 log = logging.getLogger(__name__)
@@ -49,6 +53,7 @@ WATCHED = {
     LOCAL_QUEUES.key,
     CLUSTER_QUEUES.key,
     RESOURCE_FLAVORS.key,
+    WORKLOAD_PRIORITY_CLASSES.key,
 }
 
 RuntimeResolver = Callable[[str, dict[str, Any]], dict[str, Any]]
@@ -76,7 +81,10 @@ class KueueSimulation(Scheduling, QueueStatus, Eviction, TrainJobSync, QueueCont
         self.store = store
         self.config = config
         self.resolve_runtime = resolve_runtime
-        register_kinds(registry)
+        versions = served_versions(config.version)
+        register_kinds(registry, versions)
+        for kind in KUEUE_KINDS:  # stored in the oldest Kueue's only version where it has one
+            store.storage_versions[kind.key] = f"{kind.group}/{versions[0]}"
         self._lock = threading.RLock()
         self._seq = itertools.count()
         self._order: dict[str, int] = {}  # workload uid -> place in the queue order
@@ -88,6 +96,7 @@ class KueueSimulation(Scheduling, QueueStatus, Eviction, TrainJobSync, QueueCont
         self._main: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Event | None = None
         self._stopping = False
+        self._webhook = TrainJobWebhook(store, config)
         if config.local_queue is not None:
             self._create_defaults()
 
@@ -95,7 +104,7 @@ class KueueSimulation(Scheduling, QueueStatus, Eviction, TrainJobSync, QueueCont
 
     def webhook(self, kind: Any, op: str, obj: dict[str, Any], old: dict[str, Any] | None):
         """The admission hook to register with the API server."""
-        return trainjob_webhook(kind, op, obj, old)
+        return self._webhook(kind, op, obj, old)
 
     def _create_defaults(self) -> None:
         cfg = self.config
@@ -244,9 +253,24 @@ class KueueSimulation(Scheduling, QueueStatus, Eviction, TrainJobSync, QueueCont
             live.add(uid)
             if uid in by_uid or queue_name(tj) is None or tj["metadata"].get("deletionTimestamp"):
                 continue
+            classes = self._priority_classes()
+            pclass = (tj["metadata"].get("labels") or {}).get(PRIORITY_CLASS_LABEL)
+            if pclass and pclass not in classes:
+                # No Workload: the job reconciler records a Warning and retries later
+                # (pkg/controller/jobframework/reconciler.go, ErrPriorityClassNotFound ->
+                # "WorkloadPriorityClass %q not found", reason WorkloadPriorityClassNotFound).
+                record_event(
+                    self.store,
+                    tj,
+                    reason="WorkloadPriorityClassNotFound",
+                    message=f"WorkloadPriorityClass {pclass!r} not found".replace("'", '"'),
+                    type="Warning",
+                    component="kueue-trainjob-controller",
+                )
+                continue
             try:
                 runtime = self.resolve_runtime(tj["metadata"]["namespace"], tj)
-                body = build_workload(tj, runtime, self.config.priority_classes)
+                body = build_workload(tj, runtime, classes)
                 by_uid[uid] = self.store.create(WORKLOADS, body, tj["metadata"]["namespace"])
             except ApiError as exc:
                 log.debug("no workload for %s: %s", tj["metadata"]["name"], exc)
@@ -262,6 +286,14 @@ class KueueSimulation(Scheduling, QueueStatus, Eviction, TrainJobSync, QueueCont
                 continue
             out.append(wl)
         return out
+
+    def _priority_classes(self) -> dict[str, int]:
+        """WorkloadPriorityClass name -> value: the served objects, and the configured ones."""
+        served = {
+            o["metadata"]["name"]: int(o.get("value") or 0)
+            for o in self.store.list(WORKLOAD_PRIORITY_CLASSES)[0]
+        }
+        return {**self.config.priority_classes, **served}
 
     def _lifecycle(self, wl: dict[str, Any], now: float) -> dict[str, Any] | None:
         """Finish, complete an eviction, enforce max execution time, sync the TrainJob."""

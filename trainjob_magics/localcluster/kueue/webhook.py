@@ -1,11 +1,34 @@
-"""The webhook-like step: a TrainJob created with a queue-name label starts suspended."""
+"""Kueue's TrainJob webhook on CREATE (kubernetes-sigs/kueue
+pkg/controller/jobs/trainjob/trainjob_webhook.go, with jobframework's defaulting in
+pkg/controller/jobframework/defaults.go and webhook.go):
+
+- LocalQueueDefaulting (on by default since v0.12): a job without a queue label in a namespace
+  that has a LocalQueue named ``default`` gets ``kueue.x-k8s.io/queue-name: default``;
+- a managed job whose ClusterQueue has a MultiKueue admission check gets ``spec.managedBy:
+  kueue.x-k8s.io/multikueue`` (its pods then run on a worker cluster);
+- a managed job is suspended;
+- from v0.17 (runtimePatches, Trainer >= 2.2) Kueue's entry
+  ``{manager: kueue.x-k8s.io/manager, trainingRuntimeSpec: {template: {spec: {}}}}`` is
+  appended to ``runtimePatches``; v0.14-v0.16 patch ``podSpecOverrides`` on admission instead.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..core.resources import TRAINJOBS, Kind
-from .kinds import MANAGER, QUEUE_NAME_LABEL
+from ..core.store import Store
+from .kinds import (
+    ADMISSION_CHECKS,
+    CLUSTER_QUEUES,
+    LOCAL_QUEUES,
+    MANAGER,
+    MULTIKUEUE_CONTROLLER,
+    QUEUE_NAME_LABEL,
+)
+from .simulation_config import KueueConfig
+
+DEFAULT_LOCAL_QUEUE = "default"
 
 
 def queue_name(obj: dict[str, Any]) -> str | None:
@@ -21,14 +44,58 @@ def kueue_patch(obj: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def trainjob_webhook(
-    kind: Kind, op: str, obj: dict[str, Any], old: dict[str, Any] | None
-) -> list[str]:
-    """Admission hook: on CREATE of a queued TrainJob set suspend=true and add Kueue's patch."""
-    if kind.key != TRAINJOBS.key or op != "CREATE" or queue_name(obj) is None:
+def skeleton_patch() -> dict[str, Any]:
+    """The empty entry the webhook adds (filled on admission, kept with no replicated jobs on
+    stop)."""
+    return {"manager": MANAGER, "trainingRuntimeSpec": {"template": {"spec": {}}}}
+
+
+def admission_check_names(cluster_queue: dict[str, Any]) -> list[str]:
+    """A ClusterQueue's admission checks: ``spec.admissionChecks`` and the strategy's list."""
+    spec = cluster_queue.get("spec") or {}
+    names = [str(n) for n in spec.get("admissionChecks") or []]
+    strategy = (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []
+    return names + [str(r["name"]) for r in strategy if r.get("name")]
+
+
+class TrainJobWebhook:
+    """The admission hook, reading LocalQueues, ClusterQueues and AdmissionChecks."""
+
+    def __init__(self, store: Store, config: KueueConfig) -> None:
+        self.store = store
+        self.config = config
+
+    def __call__(
+        self, kind: Kind, op: str, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> list[str]:
+        if kind.key != TRAINJOBS.key or op != "CREATE":
+            return []
+        meta = obj.setdefault("metadata", {})
+        namespace = meta.get("namespace") or "default"
+        if queue_name(obj) is None and self.store.try_get(
+            LOCAL_QUEUES, namespace, DEFAULT_LOCAL_QUEUE
+        ):
+            meta.setdefault("labels", {})[QUEUE_NAME_LABEL] = DEFAULT_LOCAL_QUEUE
+        queue = queue_name(obj)
+        if queue is None:
+            return []
+        spec = obj.setdefault("spec", {})
+        if self._multikueue(namespace, queue):
+            spec["managedBy"] = MULTIKUEUE_CONTROLLER
+        spec["suspend"] = True
+        if self.config.patches_runtime and kueue_patch(obj) is None:
+            spec.setdefault("runtimePatches", []).append(skeleton_patch())
         return []
-    spec = obj.setdefault("spec", {})
-    spec["suspend"] = True
-    if kueue_patch(obj) is None:
-        spec.setdefault("runtimePatches", []).append({"manager": MANAGER})
-    return []
+
+    def _multikueue(self, namespace: str, queue: str) -> bool:
+        lq = self.store.try_get(LOCAL_QUEUES, namespace, queue) or {}
+        cq_name = (lq.get("spec") or {}).get("clusterQueue")
+        cq = self.store.try_get(CLUSTER_QUEUES, None, cq_name) if cq_name else None
+        for check in admission_check_names(cq or {}):
+            ac = self.store.try_get(ADMISSION_CHECKS, None, check) or {}
+            if (ac.get("spec") or {}).get("controllerName") == MULTIKUEUE_CONTROLLER:
+                return True
+        return False
+
+
+__all__ = ["DEFAULT_LOCAL_QUEUE", "TrainJobWebhook", "kueue_patch", "queue_name"]
