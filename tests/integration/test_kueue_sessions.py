@@ -23,10 +23,16 @@ pytestmark = pytest.mark.timeout(120)
 RUNTIME = "torch-distributed"
 
 
-@pytest.fixture(scope="module")
-def kcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+# The Kueue releases users run (issue "Real clusters", C): 0.14 serves only v1beta1 and patches
+# podSpecOverrides, 0.19 uses the legacy reasons, main the granular ones.
+@pytest.fixture(scope="module", params=["0.14", "0.19", "main"])
+def kcluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
     """A local cluster whose ClusterQueue has room for one 1-CPU session."""
-    cfg = KueueConfig(quota={"cpu": "1", "memory": "4Gi"}, admission_check_delay=1.5)
+    cfg = KueueConfig(
+        quota={"cpu": "1", "memory": "4Gi"}, admission_check_delay=1.5, version=request.param
+    )
     root = tmp_path_factory.mktemp("kueue-cluster")
     with LocalCluster(root_dir=root, kueue=cfg, bookmark_interval=0.5) as c:
         yield c
