@@ -282,3 +282,17 @@ def test_an_update_breaking_a_transition_rule_is_caught(sim: KueueSimulation) ->
     sim.store.mutate(WORKLOADS, "default", name, lambda o: o["spec"].update(queueName="other"))
     with pytest.raises(AssertionError, match="queueName is immutable while workload quota"):
         assert_writes_valid(sim)
+
+
+def test_workload_name_is_kueues() -> None:
+    """pkg/controller/jobframework/workload_names.go: lowercase kind, name, and the first five
+    hex digits of sha1("Kind\\nGroup\\nname\\nuid")."""
+    import hashlib
+
+    from trainjob_magics.localcluster.kueue.workloads import workload_name
+
+    tj = {"metadata": {"name": "my-job", "uid": "0b5c8f6a-uid"}}
+    digest = hashlib.sha1(b"TrainJob\ntrainer.kubeflow.org\nmy-job\n0b5c8f6a-uid").hexdigest()
+    assert workload_name(tj) == f"trainjob-my-job-{digest[:5]}"
+    long = {"metadata": {"name": "x" * 260, "uid": "u"}}
+    assert len(workload_name(long)) == 253

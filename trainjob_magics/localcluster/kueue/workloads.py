@@ -18,7 +18,8 @@ from .kinds import (
 from .quantity import format_quantity, parse_quantity
 
 WORKLOAD_PREFIX = "trainjob"
-MAX_NAME = 253
+HASH_LENGTH = 5
+MAX_PREFIX = 252 - HASH_LENGTH  # a CRD name has at most 253 characters
 _POD_SPEC_KEYS = (
     "containers",
     "initContainers",
@@ -34,12 +35,13 @@ _POD_SPEC_KEYS = (
 
 
 def workload_name(trainjob: dict[str, Any]) -> str:
-    """``trainjob-<name>-<5 hex>``: the hash covers name, UID and GVK, as in Kueue."""
+    """``trainjob-<name>-<5 hex>`` as Kueue names it (pkg/controller/jobframework/
+    workload_names.go: sha1 of "Kind\\nGroup\\nname\\nuid", prefix cut at 247 characters)."""
     meta = trainjob["metadata"]
     digest = hashlib.sha1(
-        f"{meta['name']}\x00{meta['uid']}\x00{TRAINJOBS.api_version}, Kind=TrainJob".encode()
-    ).hexdigest()[:5]
-    prefix = f"{WORKLOAD_PREFIX}-{meta['name']}"[: MAX_NAME - 6]
+        "\n".join(("TrainJob", TRAINJOBS.group, meta["name"], meta["uid"])).encode()
+    ).hexdigest()[:HASH_LENGTH]
+    prefix = f"{WORKLOAD_PREFIX}-{meta['name']}"[:MAX_PREFIX]
     return f"{prefix}-{digest}"
 
 
