@@ -1,28 +1,38 @@
-"""The seed end-to-end flow against a real cluster (Kubeflow Trainer v2 installed).
+"""Every capability against a real cluster (Kubeflow Trainer v2 and JobSet installed; Kueue for
+the queue test). docs/real-cluster.md says how to set one up with kind.
 
-Runs only when TRAINJOB_MAGICS_E2E_KUBECONFIG names a kubeconfig; optional
-TRAINJOB_MAGICS_E2E_RUNTIME (default mpi-interactive) and TRAINJOB_MAGICS_E2E_NAMESPACE.
+Runs only when ``TRAINJOB_MAGICS_E2E_KUBECONFIG`` names a kubeconfig. Optional:
+``TRAINJOB_MAGICS_E2E_RUNTIME`` (default mpi-interactive), ``TRAINJOB_MAGICS_E2E_NAMESPACE``
+(default: the kubeconfig's), ``TRAINJOB_MAGICS_E2E_QUEUE`` (a Kueue LocalQueue; the Kueue test
+skips without it). ``tests/integration/test_realcluster_suite.py`` runs this module against the
+local cluster, so it is known to work wherever the API behaves as Kubernetes does.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from trainjob_magics import connect
+from tests.helpers.kernels import Kernel
+from trainjob_magics import attach, close_trainjob, connect, list_trainjobs
 from trainjob_magics.engine import errors as E
-from trainjob_magics.engine.trainjob.orphans import list_trainjobs
 
 KUBECONFIG = os.environ.get("TRAINJOB_MAGICS_E2E_KUBECONFIG", "")
 RUNTIME = os.environ.get("TRAINJOB_MAGICS_E2E_RUNTIME", "mpi-interactive")
 NAMESPACE = os.environ.get("TRAINJOB_MAGICS_E2E_NAMESPACE") or None
+QUEUE = os.environ.get("TRAINJOB_MAGICS_E2E_QUEUE") or None
+WAIT = float(os.environ.get("TRAINJOB_MAGICS_E2E_TIMEOUT", "600"))
 
 pytestmark = [
     pytest.mark.realcluster,
-    pytest.mark.timeout(900),
+    pytest.mark.timeout(1200),
     pytest.mark.skipif(
         not KUBECONFIG,
         reason="set TRAINJOB_MAGICS_E2E_KUBECONFIG to a real cluster's kubeconfig to run",
@@ -30,29 +40,134 @@ pytestmark = [
 ]
 
 
-def test_seed_flow_on_a_real_cluster() -> None:
-    s = connect(RUNTIME, config_file=KUBECONFIG, namespace=NAMESPACE, timeout=600)
+def _connect(**kw):
+    return connect(
+        RUNTIME, config_file=KUBECONFIG, namespace=NAMESPACE, timeout=WAIT, num_nodes=2, **kw
+    )
+
+
+@pytest.fixture(scope="module")
+def session() -> Iterator:
+    s = _connect()
+    yield s
+    s.close(timeout=300)
+    assert s.closed
+
+
+def test_connect_execute_and_close(session) -> None:
+    r = session.execute("hostname; echo to-stderr >&2; echo ok")
+    assert r.ok and r.stdout.endswith("ok\n") and r.stderr == "to-stderr\n"
+    assert session.execute("exit 7").returncode == 7
+    seen: list[tuple[str, str, str]] = []
+    session.execute("echo live", on_output=lambda *event: seen.append(event))
+    assert seen and seen[0][0] == session.pod and seen[0][1] == "stdout"
+    assert session.status().state == "Running"
+
+
+def test_every_pod_files_and_logs(session, tmp_path: Path) -> None:
+    refs = session.pods("all")
+    assert len(refs) >= 2
+    multi = session.execute("hostname", pods="all")
+    assert multi.ok and set(multi.pods) == {r.name for r in refs}
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    payload = os.urandom(1 << 20)
+    (src / "sub" / "blob.bin").write_bytes(payload)
+    (src / "a.txt").write_text("hello\n")
+    up = session.upload(str(src), "e2e-upload/", pods="all")
+    assert up.ok and up.verified == "sha256", up.summary()
+    down = session.download("e2e-upload/src", f"{tmp_path / 'back'}/", pod=refs[-1].name)
+    assert down.ok
+    got = (tmp_path / "back" / "src" / "sub" / "blob.bin").read_bytes()
+    assert hashlib.sha256(got).digest() == hashlib.sha256(payload).digest()
+    logs = session.logs("all")
+    assert set(logs) == {r.name for r in refs} and not logs.errors
+
+
+def test_interrupt_stops_the_remote_tree(session) -> None:
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["r"] = session.execute("echo started; sleep 1000 & sleep 1000; wait")
+        except E.TrainJobError as exc:
+            box["e"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not session._inflight:
+        time.sleep(0.2)
+    time.sleep(1)
+    reports = session.interrupt()
+    t.join(30)
+    assert not t.is_alive()
+    assert reports and all(r.stopped for r in reports), reports
+    left = session.execute("ps -eo args 2>/dev/null | grep -c '^sleep 1000' || true")
+    assert left.stdout.strip() in ("0", "")
+
+
+def test_attach_and_orphans(session) -> None:
+    jobs = {j.name: j for j in list_trainjobs(NAMESPACE, config_file=KUBECONFIG)}
+    assert session.name in jobs and jobs[session.name].mine
+    other = attach(session.name, namespace=NAMESPACE, config_file=KUBECONFIG, timeout=WAIT)
+    assert other.execute("echo attached").stdout == "attached\n"
+
+
+def test_magics_in_a_real_kernel(tmp_path: Path) -> None:
+    with Kernel() as kernel:
+        setup = (
+            "import os\n"
+            f"os.environ['KUBECONFIG'] = {KUBECONFIG!r}\n"
+            "%load_ext trainjob_magics\n"
+            "%config TrainJobMagics.widgets = 'off'\n"  # text output: what run_text reads
+            f"%trainjob_connect {RUNTIME} --nodes 2 --timeout {WAIT:g}"
+            + (f" --namespace {NAMESPACE}" if NAMESPACE else "")
+        )
+        reply, out = kernel.run_text(setup, timeout=WAIT + 60)
+        assert reply["status"] == "ok", out
+        reply, out = kernel.run_text("%%trainjob\necho from-a-cell\n", timeout=120)
+        assert reply["status"] == "ok" and "from-a-cell" in out, out
+        reply, out = kernel.run_text("%%trainjob --pod all\nhostname\n", timeout=120)
+        assert reply["status"] == "ok", out
+        reply, out = kernel.run_text("%%trainjob\nexit 3\n", timeout=120)
+        assert reply["status"] == "error" and "exited with code 3" in out, out
+        reply, out = kernel.run_text("%trainjob_close", timeout=360)
+        assert reply["status"] == "ok" and "deleted" in out, out
+
+
+def test_idle_release_with_a_short_timeout() -> None:
+    s = _connect(idle_timeout=20)
     try:
-        r = s.execute("hostname; echo ok")
-        assert r.ok and r.stdout.endswith("ok\n")
-        assert s.status().state == "Running"
-        assert s.name in {j.name for j in list_trainjobs(NAMESPACE, config_file=KUBECONFIG)}
-        box: dict = {}
-
-        def run() -> None:
-            try:
-                s.execute("echo started; sleep 1000 & sleep 1000; wait")
-            except E.TrainJobError as exc:
-                box["e"] = exc
-
-        t = threading.Thread(target=run)
-        t.start()
-        time.sleep(3)
-        reports = s.interrupt()
-        t.join(30)
-        assert reports and all(r.stopped for r in reports), reports
-        left = s.execute("ps -eo args 2>/dev/null | grep -c '^sleep 1000' || true")
-        assert left.stdout.strip() in ("0", "")
+        assert s.execute("echo alive").ok
+        s._heartbeat.stop()  # what a dead kernel does: no more heartbeats
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and s.status().state != "Complete":
+            time.sleep(2)
+        assert s.status().state == "Complete"
+        with pytest.raises(E.IdleReleasedError):
+            s.execute("echo too-late")
     finally:
         s.close(timeout=300)
-    assert s.closed
+
+
+def test_orphan_closed_by_name() -> None:
+    s = _connect()
+    line = close_trainjob(s.name, NAMESPACE, config_file=KUBECONFIG, timeout=300)
+    assert "Closed TrainJob" in line or "being deleted" in line
+    assert s.name not in {j.name for j in list_trainjobs(NAMESPACE, config_file=KUBECONFIG)}
+
+
+@pytest.mark.skipif(not QUEUE, reason="set TRAINJOB_MAGICS_E2E_QUEUE to a Kueue LocalQueue")
+def test_the_kueue_flow() -> None:
+    seen: list = []
+    s = _connect(queue=QUEUE, on_status=seen.append)
+    try:
+        assert s.queue == QUEUE
+        assert any(st.queue is not None for st in seen), "the queue state was reported"
+        status = s.status()
+        assert status.queue is not None and status.queue.state == "Admitted", status.queue
+        assert s.execute("echo queued").stdout == "queued\n"
+        print(json.dumps({"queue": status.queue.summary()}))
+    finally:
+        s.close(timeout=300)
