@@ -47,7 +47,14 @@ class Eviction(SimulationState):
         reason, message = ev.get("reason", "Evicted"), ev.get("message", "")
         status = wl["status"]
         status.pop("admission", None)
-        C.put(wl, C.QUOTA_RESERVED, False, C.PENDING, message)
+        # pkg/workload: after an eviction, PendingEvaluation (granular) / Pending (legacy)
+        C.put(
+            wl,
+            C.QUOTA_RESERVED,
+            False,
+            C.reason_for("PendingEvaluation", self.config.reasons),
+            message,
+        )
         C.put(wl, C.ADMITTED, False, "NoReservation", C.NO_RESERVATION_MSG)
         if (wl.get("spec") or {}).get("active") is False:
             return
@@ -60,6 +67,9 @@ class Eviction(SimulationState):
             status["requeueState"]["requeueAt"] = datetime.fromtimestamp(at, timezone.utc).strftime(
                 "%Y-%m-%dT%H:%M:%SZ"
             )
+        elif reason in ("PodsReadyTimeout", "AdmissionCheck"):
+            # requeued once the backoff is over (here: at once)
+            C.put(wl, C.REQUEUED, True, "BackoffFinished", "The workload backoff was finished")
         else:
             C.put(wl, C.REQUEUED, True, reason, message)
         self._order[uid] = next(self._seq)  # requeued by eviction time: to the back

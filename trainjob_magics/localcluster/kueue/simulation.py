@@ -59,6 +59,21 @@ WATCHED = {
 RuntimeResolver = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
+def _of(pod: dict[str, Any], tj: dict[str, Any]) -> bool:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels.get(JOBSET_NAME_LABEL) == tj["metadata"]["name"]
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    if status.get("phase") == "Succeeded":
+        return True
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
 def _ts(stamp: str | None) -> float:
     if not stamp:
         return 0.0
@@ -326,6 +341,15 @@ class KueueSimulation(Scheduling, QueueStatus, Eviction, TrainJobSync, QueueCont
                 past = int((wl.get("status") or {}).get("accumulatedPastExecutionTimeSeconds") or 0)
                 if past + (now - since) >= int(limit):
                     wl["spec"]["active"] = False
+                    # pkg/controller/core/workload_controller.go: the deactivation target first,
+                    # then the eviction that carries its cause
+                    C.put(
+                        wl,
+                        C.DEACTIVATION_TARGET,
+                        True,
+                        "MaximumExecutionTimeExceeded",
+                        "The workload is deactivated due to exceeding the maximum execution time",
+                    )
                     self._evict(
                         wl,
                         MAX_EXEC_REASON,
@@ -337,8 +361,41 @@ class KueueSimulation(Scheduling, QueueStatus, Eviction, TrainJobSync, QueueCont
             self._finish_eviction(wl, now)
             reserved = False
         admitted = reserved and not evicted and C.is_true(wl, C.ADMITTED)
+        self._pods_ready(wl, tj, admitted, now)
         self._sync_trainjob(tj, wl, admitted)
         return self._write(wl)
+
+    def _pods_ready(
+        self, wl: dict[str, Any], tj: dict[str, Any], admitted: bool, now: float
+    ) -> None:
+        """The PodsReady condition (pkg/controller/jobframework/reconciler.go,
+        generatePodsReadyCondition) and, with waitForPodsReady (default on from Kueue 0.19,
+        30 min), the eviction of a job whose pods are not ready in time."""
+        if not admitted:
+            C.put(wl, C.PODS_READY, False, "WaitForStart", C.PODS_NOT_READY_MSG)
+            return
+        pods = [p for p in self.store.list(PODS, tj["metadata"]["namespace"])[0] if _of(p, tj)]
+        ready = bool(pods) and all(_ready(p) for p in pods)
+        before = C.get_cond(wl, C.PODS_READY) or {}
+        if ready:
+            recovered = before.get("reason") in ("WaitForRecovery", "Recovered")
+            C.put(wl, C.PODS_READY, True, "Recovered" if recovered else "Started", C.PODS_READY_MSG)
+            return
+        failed = any((p.get("status") or {}).get("phase") == "Failed" for p in pods)
+        if before.get("status") == "True" and failed:
+            C.put(wl, C.PODS_READY, False, "WaitForRecovery", C.PODS_RECOVERY_MSG)
+            return
+        C.put(wl, C.PODS_READY, False, "WaitForStart", C.PODS_NOT_READY_MSG)
+        timeout = self.config.pods_ready_timeout
+        since = self._admitted_at.get(wl["metadata"]["uid"])
+        if timeout and since is not None and now - since >= timeout:
+            meta = wl["metadata"]
+            self._evict(
+                wl,
+                "PodsReadyTimeout",
+                f"Exceeded the PodsReady timeout {meta['namespace']}/{meta['name']}",
+                now,
+            )
 
 
 __all__ = [

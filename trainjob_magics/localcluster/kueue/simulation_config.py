@@ -38,6 +38,8 @@ class KueueConfig:
     version: str = "main"
     reason_style: ReasonStyle | None = None
     visibility_delay: float = 0.0
+    # waitForPodsReady timeout in seconds; None follows the version (30 min from 0.19, off before)
+    pods_ready: float | None = None
     namespace: str = "default"
     local_queue: str | None = "user-queue"
     cluster_queue: str = "cluster-queue"
@@ -63,6 +65,13 @@ class KueueConfig:
         if self.reason_style is not None:
             return self.reason_style
         return "granular" if self.version == "main" else "legacy"
+
+    @property
+    def pods_ready_timeout(self) -> float | None:
+        """waitForPodsReady's timeout (None: off): on by default from Kueue 0.19 (30 min)."""
+        if self.pods_ready is not None:
+            return self.pods_ready or None
+        return 1800.0 if self.version in ("0.19", "main") else None
 
     @property
     def patches_runtime(self) -> bool:

@@ -14,6 +14,10 @@ PREEMPTED = "Preempted"
 REQUEUED = "Requeued"
 FINISHED = "Finished"
 PODS_READY = "PodsReady"
+DEACTIVATION_TARGET = "DeactivationTarget"
+PODS_NOT_READY_MSG = "Not all pods are ready or succeeded"
+PODS_RECOVERY_MSG = "At least one pod has failed, waiting for recovery"
+PODS_READY_MSG = "All pods reached readiness and the workload is running"
 
 # QuotaReserved=False reasons: granular (newer Kueue) -> legacy (Kueue <= 0.19)
 WAITING_FOR_QUOTA = "WaitingForQuota"
@@ -29,6 +33,7 @@ LEGACY = {
     NO_MATCHING_FLAVOR: PENDING,
     MISCONFIGURED: INADMISSIBLE,
     SUSPENDED: INADMISSIBLE,
+    "PendingEvaluation": PENDING,
 }
 
 NO_RESERVATION_MSG = "The workload has no reservation"
