@@ -43,24 +43,48 @@ def _parser() -> argparse.ArgumentParser:
         help="the Kueue release imitated (implies --kueue; default main): served API versions, "
         "reasons, how admission patches the TrainJob",
     )
+    lc.add_argument(
+        "--cpus",
+        metavar="QUANTITY",
+        help="the node's allocatable cpu, e.g. 4 or 2500m (default: the machine's CPUs)",
+    )
+    lc.add_argument(
+        "--memory",
+        metavar="QUANTITY",
+        help="the node's allocatable memory, e.g. 16Gi (default: the machine's memory)",
+    )
+    lc.add_argument(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="the node's nvidia.com/gpu count (default: 8)",
+    )
     return parser
 
 
 def run_local_cluster(args: argparse.Namespace) -> int:
     from .localcluster import LocalCluster
+    from .localcluster.kubelet.node import NODE_NAME
 
     for path in args.runtime_file:
         if not path.is_file():
             print(f"error: runtime file {path} does not exist", file=sys.stderr)
             return 2
-    cluster = LocalCluster(
-        kubeconfig_path=args.kubeconfig,
-        port=args.port,
-        root_dir=args.root_dir,
-        ancestor_label_on_pods=args.ancestor_label_on_pods,
-        kueue=args.kueue or args.kueue_version is not None,
-        kueue_version=args.kueue_version or "main",
-    )
+    try:
+        cluster = LocalCluster(
+            kubeconfig_path=args.kubeconfig,
+            port=args.port,
+            root_dir=args.root_dir,
+            ancestor_label_on_pods=args.ancestor_label_on_pods,
+            kueue=args.kueue or args.kueue_version is not None,
+            kueue_version=args.kueue_version,
+            cpus=args.cpus,
+            memory=args.memory,
+            gpus=args.gpus,
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         cluster.start()
     except OSError as exc:
@@ -76,6 +100,7 @@ def run_local_cluster(args: argparse.Namespace) -> int:
         cluster.stop()
         return 2
     print(f"local cluster listening on {cluster.url}", flush=True)
+    print(f"node {NODE_NAME}: {cluster.node.describe()}", flush=True)
     if cluster.kueue is not None:
         cfg = cluster.kueue.config
         print(

@@ -33,6 +33,8 @@ from .core.resources import (
 )
 from .core.store import Store
 from .kubeconfig_file import write_kubeconfig
+from .kubelet.image_pull import ImageService
+from .kubelet.node import node_resources
 from .kueue import KueueConfig, KueueSimulation
 from .tls import make_tls
 
@@ -50,6 +52,13 @@ class LocalCluster:
     Use as a context manager, or call start()/stop(). run_forever() blocks (for the CLI).
     ``exec_errors="translated"`` reports an exec into a container that is not running after the
     WebSocket upgrade, as a 1.30+ apiserver does (see docs/local-cluster.md).
+
+    The one node holds ``cpus`` (a cpu quantity; default the machine's CPUs), ``memory`` (a
+    memory quantity or bytes; default the machine's memory) and ``gpus`` ``nvidia.com/gpu``
+    (default 8); pods that do not fit stay Pending as kube-scheduler leaves them
+    (``self.node``). ``self.images`` is the node's image manager: ``images.fail_pulls(glob)``
+    makes pulls fail, registry hosts under ``.invalid`` never resolve, and a failed pull backs
+    off from ``image_pull_backoff`` seconds, doubling to ``image_pull_backoff_max``.
     """
 
     def __init__(
@@ -66,6 +75,11 @@ class LocalCluster:
         kueue: bool | KueueConfig = False,
         kueue_version: str | None = None,
         exec_errors: str = "pre-upgrade",
+        cpus: str | int | float | None = None,
+        memory: str | int | None = None,
+        gpus: int | str | None = None,
+        image_pull_backoff: float = 0.5,
+        image_pull_backoff_max: float = 8.0,
     ) -> None:
         if exec_errors not in EXEC_ERROR_MODES:
             raise ValueError(f"exec_errors must be one of {EXEC_ERROR_MODES}, not {exec_errors!r}")
@@ -80,6 +94,13 @@ class LocalCluster:
         self.token = new_token()
         self.faults = Faults()
         self.store = Store()
+        # The one node: what it can hold (the scheduler's view) and its images (the kubelet's).
+        self.node = node_resources(
+            cpus, memory, gpus, ephemeral_storage=shutil.disk_usage(self.root).total
+        )
+        self.images = ImageService(
+            self.store, backoff=image_pull_backoff, max_backoff=image_pull_backoff_max
+        )
         self.registry: Registry = default_registry()
         self._tls = make_tls(self.root / "tls")
         self.controller = Controller(
@@ -90,6 +111,8 @@ class LocalCluster:
             start_delay=start_delay,
             delete_grace=delete_grace,
             ancestor_label_on_pods=ancestor_label_on_pods,
+            node=self.node,
+            images=self.images,
         )
         self._users: dict[str, User] = {self.token: User(ADMIN_USER)}
         self.admission_hooks: list[AdmissionHook] = []

@@ -45,7 +45,7 @@ def _fingerprint(status: JobStatus) -> tuple[Any, ...]:
     rows = tuple(
         (p.name, p.phase, p.ready, p.waiting_reason, p.restarts, p.node) for p in status.pods
     )
-    return (status.state, status.message, status.trainer_pod, rows)
+    return (status.state, status.message, status.trainer_pod, rows, status.problem)
 
 
 class StatusReporter:

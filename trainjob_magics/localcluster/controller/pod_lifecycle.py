@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from ..core.apierror import ApiError
+from ..core.events import record_event
 from ..core.faults import Faults
 from ..core.resources import PODS
 from ..core.status_conditions import condition
 from ..core.store import Store, now_rfc3339
 from ..kubelet import processes
 from ..kubelet.container_status import container_image, image_id, image_ref, waiting_status
+from ..kubelet.image_pull import ImageService
 from ..runtimes.loader import is_trainer_rjob
 from .job_state import JobState
 from .podspec import (
@@ -27,8 +29,8 @@ from .podspec import (
     mpi_policy,
     slots,
 )
+from .scheduler import Scheduler
 
-NODE_NAME = "local-node"
 SSHD_LOG = "Server listening on 0.0.0.0 port 2222.\nServer listening on :: port 2222.\n"
 
 
@@ -48,6 +50,8 @@ class PodLifecycle:
     _finalizing: set[tuple[str, str]]
     _ip: int
     _loop: asyncio.AbstractEventLoop | None
+    scheduler: Scheduler
+    images: ImageService
 
     def _rjobs(self, st: JobState) -> list[dict[str, Any]]:
         return list(st.jobset_spec.get("replicatedJobs") or [])
@@ -115,15 +119,22 @@ class PodLifecycle:
         is_trainer: bool,
     ) -> None:
         await asyncio.sleep(self.pending_delay)
+        # kube-scheduler: Pending (PodScheduled=False when it does not fit) until bound.
+        if not await self.scheduler.schedule(ns, name):
+            return
         cname = self._container_name(ns, name)
 
-        def scheduled(p: dict[str, Any]) -> None:
-            p["spec"]["nodeName"] = NODE_NAME
+        def accepted(p: dict[str, Any]) -> None:
+            """The kubelet admits the bound pod: sandbox, conditions, ContainerCreating."""
             s = p["status"]
             s["hostIP"] = "127.0.0.1"
             s["hostIPs"] = [{"ip": "127.0.0.1"}]
+            scheduled_cond = next(
+                (c for c in s.get("conditions") or [] if c.get("type") == "PodScheduled"),
+                condition("PodScheduled", "True", "", ""),
+            )
             s["conditions"] = [
-                condition("PodReadyToStartContainers", "False", "", ""),
+                condition("PodReadyToStartContainers", "True", "", ""),
                 condition("Initialized", "True", "", ""),
                 condition(
                     "Ready",
@@ -137,15 +148,18 @@ class PodLifecycle:
                     "ContainersNotReady",
                     f"containers with unready status: [{cname}]",
                 ),
-                condition("PodScheduled", "True", "", ""),
+                scheduled_cond,
             ]
             for c in s["conditions"]:
-                if not c["reason"]:
-                    del c["reason"], c["message"]
+                if not c.get("reason"):
+                    c.pop("reason", None)
+                    c.pop("message", None)
             s["containerStatuses"] = [waiting_status(p, cname, "ContainerCreating", "")]
             s["startTime"] = now_rfc3339()
 
-        if self._patch_status(ns, name, scheduled) is None:
+        if self._patch_status(ns, name, accepted) is None:
+            return
+        if not await self._ensure_image(ns, name, cname):
             return
         shown: str | None = None
         while (hold := self.faults.pod_hold(name)) is not None:
@@ -170,7 +184,8 @@ class PodLifecycle:
             s["podIP"] = ip
             s["podIPs"] = [{"ip": ip}]
             for c in s.get("conditions") or []:
-                c.update({"status": "True", "lastTransitionTime": started})
+                if c.get("status") != "True":
+                    c.update({"status": "True", "lastTransitionTime": started})
                 c.pop("reason", None)
                 c.pop("message", None)
             s["containerStatuses"] = [
@@ -187,8 +202,12 @@ class PodLifecycle:
                 }
             ]
 
-        if self._patch_status(ns, name, running) is None:
+        pod_now = self._patch_status(ns, name, running)
+        if pod_now is None:
             return
+        # kuberuntime_container.go startContainer (1.32 wording)
+        self._kubelet_event(pod_now, "Created", f"Created container {cname}")
+        self._kubelet_event(pod_now, "Started", f"Started container {cname}")
         if argv is None or os.path.basename(argv[0]) == "sshd":
             if argv is not None:
                 with open(sandbox.log_path, "a") as fh:
@@ -199,6 +218,38 @@ class PodLifecycle:
             return
         code = await processes.run_container(sandbox, argv)
         self._terminate_pod(ns, name, code, "Completed" if code == 0 else "Error")
+
+    async def _ensure_image(self, ns: str, name: str, cname: str) -> bool:
+        """The kubelet's image step, re-synced until the image is there (False: pod gone).
+
+        The container waits with ``ErrImagePull``, ``ImagePullBackOff``, ``InvalidImageName``
+        or ``ErrImageNeverPull`` meanwhile (kubelet/image_pull.py)."""
+        shown: tuple[str, str] | None = None
+        while True:
+            pod = self.store.try_get(PODS, ns, name)
+            if pod is None or pod["metadata"].get("deletionTimestamp"):
+                return False
+            container = next(
+                (c for c in pod["spec"].get("containers") or [] if c.get("name") == cname), {}
+            )
+            outcome = self.images.ensure(pod, container)
+            if outcome.ok:
+                return True
+            if shown != (outcome.reason, outcome.message):
+                shown = (outcome.reason, outcome.message)
+
+                def waiting(p: dict[str, Any], o: Any = outcome) -> None:
+                    p["status"]["containerStatuses"] = [
+                        waiting_status(p, cname, o.reason, o.message)
+                    ]
+
+                if self._patch_status(ns, name, waiting) is None:
+                    return False
+            await asyncio.sleep(outcome.retry_after)
+
+    def _kubelet_event(self, pod: dict[str, Any], reason: str, message: str) -> None:
+        with contextlib.suppress(ApiError):
+            record_event(self.store, pod, reason=reason, message=message, component="kubelet")
 
     def _container_name(self, ns: str, name: str) -> str:
         pod = self.store.try_get(PODS, ns, name) or {}

@@ -27,10 +27,13 @@ from ..core.status_conditions import condition, set_condition
 from ..core.store import Event, Store
 from ..kubelet import processes
 from ..kubelet.container_status import pod_ready
+from ..kubelet.image_pull import ImageService
+from ..kubelet.node import NodeResources, node_resources
 from .job_state import JobState
 from .job_status import JobStatusUpdater
 from .pod_lifecycle import PodLifecycle
 from .podspec import JOBSET_NAME, build_jobset_spec, build_pod, slots
+from .scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +53,13 @@ class Controller(PodLifecycle, JobStatusUpdater):
         start_delay: float,
         delete_grace: float,
         ancestor_label_on_pods: bool,
+        node: NodeResources | None = None,
+        images: ImageService | None = None,
     ) -> None:
         self.store = store
+        self.node = node or node_resources()
+        self.scheduler = Scheduler(store, self.node)
+        self.images = images or ImageService(store)
         self.root = root
         self.faults = faults
         self.pending_delay = pending_delay
@@ -105,6 +113,7 @@ class Controller(PodLifecycle, JobStatusUpdater):
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self.faults.set_pod_failer(self._fail_pod_threadsafe)
+        self.scheduler.start(loop)
         self._main = loop.create_task(self._run())
 
     async def shutdown(self) -> None:
@@ -113,6 +122,7 @@ class Controller(PodLifecycle, JobStatusUpdater):
             self._main.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._main
+        await self.scheduler.shutdown()
         tasks = list(self._pod_tasks.values()) + list(self._tasks)
         for t in tasks:
             t.cancel()
@@ -155,7 +165,9 @@ class Controller(PodLifecycle, JobStatusUpdater):
         elif ev.kind_key == PODS.key:
             key = (ns, name)
             owner = self._pod_owner.get(key)
+            self.scheduler.on_pod_event(ev)
             if ev.type == "DELETED":
+                self.images.forget_pod(meta.get("uid", ""))
                 self._forget_pod(key)
             elif meta.get("deletionTimestamp") and key not in self._finalizing:
                 self._finalizing.add(key)

@@ -1,0 +1,101 @@
+"""What connect says while the trainer pod waits (issue 11, A.4), against the local cluster's
+scheduler and kubelet: ``JobStatus.problem``, the timeout message, fail-fast image states, and
+``%trainjob_connect`` in a real InteractiveShell."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from tests.helpers.kube import delete_all_trainjobs, trainjob_names, wait_trainjob_gone
+from tests.helpers.shell import magics_shell
+from trainjob_magics import attach, connect
+from trainjob_magics.engine import ConnectTimeoutError, JobStatus
+from trainjob_magics.localcluster import LocalCluster
+
+pytestmark = pytest.mark.timeout(120)
+RUNTIME = "torch-distributed"
+GPU_MESSAGE = (
+    "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/1 nodes are "
+    "available: 1 No preemption victims found for incoming pod."
+)
+
+
+@pytest.fixture(scope="module")
+def one_gpu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One GPU, and a scheduler that takes a second to look at a new pod."""
+    root = tmp_path_factory.mktemp("one-gpu")
+    with LocalCluster(root_dir=root, gpus=1, pending_delay=1.0, bookmark_interval=0.5) as c:
+        yield c
+        delete_all_trainjobs(c.kubeconfig_path)
+
+
+@pytest.fixture
+def kc(one_gpu: LocalCluster) -> Iterator[str]:
+    yield str(one_gpu.kubeconfig_path)
+    delete_all_trainjobs(one_gpu.kubeconfig_path)
+
+
+def job_of(exc: BaseException | str) -> str:
+    return str(exc).split("TrainJob ", 1)[1].split(" ", 1)[0]
+
+
+def test_the_timeout_says_why_the_pod_waits(kc: str) -> None:
+    with pytest.raises(ConnectTimeoutError) as info:
+        connect(RUNTIME, gpu=2, timeout=4, config_file=kc)
+    pod_line = f"waiting because pod {job_of(info.value)}-node-0-0-"
+    assert pod_line in str(info.value)
+    assert f": Unschedulable: {GPU_MESSAGE}" in str(info.value)
+    assert job_of(info.value) in trainjob_names(kc)  # a timeout leaves the job
+
+
+def test_attach_reports_the_schedulers_message_in_the_status(kc: str) -> None:
+    with pytest.raises(ConnectTimeoutError) as info:
+        connect(RUNTIME, gpu=2, timeout=3, config_file=kc)
+    seen: list[JobStatus] = []
+    with pytest.raises(ConnectTimeoutError):
+        attach(job_of(info.value), timeout=2, config_file=kc, on_status=seen.append)
+    problems = [s.problem for s in seen if s.problem]
+    assert problems and problems[0].endswith(f": Unschedulable: {GPU_MESSAGE}")
+
+
+def test_connect_reports_a_problem_found_later(kc: str) -> None:
+    seen: list[JobStatus] = []
+    with pytest.raises(ConnectTimeoutError):
+        connect(RUNTIME, gpu=2, timeout=4, config_file=kc, on_status=seen.append)
+    # the pod is Pending for 1 s before the scheduler marks it: the first status has no problem
+    assert seen and not seen[0].problem
+    assert any(GPU_MESSAGE in s.problem for s in seen)
+
+
+# -- %trainjob_connect ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def shell(one_gpu: LocalCluster) -> Iterator[InteractiveShell]:
+    with magics_shell(one_gpu.kubeconfig_path, widgets="off", close_timeout=20.0) as sh:
+        yield sh
+
+
+def test_magic_timeout_names_the_scheduler(
+    shell: InteractiveShell, kc: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    res = shell.run_cell("%trainjob_connect torch-distributed --gpu 4 --timeout 3")
+    assert type(res.error_in_exec).__name__ == "ConnectTimeoutError"
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "ConnectTimeoutError" in x)
+    assert "Insufficient nvidia.com/gpu" in line and "Traceback" not in out
+
+
+def test_magic_bad_image_fails_fast_and_deletes_the_job(
+    shell: InteractiveShell, kc: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    res = shell.run_cell("%trainjob_connect torch-distributed --image Acme/Trainer:1 --timeout 60")
+    assert type(res.error_in_exec).__name__ == "PodStartError"
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "PodStartError" in x)
+    assert "InvalidImageName: Failed to apply default image tag" in line
+    assert "repository name (Trainer) must be lowercase" in line
+    assert wait_trainjob_gone(kc, job_of(line), 10, interval=0.1)

@@ -1,0 +1,411 @@
+"""kube-scheduler for the one node: resource fit, binding, the unschedulable condition and its
+Event, preemption of lower-priority pods, and retrying when capacity frees up.
+
+Follows Kubernetes 1.32 (the version /version reports):
+
+- ``pkg/scheduler/framework/plugins/noderesources/fit.go`` (``fitsRequest``): the reasons
+  ``Too many pods``, ``Insufficient cpu``, ``Insufficient memory``,
+  ``Insufficient ephemeral-storage`` and ``Insufficient <resource>`` for scalar resources such as
+  ``nvidia.com/gpu``; a node has none of a resource it does not report. (1.34 and later call a
+  request larger than the whole node UnschedulableAndUnresolvable, and their preemption
+  message then says "Preemption is not helpful for scheduling"; 1.32 does not.)
+- ``pkg/scheduler/framework/types.go`` (``FitError.Error``): ``0/1 nodes are available: `` then
+  the sorted histogram ``1 <reason>`` joined by ``, ``, a period, then the PostFilter message.
+- ``pkg/scheduler/framework/plugins/defaultpreemption/default_preemption.go`` and
+  ``pkg/scheduler/framework/preemption/preemption.go``: ``preemption: `` + the FitError of the
+  dry run (``No preemption victims found for incoming pod`` when no pod has a lower priority),
+  ``not eligible due to preemptionPolicy=Never.``, ``not eligible due to a terminating pod on
+  the nominated node.``; victims get a ``DisruptionTarget`` condition (reason
+  ``PreemptionByScheduler``), a ``Preempted`` Event, and are deleted; the preemptor gets
+  ``status.nominatedNodeName``.
+- ``pkg/scheduler/schedule_one.go`` (``handleSchedulingFailure``): condition ``PodScheduled``
+  False, reason ``Unschedulable``, and a Warning Event ``FailedScheduling`` from
+  ``default-scheduler``; on success the binding sets ``spec.nodeName``, ``PodScheduled`` True,
+  and the scheduler records ``Scheduled`` ``Successfully assigned <ns>/<pod> to <node>``.
+- ``pkg/scheduler/scheduler.go``: the scheduler's pod informer leaves out Succeeded and Failed
+  pods (``status.phase!=Succeeded,status.phase!=Failed``), so a finished pod frees its
+  resources at once; a deleted (not just terminating) pod frees them when it is gone.
+- ``pkg/scheduler/backend/queue/scheduling_queue.go``: the active queue orders by priority,
+  then by arrival; unschedulable pods are retried when an assigned pod goes away, and at the
+  latest after ``podMaxInUnschedulablePodsDuration`` (5 minutes). The local scheduler retries
+  at once instead of after kube-scheduler's per-pod back-off (1s doubling to 10s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.apierror import ApiError
+from ..core.events import record_event
+from ..core.resources import PODS
+from ..core.store import Event, Store, now_rfc3339
+from ..kubelet.node import (
+    CPU,
+    EPHEMERAL,
+    MEMORY,
+    NODE_NAME,
+    PODS_RESOURCE,
+    NodeResources,
+    pod_requests,
+)
+
+log = logging.getLogger(__name__)
+
+SCHEDULER = "default-scheduler"
+TERMINAL = ("Succeeded", "Failed")
+UNSCHEDULABLE_FLUSH = 300.0  # podMaxInUnschedulablePodsDuration
+NO_VICTIMS = "No preemption victims found for incoming pod"
+PREEMPTION_NEVER = "preemption: not eligible due to preemptionPolicy=Never."
+TERMINATING_VICTIM = "preemption: not eligible due to a terminating pod on the nominated node."
+
+
+def fit_reasons(
+    request: dict[str, int], used: dict[str, int], allocatable: dict[str, int], pods: int
+) -> list[str]:
+    """fit.go ``fitsRequest``: why ``request`` does not fit beside ``used`` (``pods`` pods)."""
+    reasons: list[str] = []
+    if pods + 1 > allocatable.get(PODS_RESOURCE, 0):
+        reasons.append("Too many pods")
+    for name in (CPU, MEMORY, EPHEMERAL):
+        want = request.get(name, 0)
+        if want > 0 and want > allocatable.get(name, 0) - used.get(name, 0):
+            reasons.append(f"Insufficient {name}")
+    for name in sorted(request):
+        if name in (CPU, MEMORY, EPHEMERAL, PODS_RESOURCE):
+            continue
+        want = request[name]
+        if want > 0 and want > allocatable.get(name, 0) - used.get(name, 0):
+            reasons.append(f"Insufficient {name}")
+    return reasons
+
+
+def fit_error(reasons: list[str], nodes: int = 1, post_filter: str = "") -> str:
+    """types.go ``FitError.Error``: ``0/N nodes are available: <histogram>. <PostFilter>``."""
+    msg = f"0/{nodes} nodes are available:"
+    histogram = sorted(f"{nodes} {r}" for r in dict.fromkeys(reasons))
+    if histogram:
+        msg += f" {', '.join(histogram)}."
+    if post_filter:
+        msg += f" {post_filter}"
+    return msg
+
+
+def priority(pod: dict[str, Any]) -> int:
+    """``corev1helpers.PodPriority``: ``spec.priority``, 0 when unset."""
+    try:
+        return int((pod.get("spec") or {}).get("priority") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _terminating_by_preemption(pod: dict[str, Any]) -> bool:
+    if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return any(
+        c.get("type") == "DisruptionTarget" and c.get("reason") == "PreemptionByScheduler"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+@dataclass
+class _Queued:
+    future: asyncio.Future[bool]
+    seq: int
+    attempted: bool = False
+    last_message: str = field(default="", repr=False)
+
+
+class Scheduler:
+    """Schedules the pods the controller creates onto the one node (see the module doc)."""
+
+    def __init__(self, store: Store, node: NodeResources) -> None:
+        self.store = store
+        self.node = node
+        self._queue: dict[tuple[str, str], _Queued] = {}
+        self._seq = itertools.count()
+        self._wake: asyncio.Event | None = None
+        self._freed = False
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._wake = asyncio.Event()
+        self._task = loop.create_task(self._run())
+
+    async def shutdown(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for q in self._queue.values():
+            if not q.future.done():
+                q.future.set_result(False)
+
+    # -- what the controller calls ---------------------------------------------------------
+
+    async def schedule(self, namespace: str, name: str) -> bool:
+        """Wait until pod ``namespace/name`` is bound to the node (True), or is gone (False)."""
+        loop = asyncio.get_running_loop()
+        key = (namespace, name)
+        queued = _Queued(loop.create_future(), next(self._seq))
+        self._queue[key] = queued
+        self._poke()
+        try:
+            return await queued.future
+        finally:
+            if self._queue.get(key) is queued:
+                del self._queue[key]
+
+    def on_pod_event(self, ev: Event) -> None:
+        """A pod changed: retry the unschedulable pods when an assigned pod freed resources."""
+        pod = ev.obj
+        if not (pod.get("spec") or {}).get("nodeName"):
+            if ev.type == "DELETED":
+                self._poke()  # a queued pod went away
+            return
+        phase = (pod.get("status") or {}).get("phase")
+        old_phase = ((ev.old or {}).get("status") or {}).get("phase")
+        if ev.type == "DELETED" or (phase in TERMINAL and old_phase not in TERMINAL):
+            self._freed = True
+            self._poke()
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # -- the scheduling loop ---------------------------------------------------------------
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), UNSCHEDULABLE_FLUSH)
+            except asyncio.TimeoutError:
+                self._freed = True  # flushUnschedulablePodsLeftover
+            self._wake.clear()
+            retry_all, self._freed = self._freed, False
+            try:
+                self._cycle(retry_all)
+            except Exception:  # keep scheduling
+                log.exception("scheduling cycle failed")
+
+    def _cycle(self, retry_all: bool) -> None:
+        order = sorted(
+            self._queue.items(),
+            key=lambda kv: (-priority(self.store.try_get(PODS, *kv[0]) or {}), kv[1].seq),
+        )
+        for key, queued in order:
+            if queued.future.done() or (queued.attempted and not retry_all):
+                continue
+            pod = self.store.try_get(PODS, *key)
+            if pod is None or pod["metadata"].get("deletionTimestamp"):
+                queued.future.set_result(False)
+                continue
+            queued.attempted = True
+            if self._schedule_one(pod, queued):
+                queued.future.set_result(True)
+
+    def _node_pods(self, exclude: tuple[str, str]) -> list[dict[str, Any]]:
+        """The pods the scheduler's cache holds on the node: assigned and not finished."""
+        pods, _ = self.store.list(PODS)
+        return [
+            p
+            for p in pods
+            if (p.get("spec") or {}).get("nodeName") == NODE_NAME
+            and (p.get("status") or {}).get("phase") not in TERMINAL
+            and (p["metadata"].get("namespace"), p["metadata"].get("name")) != exclude
+        ]
+
+    @staticmethod
+    def _used(pods: list[dict[str, Any]]) -> dict[str, int]:
+        used: dict[str, int] = {}
+        for p in pods:
+            for k, v in pod_requests(p).items():
+                used[k] = used.get(k, 0) + v
+        return used
+
+    def _schedule_one(self, pod: dict[str, Any], queued: _Queued) -> bool:
+        meta = pod["metadata"]
+        key = (meta["namespace"], meta["name"])
+        request = pod_requests(pod)
+        node_pods = self._node_pods(key)
+        allocatable = self.node.allocatable()
+        reasons = fit_reasons(request, self._used(node_pods), allocatable, len(node_pods))
+        if not reasons:
+            return self._bind(pod)
+        post_filter, victims = self._preempt(pod, request, node_pods, allocatable)
+        message = fit_error(reasons, 1, post_filter)
+        if victims:
+            self._evict(pod, victims)
+        self._unschedulable(pod, message, nominate=bool(victims))
+        queued.last_message = message
+        return False
+
+    # -- preemption (PostFilter) -----------------------------------------------------------
+
+    def _preempt(
+        self,
+        pod: dict[str, Any],
+        request: dict[str, int],
+        node_pods: list[dict[str, Any]],
+        allocatable: dict[str, int],
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """The PostFilter message, or ("", victims) when deleting victims makes room."""
+        if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
+            return PREEMPTION_NEVER, []
+        prio = priority(pod)
+        if (pod.get("status") or {}).get("nominatedNodeName") and any(
+            priority(p) < prio and _terminating_by_preemption(p) for p in node_pods
+        ):
+            return TERMINATING_VICTIM, []
+        lower = [p for p in node_pods if priority(p) < prio]
+        if not lower:
+            return f"preemption: {fit_error([NO_VICTIMS])}", []
+        keep = [p for p in node_pods if priority(p) >= prio]
+        still = fit_reasons(request, self._used(keep), allocatable, len(keep))
+        if still:
+            return f"preemption: {fit_error(still)}", []
+        # SelectVictimsOnNode: reprieve the most important pods first (priority, then the
+        # earlier start), as long as the preemptor still fits.
+        victims: list[dict[str, Any]] = []
+        for p in sorted(
+            lower,
+            key=lambda q: (-priority(q), (q.get("status") or {}).get("startTime") or ""),
+        ):
+            trial = [*keep, p]
+            if fit_reasons(request, self._used(trial), allocatable, len(trial)):
+                victims.append(p)
+            else:
+                keep = trial
+        return "", victims
+
+    def _evict(self, preemptor: dict[str, Any], victims: list[dict[str, Any]]) -> None:
+        """preemption.go ``prepareCandidate``: condition, Event, then delete each victim."""
+        uid = preemptor["metadata"].get("uid", "")
+        scheduler = (preemptor.get("spec") or {}).get("schedulerName") or SCHEDULER
+        for victim in victims:
+            vmeta = victim["metadata"]
+            ns, name = vmeta["namespace"], vmeta["name"]
+
+            def disrupt(p: dict[str, Any]) -> None:
+                conds = p.setdefault("status", {}).setdefault("conditions", [])
+                conds[:] = [c for c in conds if c.get("type") != "DisruptionTarget"]
+                conds.append(
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "PreemptionByScheduler",
+                        "message": f"{scheduler}: preempting to accommodate a higher priority pod",
+                        "lastProbeTime": None,
+                        "lastTransitionTime": now_rfc3339(),
+                    }
+                )
+
+            with contextlib.suppress(ApiError):
+                updated = self.store.mutate(PODS, ns, name, disrupt)
+                record_event(
+                    self.store,
+                    updated,
+                    reason="Preempted",
+                    message=f"Preempted by pod {uid} on node {NODE_NAME}",
+                    component=SCHEDULER,
+                )
+                grace = (victim.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+                self.store.mark_deleting(PODS, ns, name, int(grace))
+
+    # -- writing the outcome ---------------------------------------------------------------
+
+    def _bind(self, pod: dict[str, Any]) -> bool:
+        meta = pod["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+
+        def bind(p: dict[str, Any]) -> None:
+            p["spec"]["nodeName"] = NODE_NAME
+            status = p.setdefault("status", {})
+            status.pop("nominatedNodeName", None)
+            conds = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            conds.append(
+                {
+                    "type": "PodScheduled",
+                    "status": "True",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": now_rfc3339(),
+                }
+            )
+            status["conditions"] = conds
+
+        try:
+            bound = self.store.mutate(PODS, ns, name, bind)
+        except ApiError:
+            return False
+        record_event(
+            self.store,
+            bound,
+            reason="Scheduled",
+            message=f"Successfully assigned {ns}/{name} to {NODE_NAME}",
+            component=SCHEDULER,
+        )
+        return True
+
+    def _unschedulable(self, pod: dict[str, Any], message: str, *, nominate: bool) -> None:
+        meta = pod["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        status = pod.get("status") or {}
+        current = next(
+            (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
+        )
+        changed = (
+            current.get("status") != "False"
+            or current.get("reason") != "Unschedulable"
+            or current.get("message") != message
+            or nominate != bool(status.get("nominatedNodeName"))
+        )
+        pod_now = pod
+        if changed:
+
+            def mark(p: dict[str, Any]) -> None:
+                st = p.setdefault("status", {})
+                old = next(
+                    (c for c in st.get("conditions") or [] if c.get("type") == "PodScheduled"),
+                    {},
+                )
+                conds = [c for c in st.get("conditions") or [] if c.get("type") != "PodScheduled"]
+                conds.append(
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "lastProbeTime": None,
+                        "lastTransitionTime": old.get("lastTransitionTime")
+                        if old.get("status") == "False"
+                        else now_rfc3339(),
+                        "reason": "Unschedulable",
+                        "message": message,
+                    }
+                )
+                st["conditions"] = conds
+                if nominate:
+                    st["nominatedNodeName"] = NODE_NAME
+                else:
+                    st.pop("nominatedNodeName", None)
+
+            try:
+                pod_now = self.store.mutate(PODS, ns, name, mark)
+            except ApiError:
+                return
+        record_event(
+            self.store,
+            pod_now,
+            reason="FailedScheduling",
+            message=message,
+            type="Warning",
+            component=SCHEDULER,
+        )
+
+
+__all__ = ["SCHEDULER", "Scheduler", "fit_error", "fit_reasons", "priority"]

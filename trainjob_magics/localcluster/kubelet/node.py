@@ -1,0 +1,217 @@
+"""The local cluster's one node: its name and what it can hold, and what a pod asks of it.
+
+The node is internal: no Node object is served (``nodes`` is not a kind of this API server).
+Its allocatable resources are what the kubelet would report in ``Node.status.allocatable``;
+here capacity and allocatable are the same (no system or kube reservations). They show only
+through the scheduler's messages in pod conditions and Events.
+
+A pod's request follows ``k8s.io/component-helpers/resource/helpers.go`` (``PodRequests``) on
+a pod the API server defaulted (``pkg/apis/core/v1/defaults.go``: a container's missing request
+takes its limit): the sum over the containers, at least the largest init container (restartable
+init containers, the sidecars, add up), plus ``spec.overhead``. Quantities become the
+scheduler's integers as ``pkg/scheduler/framework/types.go`` (``Resource.Add``) does:
+``MilliValue()`` for cpu, ``Value()`` (rounded up) for the others.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+NODE_NAME = "local-node"
+GPU = "nvidia.com/gpu"
+DEFAULT_GPUS = 8
+MAX_PODS = 110  # the kubelet's --max-pods default
+CPU, MEMORY, EPHEMERAL, PODS_RESOURCE = "cpu", "memory", "ephemeral-storage", "pods"
+
+_SUFFIXES = {
+    "": Fraction(1),
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 1000),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
+}
+_QUANTITY = re.compile(
+    r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:[eE]([+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$"
+)
+
+
+def quantity(value: str | int | float) -> Fraction:
+    """A resource.Quantity as an exact number: ``"500m"`` -> 1/2, ``"2Gi"`` -> 2**31."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid quantity {value!r}")
+    if isinstance(value, (int, float)):
+        return Fraction(value)
+    m = _QUANTITY.match(str(value).strip())
+    if not m:
+        raise ValueError(f"invalid quantity {value!r}")
+    number = Fraction(m.group(1))
+    if m.group(2) is not None:
+        return number * Fraction(10) ** int(m.group(2))
+    return number * _SUFFIXES[m.group(3) or ""]
+
+
+def scheduler_value(resource: str, value: str | int | float) -> int:
+    """The scheduler's integer for a quantity: millicores for cpu, else units (rounded up)."""
+    q = quantity(value)
+    return math.ceil(q * 1000) if resource == CPU else math.ceil(q)
+
+
+def is_scalar_resource(name: str) -> bool:
+    """``schedutil.IsScalarResourceName``: extended (``example.com/x``), hugepages, prefixed
+    native (``kubernetes.io/x``) and attachable-volumes resources; the scheduler ignores
+    other names."""
+    return "/" in name or name.startswith(("hugepages-", "attachable-volumes-"))
+
+
+@dataclass(frozen=True)
+class NodeResources:
+    """The node's allocatable resources in the scheduler's integers."""
+
+    milli_cpu: int
+    memory: int
+    gpus: int
+    ephemeral_storage: int = 0
+    pods: int = MAX_PODS
+
+    def allocatable(self) -> dict[str, int]:
+        return {
+            CPU: self.milli_cpu,
+            MEMORY: self.memory,
+            EPHEMERAL: self.ephemeral_storage,
+            GPU: self.gpus,
+            PODS_RESOURCE: self.pods,
+        }
+
+    def describe(self) -> str:
+        cpu = str(self.milli_cpu // 1000) if self.milli_cpu % 1000 == 0 else f"{self.milli_cpu}m"
+        mem = self.memory
+        for unit, size in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+            if mem and mem % size == 0:
+                return f"cpu {cpu}, memory {mem // size}{unit}, {GPU} {self.gpus}"
+        return f"cpu {cpu}, memory {mem}, {GPU} {self.gpus}"
+
+
+def machine_cpus() -> int:
+    """The machine's logical CPUs, as cAdvisor reports the node's cpu capacity."""
+    return os.cpu_count() or 1
+
+
+def machine_memory() -> int:
+    """The machine's memory in bytes (``MemTotal`` of /proc/meminfo, as cAdvisor reads it)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 8 * 2**30
+
+
+def node_resources(
+    cpus: str | int | float | None = None,
+    memory: str | int | None = None,
+    gpus: int | str | None = None,
+    ephemeral_storage: int = 0,
+) -> NodeResources:
+    """The node's resources: the machine's CPUs and memory and 8 GPUs unless given.
+
+    ``cpus`` is a cpu quantity (``4``, ``"2.5"``, ``"500m"``), ``memory`` a memory quantity
+    (``"16Gi"``, or bytes), ``gpus`` a whole number. Raises ValueError for anything else.
+    """
+    milli = machine_cpus() * 1000 if cpus is None else _non_negative(CPU, cpus)
+    mem = machine_memory() if memory is None else _non_negative(MEMORY, memory)
+    if gpus is None:
+        gpu_count = DEFAULT_GPUS
+    else:
+        q = quantity(gpus)
+        if q.denominator != 1 or q < 0:
+            raise ValueError(f"gpus must be a whole number >= 0, not {gpus!r}")
+        gpu_count = int(q)
+    return NodeResources(milli, mem, gpu_count, ephemeral_storage)
+
+
+def _non_negative(resource: str, value: str | int | float) -> int:
+    n = scheduler_value(resource, value)
+    if n < 0:
+        raise ValueError(f"{resource} must not be negative, not {value!r}")
+    return n
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+    res = container.get("resources") or {}
+    limits = res.get("limits") or {}
+    requests = {**limits, **(res.get("requests") or {})}  # a missing request takes the limit
+    out: dict[str, int] = {}
+    for name, value in requests.items():
+        if name in (CPU, MEMORY, EPHEMERAL) or is_scalar_resource(name):
+            try:
+                out[name] = scheduler_value(name, value)
+            except ValueError:
+                continue
+    return out
+
+
+def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for k, v in more.items():
+        into[k] = into.get(k, 0) + v
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
+    """What the pod asks of a node, in the scheduler's integers (zero entries dropped)."""
+    spec = pod.get("spec") or {}
+    reqs: dict[str, int] = {}
+    for c in spec.get("containers") or []:
+        _add(reqs, _container_requests(c))
+    restartable: dict[str, int] = {}
+    init_max: dict[str, int] = {}
+    for ic in spec.get("initContainers") or []:
+        cr = _container_requests(ic)
+        if ic.get("restartPolicy") == "Always":
+            _add(reqs, cr)
+            _add(restartable, cr)
+            cr = dict(restartable)
+        else:
+            cr = {**cr}
+            _add(cr, restartable)
+        for k, v in cr.items():
+            init_max[k] = max(init_max.get(k, 0), v)
+    for k, v in init_max.items():
+        reqs[k] = max(reqs.get(k, 0), v)
+    _add(reqs, _container_requests({"resources": {"requests": spec.get("overhead") or {}}}))
+    return {k: v for k, v in reqs.items() if v}
+
+
+__all__ = [
+    "DEFAULT_GPUS",
+    "GPU",
+    "MAX_PODS",
+    "NODE_NAME",
+    "NodeResources",
+    "machine_cpus",
+    "machine_memory",
+    "node_resources",
+    "pod_requests",
+    "quantity",
+    "scheduler_value",
+]
