@@ -78,6 +78,36 @@ RESOURCE_FLAVORS = Kind(
     short_names=("flavor", "flavors", "rf"),
     categories=("kueue",),
 )
+# WorkloadPriorityClass and AdmissionCheck: served so that Kueue's own setup YAML applies (the
+# simulation reads neither yet). kueue config/components/crd/bases: both cluster-scoped;
+# WorkloadPriorityClass has no spec (top-level `value`, `description`), the printer column
+# Value and the short name `wpc` (v0.19+); AdmissionCheck has a status subresource.
+WORKLOAD_PRIORITY_CLASSES = Kind(
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "WorkloadPriorityClass",
+    "workloadpriorityclasses",
+    namespaced=False,
+    singular="workloadpriorityclass",
+    short_names=("wpc",),
+    printer_columns=(
+        {
+            "jsonPath": ".value",
+            "name": "Value",
+            "type": "integer",
+            "description": "Value of workloadPriorityClass's Priority",
+        },
+    ),
+)
+ADMISSION_CHECKS = Kind(
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "AdmissionCheck",
+    "admissionchecks",
+    namespaced=False,
+    singular="admissioncheck",
+    subresources=("status",),
+)
 
 
 def visibility_kinds(version: str) -> tuple[Kind, Kind]:
@@ -105,7 +135,14 @@ def visibility_kinds(version: str) -> tuple[Kind, Kind]:
     return lq, cq
 
 
-KUEUE_KINDS = (WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES, RESOURCE_FLAVORS)
+KUEUE_KINDS = (
+    WORKLOADS,
+    LOCAL_QUEUES,
+    CLUSTER_QUEUES,
+    RESOURCE_FLAVORS,
+    WORKLOAD_PRIORITY_CLASSES,
+    ADMISSION_CHECKS,
+)
 
 
 def register_kinds(registry: Registry) -> None:
