@@ -728,3 +728,59 @@ def test_events_v1_create_validates_strictly(api: Api) -> None:
     with pytest.raises(ApiException) as info:
         api.core.read_namespaced_event(name, "default")
     assert info.value.status == 404
+
+
+# -- protobuf request bodies ---------------------------------------------------------------------
+
+
+def _ld(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (lengths below 128)."""
+    assert len(payload) < 128
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def _envelope(kind: str, raw: bytes) -> bytes:
+    """runtime.Unknown in the `k8s\\0` envelope (apimachinery serializer/protobuf)."""
+    type_meta = _ld(1, b"v1") + _ld(2, kind.encode())
+    return b"k8s\x00" + _ld(1, type_meta) + _ld(2, raw) + _ld(3, b"") + _ld(4, b"")
+
+
+def test_protobuf_bodies(api: Api) -> None:
+    """What client-go sends for built-in kinds: a Namespace (ObjectMeta name + labels map) and
+    DeleteOptions decode; a custom resource takes no protobuf (415), a body without the prefix
+    is 400."""
+    pb = "application/vnd.kubernetes.protobuf"
+    name = f"pb{secrets.token_hex(3)}"
+    label = _ld(1, b"team") + _ld(2, b"blue")
+    meta = _ld(1, name.encode()) + _ld(11, label)
+    status, _, raw = api.raw(
+        "POST",
+        "/api/v1/namespaces",
+        headers={"Content-Type": pb},
+        body=_envelope("Namespace", _ld(1, meta)),
+    )
+    created = json.loads(raw)
+    assert status == 201, created
+    assert created["metadata"]["labels"] == {"team": "blue", "kubernetes.io/metadata.name": name}
+    grace = bytes([1 << 3, 0])  # gracePeriodSeconds: 0
+    status, _, raw = api.raw(
+        "DELETE",
+        f"/api/v1/namespaces/{name}",
+        headers={"Content-Type": pb},
+        body=_envelope("DeleteOptions", grace),
+    )
+    assert status == 200, raw
+    status, body = api.json(
+        "POST", TJ_PATH, headers={"Content-Type": pb}, body=_envelope("TrainJob", b"")
+    )
+    assert (status, body["reason"], body["message"]) == (
+        415,
+        "UnsupportedMediaType",
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json, application/yaml",
+    )
+    status, body = api.json(
+        "POST", "/api/v1/namespaces", headers={"Content-Type": pb}, body=b'{"metadata": {}}'
+    )
+    assert (status, body["reason"]) == (400, "BadRequest")
+    assert "provided data does not appear to be a protobuf message" in body["message"]

@@ -94,6 +94,23 @@ _MESSAGES: dict[str, dict[int, tuple[str, str, bool]]] = {
         14: ("reportingComponent", _S, False),
         15: ("reportingInstance", _S, False),
     },
+    "EventV1": {  # k8s.io/api/events/v1 generated.proto
+        1: ("metadata", "ObjectMeta", False),
+        2: ("eventTime", "MicroTime", False),
+        3: ("series", "EventSeries", False),
+        4: ("reportingController", _S, False),
+        5: ("reportingInstance", _S, False),
+        6: ("action", _S, False),
+        7: ("reason", _S, False),
+        8: ("regarding", "ObjectReference", False),
+        9: ("related", "ObjectReference", False),
+        10: ("note", _S, False),
+        11: ("type", _S, False),
+        12: ("deprecatedSource", "EventSource", False),
+        13: ("deprecatedFirstTimestamp", "Time", False),
+        14: ("deprecatedLastTimestamp", "Time", False),
+        15: ("deprecatedCount", "int32", False),
+    },
     "ObjectReference": {
         1: ("kind", _S, False),
         2: ("namespace", _S, False),
@@ -114,8 +131,13 @@ _MESSAGES: dict[str, dict[int, tuple[str, str, bool]]] = {
     },
     "Preconditions": {1: ("uid", _S, False), 2: ("resourceVersion", _S, False)},
 }
-# kind -> top-level message, for the kinds whose protobuf bodies are decoded
-DECODABLE = {"Namespace": "Namespace", "Event": "Event", "DeleteOptions": "DeleteOptions"}
+# (group, kind) -> top-level message, for the kinds whose protobuf bodies are decoded
+DECODABLE = {
+    ("", "Namespace"): "Namespace",
+    ("", "Event"): "Event",
+    ("events.k8s.io", "Event"): "EventV1",
+    ("", "DeleteOptions"): "DeleteOptions",
+}
 # Fields kept when zero (optional pointers, where 0 is a value).
 _KEEP_ZERO = {"gracePeriodSeconds"}  # a pointer field: present means set
 
@@ -223,9 +245,9 @@ def decode_message(name: str, data: bytes) -> dict[str, Any]:
     }
 
 
-def decode(body: bytes, kind: str) -> dict[str, Any]:
-    """The JSON form of a protobuf request body that should hold a `kind`; 400 as the
-    apiserver's protobuf serializer and decoder answer (handlers `transformDecodeError`)."""
+def decode(body: bytes, kind: str, group: str = "") -> dict[str, Any]:
+    """The JSON form of a protobuf request body that should hold a `kind` of `group`; 400 as
+    the apiserver's protobuf serializer and decoder answer (handlers `transformDecodeError`)."""
     if not body.startswith(PREFIX):
         shown = " ".join(str(b) for b in PREFIX)
         raise ApiError(
@@ -245,7 +267,7 @@ def decode(body: bytes, kind: str) -> dict[str, Any]:
                 f'no kind "{sent_kind}" is registered for version '
                 f'"{type_meta.get("apiVersion", "")}"',
             )
-        obj = decode_message(DECODABLE[kind], unknown.get("raw") or b"")
+        obj = decode_message(DECODABLE[(group, kind)], unknown.get("raw") or b"")
     except _Malformed as exc:
         raise ApiError(
             400, f"the object provided is unrecognized (must be of type {kind}): {exc}"

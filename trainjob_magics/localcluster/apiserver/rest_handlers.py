@@ -201,7 +201,7 @@ class RestHandlers:
             return [JSON, YAML]
         return [JSON, YAML, protobuf.MEDIA_TYPE]
 
-    async def _body(self, request: web.Request, kind: Kind, decode_as: str | None = None) -> Any:
+    async def _body(self, request: web.Request, kind: Kind) -> Any:
         """The request body in the negotiated format; 415 for a media type the resource does
         not take (NegotiateInputSerializer), 400 when it does not decode."""
         raw = await request.read()
@@ -214,14 +214,13 @@ class RestHandlers:
                 "include: " + ", ".join(accepted),
             )
         if media == protobuf.MEDIA_TYPE:
-            target = decode_as or kind.kind
-            if target not in protobuf.DECODABLE:
+            if (kind.group, kind.kind) not in protobuf.DECODABLE:
                 raise ApiError(
                     415,
                     "the body of the request was in an unknown format - accepted media types "
                     "include: application/json, application/yaml",
                 )
-            return protobuf.decode(raw, target)
+            return protobuf.decode(raw, kind.kind, kind.group)
         try:
             if media == YAML:
                 return yaml.safe_load(raw)
