@@ -186,6 +186,8 @@ def test_wrong_token_is_401(cluster: LocalCluster, tmp_path: Any) -> None:
 
 def test_unknown_path_404_and_405(kube: Kube) -> None:
     status, _, body = kube.raw("GET", "/apis/nothing.example.com/v1/things")
+    assert (status, body) == (404, b"404 page not found\n")  # plain text, as net/http NotFound
+    status, _, body = kube.raw("GET", "/api/v1/things")
     assert status == 404 and json.loads(body)["reason"] == "NotFound"
     status, _, body = kube.raw("PUT", "/api/v1/namespaces/default/pods")
     assert status == 405 and json.loads(body)["reason"] == "MethodNotAllowed"

@@ -41,6 +41,17 @@ class Target:
         return f"{self.kind.plural}/{self.sub}" if self.sub else self.kind.plural
 
 
+def accepts_json(accept: str) -> bool:
+    """Whether an Accept header admits application/json (goautoneg clauses; none means */*)."""
+    if not accept.strip():
+        return True
+    for clause in accept.split(","):
+        media = clause.split(";")[0].strip().lower()
+        if media in ("*/*", "application/*", "application/json"):
+            return True
+    return False
+
+
 def dry_run(request: web.Request) -> bool:
     """`?dryRun=All`: validate and answer, store nothing (other values are 400, as upstream)."""
     values = request.query.getall("dryRun", [])

@@ -28,3 +28,20 @@ def json_response(obj: Any, status: int = 200, warnings: list[str] | None = None
 
 def error_response(err: ApiError) -> web.Response:
     return json_response(err.status, err.code)
+
+
+class PageNotFound(Exception):
+    """A path no handler serves: Go's http.NotFound, which kube-apiserver's last handler
+    (apiserver `util/notfoundhandler`) and apiextensions' crdHandler delegate to."""
+
+
+def page_not_found() -> web.Response:
+    """`404 page not found` as text/plain (net/http `NotFound` / `Error`)."""
+    return web.Response(
+        status=404,
+        body=b"404 page not found\n",
+        headers={
+            "Content-Type": "text/plain; charset=utf-8",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )

@@ -7,17 +7,24 @@ from typing import Any
 
 from aiohttp import web
 
-from ..core.apierror import ApiError
-from .api_request import USER_KEY, Target, query_bool
-from .api_response import NOT_ALLOWED, NOT_FOUND, error_response, json_response
-from .clients import openapi
+from ..core.apierror import ApiError, not_found
+from ..core.resources import AGGREGATED_GROUPS, NATIVE_GROUPS
+from .api_request import USER_KEY, Target, accepts_json, query_bool
+from .api_response import (
+    NOT_ALLOWED,
+    NOT_FOUND,
+    PageNotFound,
+    error_response,
+    json_response,
+    page_not_found,
+)
+from .clients import openapi, openapi_v2
 from .clients.discovery import (
     api_group,
     api_group_list,
     api_resource_list,
     api_versions,
 )
-from .clients.tables import include_object, to_table, wants_table
 from .pod_endpoints import PodEndpoints
 from .rest_handlers import RestHandlers
 from .server_context import ServerContext
@@ -62,11 +69,23 @@ class ApiServer(RestHandlers, PodEndpoints):
             return await handler(request)
         except ApiError as err:
             return error_response(err)
+        except PageNotFound:
+            return page_not_found()
         except Exception as exc:  # an internal error is still a Status
             log.exception("request %s %s failed", request.method, request.path)
             return error_response(ApiError(500, f"Internal error occurred: {exc}"))
 
     # -- routing ---------------------------------------------------------------------------
+
+    def _index(self) -> dict[str, Any]:
+        """GET /: the paths the server serves (genericapiserver's index handler)."""
+        paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"]
+        paths += ["/openapi/v2", "/openapi/v3"]
+        for group, versions in self.ctx.registry.groups().items():
+            if group:
+                paths.append(f"/apis/{group}")
+                paths += [f"/apis/{group}/{v}" for v in versions]
+        return {"paths": sorted(set(paths))}
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/") or "/"
@@ -74,35 +93,58 @@ class ApiServer(RestHandlers, PodEndpoints):
             return json_response(VERSION)
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")
+        if path == "/":
+            return json_response(self._index())
         parts = [p for p in path.split("/") if p]
+        if parts[0] == "openapi" and parts[1:] == ["v2"]:
+            return self._openapi_v2(request)
         if parts[:2] == ["openapi", "v3"]:
-            return self._openapi_v3(parts[2:])
-        if not parts or parts[0] not in ("api", "apis"):
-            raise ApiError(404, NOT_FOUND, details={})
+            return self._openapi_v3(request, parts[2:])
+        if parts[0] not in ("api", "apis"):
+            raise PageNotFound
         reg = self.ctx.registry
+        served = reg.groups()
         if parts[0] == "api":
             if len(parts) == 1:
                 return json_response(api_versions(self.ctx.address))
+            if parts[1] != "v1":
+                raise PageNotFound
             group, version, rest = "", parts[1], parts[2:]
         else:
             if len(parts) == 1:
                 return json_response(api_group_list(reg))
+            if not parts[1] or parts[1] not in served:
+                raise PageNotFound
             if len(parts) == 2:
                 doc = api_group(reg, parts[1])
                 if doc is None:
-                    raise ApiError(404, NOT_FOUND, details={})
+                    raise PageNotFound
                 return json_response(doc)
+            if parts[2] not in served[parts[1]]:
+                raise PageNotFound
             group, version, rest = parts[1], parts[2], parts[3:]
         if not rest:
             doc = api_resource_list(reg, group, version)
             if doc is None:
-                raise ApiError(404, NOT_FOUND, details={})
+                raise PageNotFound
             return json_response(doc)
-        target = self._parse_target(group, version, rest)
+        target = self._parse_target(group, version, rest, request.method)
         return await self._handle(request, target)
 
-    def _openapi_v3(self, rest: list[str]) -> web.Response:
-        """GET /openapi/v3 (root) and /openapi/v3/api/v1, /openapi/v3/apis/GROUP/VERSION."""
+    def _openapi_v2(self, request: web.Request) -> web.Response:
+        """GET /openapi/v2 (kube-openapi pkg/handler/handler.go): JSON for `application/json`
+        or `*/*`; the protobuf encodings are not produced here, so a request that accepts
+        only them gets the handler's 406 (no body)."""
+        if not accepts_json(request.headers.get("Accept", "")):
+            return web.Response(status=406, headers={"Vary": "Accept"})
+        doc = openapi_v2.swagger_doc(self.ctx.registry)
+        return json_response(doc)
+
+    def _openapi_v3(self, request: web.Request, rest: list[str]) -> web.Response:
+        """GET /openapi/v3 (root) and /openapi/v3/api/v1, /openapi/v3/apis/GROUP/VERSION
+        (kube-openapi pkg/handler3: a stale `hash` redirects to the current one; kube-aggregator
+        openapiv3/aggregator.go handleGroupVersion: a group-version nobody serves is a 404 with
+        no body)."""
         reg = self.ctx.registry
         if not rest:
             return json_response(openapi.root_doc(reg))
@@ -112,10 +154,31 @@ class ApiServer(RestHandlers, PodEndpoints):
         elif rest[0] == "apis" and len(rest) == 3:
             doc = openapi.group_version_doc(reg, rest[1], rest[2])
         if doc is None:
-            raise ApiError(404, NOT_FOUND, details={})
-        return json_response(doc)
+            return web.Response(status=404)
+        if not accepts_json(request.headers.get("Accept", "")):
+            return web.Response(status=406, headers={"Vary": "Accept"})
+        digest = openapi.doc_hash(doc)
+        wanted = request.query.get("hash")
+        if wanted and wanted != digest:
+            raise web.HTTPMovedPermanently(f"/openapi/v3/{'/'.join(rest)}?hash={digest}")
+        resp = json_response(doc)
+        resp.headers["Etag"] = f'"{digest}"'
+        resp.headers["Vary"] = "Accept"
+        return resp
 
-    def _parse_target(self, group: str, version: str, rest: list[str]) -> Target:
+    def _parse_target(self, group: str, version: str, rest: list[str], method: str) -> Target:
+        """The resource a path names. What does not exist is a Status 404 from the built-in
+        (go-restful) handlers and aggregated servers, and the plain-text 404 from
+        apiextensions' crdHandler, which delegates unknown resources, scopes and versions to
+        the not-found handler (customresource_handler.go ServeHTTP)."""
+        native = group in NATIVE_GROUPS or group in AGGREGATED_GROUPS
+        crd = not native
+
+        def missing() -> Exception:
+            if crd:
+                return PageNotFound()
+            return ApiError(404, NOT_FOUND, details={})
+
         namespace = None
         if (
             rest[0] == "namespaces"
@@ -124,13 +187,24 @@ class ApiServer(RestHandlers, PodEndpoints):
         ):
             namespace, rest = rest[1], rest[2:]
         if len(rest) > 3:
-            raise ApiError(404, NOT_FOUND, details={})
+            raise missing()
         kind = self.ctx.registry.lookup(group, version, rest[0])
         if kind is None or (namespace is not None and not kind.namespaced):
-            raise ApiError(404, NOT_FOUND, details={})
+            raise missing()
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
+        if kind.namespaced and namespace is None:
+            # only list and watch work across namespaces (crdHandler
+            # possiblyAcrossAllNamespacesVerbs; go-restful has no other route there)
+            if name is not None:
+                raise missing()
+            if method != "GET":
+                if crd:
+                    raise PageNotFound
+                raise ApiError(405, NOT_ALLOWED, details={})
         if sub is not None and sub not in kind.subresources:
+            if crd:
+                raise not_found(kind.plural, kind.group, name or "")
             raise ApiError(404, NOT_FOUND, details={})
         return Target(kind, namespace, name, sub)
 
@@ -169,13 +243,7 @@ class ApiServer(RestHandlers, PodEndpoints):
         if verb == "watch":
             return await self._watch(request, t)
         if verb == "get":
-            obj = self.ctx.store.get(t.kind, t.namespace, t.name or "")
-            if t.sub is None and wants_table(request.headers.get("Accept", "")):
-                table = to_table(
-                    t.kind, [obj], obj["metadata"]["resourceVersion"], include_object(request.query)
-                )
-                return json_response(table)
-            return json_response(obj)
+            return self._get(request, t)
         if verb == "create":
             return await self._create(request, t)
         if verb in ("update", "patch"):

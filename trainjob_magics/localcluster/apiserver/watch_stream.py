@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,16 +32,16 @@ class WatchParams:
     bookmark_interval: float
     table: str | None = None  # includeObject when the client asked for Table events
     send_initial_events: bool = False
+    stored: Kind | None = None  # the kind whose objects are watched, when `kind` is a view
+    convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None  # stored -> view
 
 
 def parse_rv(value: str | None) -> int | None:
-    """None for ""/"0"/absent (start with the current state), else the integer RV."""
-    if value in (None, "", "0"):
+    """None for ""/"0"/absent (start with the current state), else the integer RV (the
+    handler has already answered a value that is not one with the cacher's 500)."""
+    if value in (None, "", "0") or not value.isdigit():
         return None
-    try:
-        return int(value)
-    except ValueError:
-        return -1
+    return int(value)
 
 
 def _matches(p: WatchParams, obj: dict[str, Any] | None) -> bool:
@@ -89,9 +90,7 @@ async def serve_watch(
     if params.send_initial_events:
         since = None  # NotOlderThan: the current state, then a bookmark marking its end
     try:
-        if since == -1:
-            raise ExpiredError(-1, store.resource_version)
-        initial, start_rv, sub = store.subscribe(kind, since, loop)
+        initial, start_rv, sub = store.subscribe(params.stored or kind, since, loop)
     except ExpiredError as exc:
         await resp.prepare(request)
         await resp.write(_line("ERROR", status_body(410, str(exc), "Expired")))
@@ -105,10 +104,11 @@ async def serve_watch(
     headers = [True]
 
     def event(type_: str, obj: dict[str, Any]) -> bytes:
+        shown = params.convert(obj) if params.convert else obj
         if params.table is None or obj.get("kind") == "Status":
-            return _line(type_, obj)
+            return _line(type_, shown)
         rv = obj.get("metadata", {}).get("resourceVersion", "")
-        table = to_table(kind, [obj], rv, params.table, headers=headers[0])
+        table = to_table(kind, [obj], rv, params.table, headers=headers[0], objects=[shown])
         headers[0] = False  # column definitions only on the first event
         return _line(type_, table)
 

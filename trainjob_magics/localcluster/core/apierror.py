@@ -28,7 +28,7 @@ def status_body(
     reason: str | None = None,
     details: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A metav1.Status failure object."""
+    """A metav1.Status failure object (an empty reason is omitted, as `reason,omitempty`)."""
     body: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
@@ -38,6 +38,8 @@ def status_body(
         "reason": reason if reason is not None else _REASONS.get(code, ""),
         "code": code,
     }
+    if not body["reason"]:
+        del body["reason"]
     if details is not None:
         body["details"] = details
     return body

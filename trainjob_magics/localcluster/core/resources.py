@@ -80,12 +80,16 @@ NAMESPACES = Kind(
     subresources=("status",),
     has_generation=False,
 )
+# Pods list every verb in discovery, as kube-apiserver's pods storage does (create, delete,
+# deletecollection, get, list, patch, update, watch). What the local cluster accepts: updates
+# and patches of metadata (labels, annotations, ...) as pkg/apis/core/validation
+# ValidatePodUpdate allows; a create is refused with 403 (only the Job controller makes pods).
 PODS = Kind(
     "",
     "v1",
     "Pod",
     "pods",
-    verbs=("delete", "deletecollection", "get", "list", "watch"),
+    verbs=tuple(ALL_VERBS),
     singular="pod",
     short_names=("po",),
     categories=("all",),
@@ -102,6 +106,29 @@ EVENTS = Kind(
     short_names=("ev",),
     has_generation=False,
 )
+# events.k8s.io/v1 Events: a second view of the core/v1 Event objects (one storage, converted
+# as pkg/apis/events/v1/conversion.go does); served by the API server, not stored twice.
+EVENTS_V1 = Kind(
+    "events.k8s.io",
+    "v1",
+    "Event",
+    "events",
+    verbs=tuple(ALL_VERBS),
+    singular="event",
+    short_names=("ev",),
+    has_generation=False,
+)
+# Groups kube-apiserver serves itself, and the groups of aggregated API servers (Kueue's
+# visibility API); every other group is a CustomResourceDefinition's (apiextensions-apiserver),
+# which answers unknown paths, scopes and versions with the plain-text `404 page not found`.
+NATIVE_GROUPS = frozenset({"", "events.k8s.io"})
+AGGREGATED_GROUPS = frozenset({"visibility.kueue.x-k8s.io"})
+
+
+def is_custom_resource(kind: Kind) -> bool:
+    return kind.group not in NATIVE_GROUPS and kind.group not in AGGREGATED_GROUPS
+
+
 TRAINER_GROUP = "trainer.kubeflow.org"
 TRAINJOBS = Kind(
     TRAINER_GROUP,
@@ -146,6 +173,7 @@ def default_registry() -> Registry:
         NAMESPACES,
         PODS,
         EVENTS,
+        EVENTS_V1,
         TRAINJOBS,
         CLUSTER_TRAINING_RUNTIMES,
         TRAINING_RUNTIMES,

@@ -159,6 +159,42 @@ class Store:
             ]
             return items, str(self._rv)
 
+    def list_at(
+        self, kind: Kind, rv: int | None, namespace: str | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The objects of `kind` as they were at resourceVersion `rv` (None: now), and that RV.
+
+        What an etcd range read at a revision gives the apiserver for a paged list that
+        continues a snapshot (storage/etcd3/store.go GetList `withRev`): the current objects
+        with the retained history after `rv` undone. Raises ExpiredError when `rv` is older
+        than that history (etcd's ErrCompacted).
+        """
+        with self._lock:
+            objs = dict(self._bucket(kind))
+            if rv is not None and rv < self._rv:
+                if rv < self._compacted:
+                    raise ExpiredError(rv, self._compacted)
+                for ev in reversed(self._history):
+                    if ev.rv <= rv:
+                        break
+                    if ev.kind_key != kind.key:
+                        continue
+                    meta = ev.obj.get("metadata") or {}
+                    key = (
+                        meta.get("namespace", "") if kind.namespaced else "",
+                        meta.get("name", ""),
+                    )
+                    if ev.type == "ADDED" or ev.old is None:
+                        objs.pop(key, None)
+                    else:
+                        objs[key] = ev.old
+            items = [
+                copy.deepcopy(o)
+                for (ns, _), o in sorted(objs.items())
+                if namespace is None or ns == namespace
+            ]
+            return items, self._rv if rv is None else rv
+
     # -- writes ----------------------------------------------------------------------------
 
     def create(

@@ -70,26 +70,6 @@ CLUSTER_QUEUES = Kind(
         {"jsonPath": ".status.admittedWorkloads", "name": "Admitted Workloads", "type": "integer"},
     ),
 )
-ADMISSION_CHECKS = Kind(
-    KUEUE_GROUP,
-    KUEUE_VERSION,
-    "AdmissionCheck",
-    "admissionchecks",
-    namespaced=False,
-    singular="admissioncheck",
-    categories=("kueue",),
-    subresources=("status",),
-)
-WORKLOAD_PRIORITY_CLASSES = Kind(
-    KUEUE_GROUP,
-    KUEUE_VERSION,
-    "WorkloadPriorityClass",
-    "workloadpriorityclasses",
-    namespaced=False,
-    singular="workloadpriorityclass",
-    categories=("kueue",),
-    has_generation=True,
-)
 RESOURCE_FLAVORS = Kind(
     KUEUE_GROUP,
     KUEUE_VERSION,
@@ -99,6 +79,37 @@ RESOURCE_FLAVORS = Kind(
     singular="resourceflavor",
     short_names=("flavor", "flavors", "rf"),
     categories=("kueue",),
+)
+# WorkloadPriorityClass and AdmissionCheck: served so that Kueue's own setup YAML applies; the
+# simulation reads priority values and MultiKueue checks from them.
+# kueue config/components/crd/bases: both cluster-scoped;
+# WorkloadPriorityClass has no spec (top-level `value`, `description`), the printer column
+# Value and the short name `wpc` (v0.19+); AdmissionCheck has a status subresource.
+WORKLOAD_PRIORITY_CLASSES = Kind(
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "WorkloadPriorityClass",
+    "workloadpriorityclasses",
+    namespaced=False,
+    singular="workloadpriorityclass",
+    short_names=("wpc",),
+    printer_columns=(
+        {
+            "jsonPath": ".value",
+            "name": "Value",
+            "type": "integer",
+            "description": "Value of workloadPriorityClass's Priority",
+        },
+    ),
+)
+ADMISSION_CHECKS = Kind(
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    "AdmissionCheck",
+    "admissionchecks",
+    namespaced=False,
+    singular="admissioncheck",
+    subresources=("status",),
 )
 
 

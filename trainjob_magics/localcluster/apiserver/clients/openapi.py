@@ -20,8 +20,9 @@ import hashlib
 import json
 from typing import Any
 
-from ...core.resources import TRAINJOBS, Kind, Registry
+from ...core.resources import TRAINJOBS, Kind, Registry, is_custom_resource
 from .. import trainjob_schema as tj_schema
+from .kueue_schemas import KUEUE_GROUP, kueue_schema
 
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
 _OBJECT_META_REF = {"$ref": f"#/components/schemas/{META}.ObjectMeta"}
@@ -29,10 +30,10 @@ _OBJECT_META_REF = {"$ref": f"#/components/schemas/{META}.ObjectMeta"}
 
 def schema_name(kind: Kind) -> str:
     """Component name as the apiserver spells it: reversed group + version + kind."""
-    if kind.group:
-        group = ".".join(reversed(kind.group.split(".")))
-        return f"{group}.{kind.version}.{kind.kind}"
-    return f"io.k8s.api.core.{kind.version}.{kind.kind}"
+    if not is_custom_resource(kind):
+        return f"io.k8s.api.{kind.group.split('.')[0] or 'core'}.{kind.version}.{kind.kind}"
+    group = ".".join(reversed(kind.group.split(".")))
+    return f"{group}.{kind.version}.{kind.kind}"
 
 
 def _gvk(kind: Kind, name: str | None = None) -> dict[str, str]:
@@ -71,8 +72,11 @@ def convert_compact(node: dict[str, Any]) -> dict[str, Any]:
 
 
 def _kind_schema(kind: Kind) -> dict[str, Any]:
+    kueue = kueue_schema(kind.kind, _OBJECT_META_REF) if kind.group == KUEUE_GROUP else None
     if kind.key == TRAINJOBS.key:
         body = convert_compact(tj_schema.TRAINJOB_SCHEMA)
+    elif kueue is not None:
+        body = kueue
     else:
         body = {
             "type": "object",
@@ -84,7 +88,9 @@ def _kind_schema(kind: Kind) -> dict[str, Any]:
                 "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
             },
         }
-    body["description"] = f"{kind.kind} ({kind.api_version}), as served by the local cluster."
+    body.setdefault(
+        "description", f"{kind.kind} ({kind.api_version}), as served by the local cluster."
+    )
     body["x-kubernetes-group-version-kind"] = [_gvk(kind)]
     return body
 
@@ -183,11 +189,15 @@ _LIST_PARAMS = [
     _param("timeoutSeconds", type_="integer"),
     _param("watch", type_="boolean"),
 ]
-_PATCH_TYPES = (
+# The patch types of the PATCH operation: built-in kinds take strategic merge patch, custom
+# resources do not (apiextensions-apiserver), which is how kubectl decides between a strategic
+# and a JSON merge patch (kubectl apply/patcher.go gvkSupportsPatchOpenAPIV3).
+_CR_PATCH_TYPES = (
+    "application/apply-patch+yaml",
     "application/json-patch+json",
     "application/merge-patch+json",
-    "application/apply-patch+yaml",
 )
+_BUILTIN_PATCH_TYPES = (*_CR_PATCH_TYPES, "application/strategic-merge-patch+json")
 
 
 def _op(
@@ -246,7 +256,8 @@ def _paths(kind: Kind) -> dict[str, Any]:
         patch = _op(kind, "patch", f"patch{suffix}", ref, [*_WRITE_PARAMS, _param("force")])
         patch["requestBody"] = {
             "content": {
-                t: {"schema": {"$ref": f"#/components/schemas/{META}.Patch"}} for t in _PATCH_TYPES
+                t: {"schema": {"$ref": f"#/components/schemas/{META}.Patch"}}
+                for t in (_CR_PATCH_TYPES if is_custom_resource(kind) else _BUILTIN_PATCH_TYPES)
             },
             "required": True,
         }
