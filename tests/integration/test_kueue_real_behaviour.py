@@ -203,3 +203,28 @@ def _try(fn):
     except Exception as exc:
         return exc
     return None
+
+
+@pytest.mark.parametrize(("version", "defaulted"), [("0.19", False), ("main", True)])
+def test_the_default_priority_class_is_applied_on_main(tmp_path, version, defaulted) -> None:
+    """WorkloadPriorityClassDefaulting: beta and on from Kueue 0.20 (pkg/features)."""
+    with _cluster(tmp_path, version=version) as c:
+        kc = str(c.kubeconfig_path)
+        _custom(kc).create_cluster_custom_object(
+            "kueue.x-k8s.io",
+            "v1beta2",
+            "workloadpriorityclasses",
+            {"metadata": {"name": "default"}, "value": 100, "description": "the default"},
+        )
+        session = connect(RUNTIME, cpu="1", queue="user-queue", config_file=kc, timeout=60)
+        try:
+            job = _custom(kc).get_namespaced_custom_object(
+                "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", session.name
+            )
+            label = job["metadata"]["labels"].get("kueue.x-k8s.io/priority-class")
+            assert (label == "default") is defaulted
+            wl = c.kueue.workload_for(session.name)
+            assert wl["spec"]["priority"] == (100 if defaulted else 0)
+        finally:
+            session.close(timeout=30)
+            delete_all_trainjobs(c.kubeconfig_path)

@@ -6,6 +6,9 @@ pkg/controller/jobframework/defaults.go and webhook.go):
   that has a LocalQueue named ``default`` gets ``kueue.x-k8s.io/queue-name: default``;
 - a managed job whose ClusterQueue has a MultiKueue admission check gets ``spec.managedBy:
   kueue.x-k8s.io/multikueue`` (its pods then run on a worker cluster);
+- WorkloadPriorityClassDefaulting (on from v0.20, so on main here): a job without a priority
+  class gets ``default`` when a WorkloadPriorityClass of that name exists
+  (pkg/controller/jobframework/defaults.go);
 - a managed job is suspended;
 - from v0.17 (runtimePatches, Trainer >= 2.2) Kueue's entry
   ``{manager: kueue.x-k8s.io/manager, trainingRuntimeSpec: {template: {spec: {}}}}`` is
@@ -24,11 +27,14 @@ from .kinds import (
     LOCAL_QUEUES,
     MANAGER,
     MULTIKUEUE_CONTROLLER,
+    PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
+    WORKLOAD_PRIORITY_CLASSES,
 )
 from .simulation_config import KueueConfig
 
 DEFAULT_LOCAL_QUEUE = "default"
+DEFAULT_PRIORITY_CLASS = "default"  # pkg/controller/constants DefaultWorkloadPriorityClassName
 
 
 def queue_name(obj: dict[str, Any]) -> str | None:
@@ -76,6 +82,16 @@ class TrainJobWebhook:
             LOCAL_QUEUES, namespace, DEFAULT_LOCAL_QUEUE
         ):
             meta.setdefault("labels", {})[QUEUE_NAME_LABEL] = DEFAULT_LOCAL_QUEUE
+        # WorkloadPriorityClassDefaulting (pkg/controller/jobframework/defaults.go; alpha and off
+        # in 0.18-0.19, beta and on from 0.20): no priority-class label and a
+        # WorkloadPriorityClass named "default" exists -> label it "default"
+        labels = meta.get("labels") or {}
+        if (
+            self.config.version == "main"
+            and not labels.get(PRIORITY_CLASS_LABEL)
+            and self.store.try_get(WORKLOAD_PRIORITY_CLASSES, None, DEFAULT_PRIORITY_CLASS)
+        ):
+            meta.setdefault("labels", {})[PRIORITY_CLASS_LABEL] = DEFAULT_PRIORITY_CLASS
         queue = queue_name(obj)
         if queue is None:
             return []
