@@ -102,6 +102,17 @@ EVENTS = Kind(
     short_names=("ev",),
     has_generation=False,
 )
+# Trainer v2.3 keeps each TrainJob's runtime snapshot in one (pkg/runtime/core/snapshot.go).
+CONFIGMAPS = Kind(
+    "",
+    "v1",
+    "ConfigMap",
+    "configmaps",
+    verbs=tuple(ALL_VERBS),
+    singular="configmap",
+    short_names=("cm",),
+    has_generation=False,
+)
 TRAINER_GROUP = "trainer.kubeflow.org"
 TRAINJOBS = Kind(
     TRAINER_GROUP,
@@ -146,6 +157,7 @@ def default_registry() -> Registry:
         NAMESPACES,
         PODS,
         EVENTS,
+        CONFIGMAPS,
         TRAINJOBS,
         CLUSTER_TRAINING_RUNTIMES,
         TRAINING_RUNTIMES,
