@@ -4,8 +4,22 @@ served TrainJob schema of each version against its real CRD, and the JobSet each
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
+from tests.crd_schema import crd_validator, default, field_path, load_crd_schema, prune
+from tests.helpers.k8s_data import require_k8s_data
+from trainjob_magics.localcluster.apiserver.trainjob_schema import (
+    API_VERSION,
+    SERVED_VERSION,
+    TRAINJOB_SCHEMAS,
+    SchemaError,
+    validate_trainjob,
+    validate_trainjob_update,
+)
 from trainjob_magics.localcluster.controller.versions import (
     TRAINER_VERSIONS,
     check_trainer_version,
@@ -88,3 +102,236 @@ def test_bad_versions_rejected() -> None:
         check_version_pair("1.0", "2.3")
     with pytest.raises(ValueError, match="trainer_version"):
         check_version_pair("main", "2.4")
+
+
+# --- the served TrainJob schema of each version, against its real CRD ----------------------
+
+RELEASE = {"2.0": "trainer-v2.0.1", "2.1": "trainer-v2.1.0", "2.2": "trainer-v2.2.1"}
+RELEASE["2.3"] = "trainer-v2.3.0"
+
+
+def tj(name: str = "t0123456789a", **spec: Any) -> dict:
+    body = {
+        "apiVersion": API_VERSION,
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}},
+    }
+    body["spec"].update(spec)
+    return body
+
+
+CONTAINER_OVERRIDE = {
+    "name": "node",
+    "env": [{"name": "A", "value": "1"}],
+    "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}],
+}
+POD_SPEC_OVERRIDE = {
+    "targetJobs": [{"name": "node"}],
+    "containers": [CONTAINER_OVERRIDE],
+    "initContainers": [{"name": "init", "env": [{"name": "B", "value": "2"}]}],
+    "nodeSelector": {"cloud.example.com/pool": "gpu"},
+    "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "volumes": [{"name": "data", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "c"}}],
+    "schedulingGates": [{"name": "example.com/gate"}],
+    "serviceAccountName": "trainer",
+}
+POD_TEMPLATE_OVERRIDE = {
+    "targetJobs": [{"name": "node"}, {"name": "launcher"}],
+    "metadata": {"labels": {"kueue.x-k8s.io/podset": "node"}, "annotations": {"a": "b"}},
+    "spec": {
+        **{k: v for k, v in POD_SPEC_OVERRIDE.items() if k != "targetJobs"},
+        "imagePullSecrets": [{"name": "pull"}],
+        "affinity": {"nodeAffinity": {}},
+    },
+}
+LONG_ARG = "x" * 70000
+ROWS: list[tuple[str, dict]] = [
+    ("minimal", tj()),
+    ("labels-annotations", tj(labels={"a": "b"}, annotations={"c": "d"})),
+    ("labels-not-strings", tj(labels={"a": 1})),
+    ("podSpecOverrides", tj(podSpecOverrides=[POD_SPEC_OVERRIDE])),
+    ("podSpecOverrides-no-targetJobs", tj(podSpecOverrides=[{"nodeSelector": {"a": "b"}}])),
+    ("podSpecOverrides-volume-no-name", tj(podSpecOverrides=[{"targetJobs": [], "volumes": [{}]}])),
+    (
+        "podSpecOverrides-dup-container",
+        tj(podSpecOverrides=[{"targetJobs": [], "containers": [{"name": "a"}, {"name": "a"}]}]),
+    ),
+    (
+        "podSpecOverrides-toleration-seconds-string",
+        tj(podSpecOverrides=[{"targetJobs": [], "tolerations": [{"tolerationSeconds": "5"}]}]),
+    ),
+    ("podSpecOverrides-empty-target", tj(podSpecOverrides=[{"targetJobs": [{"name": ""}]}])),
+    ("podTemplateOverrides", tj(podTemplateOverrides=[POD_TEMPLATE_OVERRIDE])),
+    (
+        "podTemplateOverrides-unknown-in-metadata",
+        tj(podTemplateOverrides=[{"targetJobs": [{"name": "n"}], "metadata": {"uid": "x"}}]),
+    ),
+    ("podTemplateOverrides-no-targetJobs", tj(podTemplateOverrides=[{"spec": {}}])),
+    ("podTemplateOverrides-empty-target", tj(podTemplateOverrides=[{"targetJobs": [{}]}])),
+    ("runtimePatches", tj(runtimePatches=[{"manager": "trainer.kubeflow.org/kubeflow-sdk"}])),
+    ("runtimePatches-no-manager", tj(runtimePatches=[{}])),
+    ("activeDeadlineSeconds", tj(activeDeadlineSeconds=60)),
+    ("activeDeadlineSeconds-0", tj(activeDeadlineSeconds=0)),
+    ("numProcPerNode-auto", tj(trainer={"numProcPerNode": "auto"})),
+    ("numProcPerNode-int", tj(trainer={"numProcPerNode": 2})),
+    ("command-item-70000", tj(trainer={"command": ["sh", LONG_ARG]})),
+    ("args-129", tj(trainer={"args": ["a"] * 129})),
+    ("image-501", tj(trainer={"image": "i" * 501})),
+    (
+        "env-fileKeyRef",
+        tj(
+            trainer={
+                "env": [
+                    {
+                        "name": "F",
+                        "valueFrom": {"fileKeyRef": {"key": "k", "path": "p", "volumeName": "v"}},
+                    }
+                ]
+            }
+        ),
+    ),
+    ("storageUri-not-uri", tj(initializer={"model": {"storageUri": "m"}})),
+    ("storageUri-2049", tj(initializer={"model": {"storageUri": "hf://" + "m" * 2044}})),
+    ("runtimeRef-name-empty", tj(runtimeRef={"name": ""})),
+    ("name-with-dot", tj(name="a.b")),
+    ("name-64", tj(name="a" * 64)),
+    ("managedBy-other", tj(managedBy="example.com/x")),
+    ("resources", tj(trainer={"resourcesPerNode": {"limits": {"nvidia.com/gpu": 2}}})),
+]
+
+
+def _oracle(body: dict, version: str) -> tuple[dict, list[str], set[str]]:
+    """What the real apiserver with the CRD of ``version`` does: pruned object, warnings, the
+    paths of its errors."""
+    release = RELEASE[version]
+    pruned, warnings = prune(load_crd_schema("trainjobs", release=release), body)
+    paths = {field_path(e) for e in crd_validator("trainjobs", release=release).iter_errors(pruned)}
+    return pruned, warnings, paths
+
+
+def _mine(body: dict, version: str) -> tuple[dict | None, list[str], set[str]]:
+    try:
+        out, warnings = validate_trainjob(body, version)
+    except SchemaError as err:
+        return None, [], {c["field"] for c in err.causes if not c["field"].startswith("metadata.")}
+    return out, warnings, set()
+
+
+def _same_but_defaults(mine: Any, oracle: Any, path: str = "") -> None:
+    if isinstance(oracle, dict):
+        assert isinstance(mine, dict), path
+        for key in oracle:
+            assert key in mine, f"{path}.{key} dropped"
+            _same_but_defaults(mine[key], oracle[key], f"{path}.{key}")
+    elif isinstance(oracle, list):
+        assert isinstance(mine, list) and len(mine) == len(oracle), path
+        for m, o in zip(mine, oracle, strict=True):
+            _same_but_defaults(m, o, f"{path}[]")
+    else:
+        assert mine == oracle, path
+
+
+@pytest.mark.parametrize("version", TRAINER_VERSIONS)
+@pytest.mark.parametrize("body", [r[1] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_served_schema_agrees_with_crd(body: dict, version: str) -> None:
+    """Verdict, error paths, pruning warnings and the stored object, per Trainer version."""
+    require_k8s_data()
+    pruned, oracle_warnings, oracle_paths = _oracle(body, version)
+    out, warnings, paths = _mine(body, version)
+    assert paths == oracle_paths
+    if out is not None:
+        assert sorted(warnings) == sorted(oracle_warnings)
+        _same_but_defaults(
+            out, default(load_crd_schema("trainjobs", release=RELEASE[version]), pruned)
+        )
+
+
+def test_rows_tell_the_versions_apart() -> None:
+    """Every version accepts or prunes some row differently from every other version."""
+    require_k8s_data()
+    seen = {
+        version: tuple(
+            (tuple(sorted(_oracle(b, version)[1])), frozenset(_oracle(b, version)[2]))
+            for _, b in ROWS
+        )
+        for version in TRAINER_VERSIONS
+    }
+    assert len(set(seen.values())) == len(TRAINER_VERSIONS)
+
+
+def test_the_served_version_is_a_context_variable() -> None:
+    body = tj(podSpecOverrides=[POD_SPEC_OVERRIDE], activeDeadlineSeconds=5)
+    _, warnings = validate_trainjob(body)
+    assert warnings == ['unknown field "spec.podSpecOverrides"']
+    token = SERVED_VERSION.set("2.0")
+    try:
+        out, warnings = validate_trainjob(body)
+    finally:
+        SERVED_VERSION.reset(token)
+    assert warnings == ['unknown field "spec.activeDeadlineSeconds"']
+    assert out["spec"]["podSpecOverrides"] == [POD_SPEC_OVERRIDE]
+    with pytest.raises(ValueError, match=r"no TrainJob schema for Trainer '1\.9'"):
+        validate_trainjob(body, "1.9")
+    assert set(TRAINJOB_SCHEMAS) == set(TRAINER_VERSIONS)
+
+
+# (id, change, {version: the field the CRD rejects as immutable, and its message})
+UPDATES: list[tuple[str, Callable[[dict], None], dict[str, tuple[str, str]]]] = [
+    (
+        "runtimeRef",
+        lambda b: b["spec"].update(runtimeRef={"name": "other"}),
+        {
+            "2.0": ("spec.runtimeRef", "runtimeRef is immutable"),
+            "2.1": ("spec.runtimeRef", "runtimeRef is immutable"),
+            "2.2": ("spec.runtimeRef", "field is immutable"),
+            "2.3": ("spec.runtimeRef", "field is immutable"),
+        },
+    ),
+    (
+        "managedBy",
+        lambda b: b["spec"].update(managedBy="kueue.x-k8s.io/multikueue"),
+        {
+            "2.0": ("spec.managedBy", "ManagedBy value is immutable"),
+            "2.1": ("spec.managedBy", "ManagedBy value is immutable"),
+            "2.2": ("spec.managedBy", "field is immutable"),
+            "2.3": ("spec.managedBy", "field is immutable"),
+        },
+    ),
+    (
+        "trainer",
+        lambda b: b["spec"]["trainer"].update(numNodes=3),
+        {
+            "2.2": ("spec.trainer", "field is immutable"),
+            "2.3": ("spec.trainer", "field is immutable"),
+        },
+    ),
+    ("suspend", lambda b: b["spec"].update(suspend=True), {}),
+]
+
+
+@pytest.mark.parametrize("version", TRAINER_VERSIONS)
+@pytest.mark.parametrize(
+    ("change", "expected"), [(u[1], u[2]) for u in UPDATES], ids=[u[0] for u in UPDATES]
+)
+def test_immutable_fields_per_version(
+    change: Callable[[dict], None], expected: dict[str, tuple[str, str]], version: str
+) -> None:
+    require_k8s_data()
+    old, _ = validate_trainjob(tj(trainer={"numNodes": 2}), version)
+    new = copy.deepcopy(old)
+    change(new)
+    release = RELEASE[version]
+    oracle = [
+        (field_path(e), e.message)
+        for e in crd_validator("trainjobs", release=release).iter_errors(new, old=old)
+    ]
+    want = [expected[version]] if version in expected else []
+    assert oracle == want
+    if not want:
+        validate_trainjob_update(old, new, version)
+        return
+    with pytest.raises(SchemaError) as info:
+        validate_trainjob_update(old, new, version)
+    [cause] = info.value.causes
+    assert (cause["field"], cause["message"].rpartition(": ")[2]) == want[0]
