@@ -7,6 +7,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from .localcluster.controller.versions import DEFAULT_TRAINER_VERSION, TRAINER_VERSIONS
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainjob-magics")
@@ -32,6 +34,13 @@ def _parser() -> argparse.ArgumentParser:
         help="also put trainer.kubeflow.org/trainjob-ancestor-step on the pods",
     )
     lc.add_argument(
+        "--trainer-version",
+        choices=TRAINER_VERSIONS,
+        default=DEFAULT_TRAINER_VERSION,
+        help="the Kubeflow Trainer release to imitate: its TrainJob schema, overrides or runtime "
+        "patches, resourcesPerNode handling, v2.3 runtime snapshots (default: %(default)s)",
+    )
+    lc.add_argument(
         "--kueue",
         action="store_true",
         help="simulate Kueue: ResourceFlavors, ClusterQueues with quota, LocalQueues, Workloads",
@@ -52,6 +61,7 @@ def run_local_cluster(args: argparse.Namespace) -> int:
         root_dir=args.root_dir,
         ancestor_label_on_pods=args.ancestor_label_on_pods,
         kueue=args.kueue,
+        trainer_version=args.trainer_version,
     )
     try:
         cluster.start()
@@ -67,7 +77,10 @@ def run_local_cluster(args: argparse.Namespace) -> int:
         print(f"error: cannot load runtime file: {exc}", file=sys.stderr)
         cluster.stop()
         return 2
-    print(f"local cluster listening on {cluster.url}", flush=True)
+    print(
+        f"local cluster listening on {cluster.url} (Kubeflow Trainer {cluster.trainer_version})",
+        flush=True,
+    )
     if cluster.kueue is not None:
         cfg = cluster.kueue.config
         print(

@@ -21,8 +21,11 @@ from .apiserver import (
     SubresourceGetter,
     User,
     new_token,
+    trainjob_schema,
 )
 from .controller import Controller
+from .controller.versions import DEFAULT_TRAINER_VERSION, check_trainer_version
+from .controller.webhook import trainer_webhook
 from .core.faults import Faults
 from .core.resources import (
     CLUSTER_TRAINING_RUNTIMES,
@@ -50,6 +53,9 @@ class LocalCluster:
     Use as a context manager, or call start()/stop(). run_forever() blocks (for the CLI).
     ``exec_errors="translated"`` reports an exec into a container that is not running after the
     WebSocket upgrade, as a 1.30+ apiserver does (see docs/local-cluster.md).
+    ``trainer_version`` ("2.0" ... "2.3") picks the Kubeflow Trainer release it imitates: the
+    TrainJob schema it serves and how the controller builds the JobSet (docs/local-cluster.md,
+    "Trainer versions").
     """
 
     def __init__(
@@ -65,10 +71,12 @@ class LocalCluster:
         load_builtin_runtimes: bool = True,
         kueue: bool | KueueConfig = False,
         exec_errors: str = "pre-upgrade",
+        trainer_version: str = DEFAULT_TRAINER_VERSION,
     ) -> None:
         if exec_errors not in EXEC_ERROR_MODES:
             raise ValueError(f"exec_errors must be one of {EXEC_ERROR_MODES}, not {exec_errors!r}")
         self.exec_errors = exec_errors
+        self.trainer_version = check_trainer_version(trainer_version)
         self._own_root = root_dir is None
         self.root = Path(root_dir) if root_dir else Path(tempfile.mkdtemp(prefix="tjm-cluster-"))
         self.root.mkdir(parents=True, exist_ok=True)
@@ -89,9 +97,12 @@ class LocalCluster:
             start_delay=start_delay,
             delete_grace=delete_grace,
             ancestor_label_on_pods=ancestor_label_on_pods,
+            trainer_version=self.trainer_version,
         )
         self._users: dict[str, User] = {self.token: User(ADMIN_USER)}
-        self.admission_hooks: list[AdmissionHook] = []
+        self.admission_hooks: list[AdmissionHook] = [
+            trainer_webhook(self.trainer_version, self.store, self.controller.resolve_runtime)
+        ]
         self.subresource_getters: dict[tuple[str, str, str], SubresourceGetter] = {}
         self._bookmark_interval = bookmark_interval
         self._load_builtins = load_builtin_runtimes
@@ -129,6 +140,9 @@ class LocalCluster:
         loop = asyncio.new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
+        # The API server validates TrainJobs with this Trainer version's schema: every task of
+        # this thread's loop starts from this context.
+        trainjob_schema.SERVED_VERSION.set(self.trainer_version)
         try:
             loop.run_until_complete(self._serve())
         except BaseException as exc:  # report start failures to start()
