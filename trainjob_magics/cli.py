@@ -7,6 +7,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from .localcluster.controller.versions import DEFAULT_TRAINER_VERSION, TRAINER_VERSIONS
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainjob-magics")
@@ -30,6 +32,13 @@ def _parser() -> argparse.ArgumentParser:
         "--ancestor-label-on-pods",
         action="store_true",
         help="also put trainer.kubeflow.org/trainjob-ancestor-step on the pods",
+    )
+    lc.add_argument(
+        "--trainer-version",
+        choices=TRAINER_VERSIONS,
+        default=DEFAULT_TRAINER_VERSION,
+        help="the Kubeflow Trainer release to imitate: its TrainJob schema, overrides or runtime "
+        "patches, resourcesPerNode handling, v2.3 runtime snapshots (default: %(default)s)",
     )
     lc.add_argument(
         "--kueue",
@@ -81,6 +90,7 @@ def run_local_cluster(args: argparse.Namespace) -> int:
             cpus=args.cpus,
             memory=args.memory,
             gpus=args.gpus,
+            trainer_version=args.trainer_version,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -99,7 +109,10 @@ def run_local_cluster(args: argparse.Namespace) -> int:
         print(f"error: cannot load runtime file: {exc}", file=sys.stderr)
         cluster.stop()
         return 2
-    print(f"local cluster listening on {cluster.url}", flush=True)
+    print(
+        f"local cluster listening on {cluster.url} (Kubeflow Trainer {cluster.trainer_version})",
+        flush=True,
+    )
     print(f"node {NODE_NAME}: {cluster.node.describe()}", flush=True)
     if cluster.kueue is not None:
         cfg = cluster.kueue.config
@@ -108,6 +121,8 @@ def run_local_cluster(args: argparse.Namespace) -> int:
             f"-> ClusterQueue {cfg.cluster_queue!r} with quota {cfg.quota} (Kueue {cfg.version})",
             flush=True,
         )
+    for line in cluster.version_warnings:
+        print(f"warning: {line}", flush=True)
     print("point kubectl and trainjob_magics at it with:", flush=True)
     print(f"export KUBECONFIG={shlex.quote(str(cluster.kubeconfig_path))}", flush=True)
     print("press Ctrl-C to stop", flush=True)

@@ -29,7 +29,10 @@ RUNTIME = "torch-distributed"
 
 def _cluster(tmp_path, **cfg) -> LocalCluster:
     kueue = KueueConfig(quota={"cpu": "2", "memory": "8Gi"}, **cfg)
-    return LocalCluster(root_dir=tmp_path, kueue=kueue, bookmark_interval=0.5)
+    trainer = "2.1" if kueue.version == "0.14" else "2.3"  # what each Kueue drives
+    return LocalCluster(
+        root_dir=tmp_path, kueue=kueue, trainer_version=trainer, bookmark_interval=0.5
+    )
 
 
 def _custom(kc: str) -> client.CustomObjectsApi:
@@ -228,3 +231,31 @@ def test_the_default_priority_class_is_applied_on_main(tmp_path, version, defaul
         finally:
             session.close(timeout=30)
             delete_all_trainjobs(c.kubeconfig_path)
+
+
+def test_kueue_014_with_trainer_21_runs_a_queued_session_end_to_end(tmp_path) -> None:
+    """The acceptance pair: Kueue 0.14 (v1beta1 only, podSpecOverrides) over Trainer 2.1."""
+    kueue = KueueConfig(quota={"cpu": "2", "memory": "8Gi"}, version="0.14")
+    with LocalCluster(
+        root_dir=tmp_path, kueue=kueue, trainer_version="2.1", bookmark_interval=0.5
+    ) as c:
+        assert c.version_warnings and "podSpecOverrides" in c.version_warnings[0]
+        kc = str(c.kubeconfig_path)
+        seen: list = []
+        session = connect(
+            RUNTIME, cpu="1", queue="user-queue", config_file=kc, timeout=60, on_status=seen.append
+        )
+        try:
+            assert any(s.queue is not None for s in seen)
+            assert session.status().queue.state == "Admitted"
+            assert session.execute("echo from-0.14").stdout == "from-0.14\n"
+            wl = c.kueue.workload_for(session.name)
+            assert wl["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+        finally:
+            session.close(timeout=30)
+            delete_all_trainjobs(c.kubeconfig_path)
+
+
+def test_an_impossible_version_pair_is_refused(tmp_path) -> None:
+    with pytest.raises(ValueError, match=r"Kueue main cannot drive Trainer 2\.1"):
+        LocalCluster(root_dir=tmp_path, kueue_version="main", trainer_version="2.1")

@@ -34,7 +34,10 @@ def kcluster(
         quota={"cpu": "1", "memory": "4Gi"}, admission_check_delay=1.5, version=request.param
     )
     root = tmp_path_factory.mktemp("kueue-cluster")
-    with LocalCluster(root_dir=root, kueue=cfg, bookmark_interval=0.5) as c:
+    trainer = "2.1" if request.param == "0.14" else "2.3"  # Kueue 0.14 drives Trainer 2.0/2.1
+    with LocalCluster(
+        root_dir=root, kueue=cfg, trainer_version=trainer, bookmark_interval=0.5
+    ) as c:
         yield c
         # Stop on a quiet cluster: store events racing the shutdown can leave the Kueue
         # simulation running (LocalCluster.stop then waits 15 s and leaks the pod processes).

@@ -21,8 +21,15 @@ from .apiserver import (
     SubresourceGetter,
     User,
     new_token,
+    trainjob_schema,
 )
 from .controller import Controller
+from .controller.versions import (
+    DEFAULT_TRAINER_VERSION,
+    check_trainer_version,
+    check_version_pair,
+)
+from .controller.webhook import trainer_webhook
 from .core.faults import Faults
 from .core.resources import (
     CLUSTER_TRAINING_RUNTIMES,
@@ -59,6 +66,9 @@ class LocalCluster:
     (``self.node``). ``self.images`` is the node's image manager: ``images.fail_pulls(glob)``
     makes pulls fail, registry hosts under ``.invalid`` never resolve, and a failed pull backs
     off from ``image_pull_backoff`` seconds, doubling to ``image_pull_backoff_max``.
+    ``trainer_version`` ("2.0" ... "2.3") picks the Kubeflow Trainer release it imitates: the
+    TrainJob schema it serves and how the controller builds the JobSet (docs/local-cluster.md,
+    "Trainer versions").
     """
 
     def __init__(
@@ -80,10 +90,12 @@ class LocalCluster:
         gpus: int | str | None = None,
         image_pull_backoff: float = 0.5,
         image_pull_backoff_max: float = 8.0,
+        trainer_version: str = DEFAULT_TRAINER_VERSION,
     ) -> None:
         if exec_errors not in EXEC_ERROR_MODES:
             raise ValueError(f"exec_errors must be one of {EXEC_ERROR_MODES}, not {exec_errors!r}")
         self.exec_errors = exec_errors
+        self.trainer_version = check_trainer_version(trainer_version)
         self._own_root = root_dir is None
         self.root = Path(root_dir) if root_dir else Path(tempfile.mkdtemp(prefix="tjm-cluster-"))
         self.root.mkdir(parents=True, exist_ok=True)
@@ -113,9 +125,12 @@ class LocalCluster:
             ancestor_label_on_pods=ancestor_label_on_pods,
             node=self.node,
             images=self.images,
+            trainer_version=self.trainer_version,
         )
         self._users: dict[str, User] = {self.token: User(ADMIN_USER)}
-        self.admission_hooks: list[AdmissionHook] = []
+        self.admission_hooks: list[AdmissionHook] = [
+            trainer_webhook(self.trainer_version, self.store, self.controller.resolve_runtime)
+        ]
         self.subresource_getters: dict[tuple[str, str, str], SubresourceGetter] = {}
         self._bookmark_interval = bookmark_interval
         self._load_builtins = load_builtin_runtimes
@@ -129,11 +144,16 @@ class LocalCluster:
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.store.create(NAMESPACES, {"metadata": {"name": ns}, "status": {"phase": "Active"}})
         self.kueue: KueueSimulation | None = None
+        self.version_warnings: list[str] = []
         if kueue or kueue_version is not None:
             config = kueue if isinstance(kueue, KueueConfig) else KueueConfig()
             if kueue_version is not None:
                 config.version = kueue_version
                 config.__post_init__()  # checks the version
+            # an impossible Kueue/Trainer pair raises here; a lossy one warns
+            self.version_warnings = check_version_pair(config.version, self.trainer_version)
+            for line in self.version_warnings:
+                log.warning("%s", line)
             self._enable_kueue(config)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -157,6 +177,9 @@ class LocalCluster:
         loop = asyncio.new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
+        # The API server validates TrainJobs with this Trainer version's schema: every task of
+        # this thread's loop starts from this context.
+        trainjob_schema.SERVED_VERSION.set(self.trainer_version)
         try:
             loop.run_until_complete(self._serve())
         except BaseException as exc:  # report start failures to start()

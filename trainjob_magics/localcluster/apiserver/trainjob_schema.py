@@ -1,4 +1,14 @@
-"""Compact TrainJob validator: what the apiserver does with the Trainer v2.3.0 CRD.
+"""Compact TrainJob validator: what the apiserver does with the TrainJob CRD of Trainer v2.0.1,
+v2.1.0, v2.2.1 or v2.3.0 (kubeflow/trainer manifests/base/crds at those tags).
+
+One schema per Trainer version (``TRAINJOB_SCHEMAS``, keys "2.0" ... "2.3"): v2.0 has
+``spec.podSpecOverrides``, ``spec.labels`` and ``spec.annotations`` and no metadata.name CEL
+rules; v2.1 has ``spec.podTemplateOverrides`` instead of ``podSpecOverrides``; v2.2 removed all
+of them and added ``spec.runtimePatches``, ``spec.activeDeadlineSeconds``, length limits and
+five ``self == oldSelf`` rules (v2.0/v2.1 have two: runtimeRef and managedBy); v2.3 raised the
+command/args item limit and added the storageUri rule. ``validate_trainjob`` serves the
+version in ``SERVED_VERSION`` (a ContextVar the local cluster sets in its server thread)
+unless one is passed.
 
 Steps, in the apiserver's order: type meta check; prune unknown fields (warnings worded like
 the server's) and ``null`` values; apply schema defaults; ObjectMeta checks (DNS subdomain name,
@@ -7,12 +17,14 @@ the server's "some validation rules were not checked" cause, after a type or enu
 Causes are worded like ``field.Error`` / kube-openapi.
 
 Where the CRD is looser than one might expect, this mirrors the CRD: ``spec.trainer.numNodes``
-has no minimum, ``spec.runtimeRef.kind`` has no enum. ``spec.runtimePatches[].trainingRuntimeSpec``
-and ``status`` are kept as-is (not pruned nor validated).
+has no minimum, ``spec.runtimeRef.kind`` has no enum. ``spec.runtimePatches[].trainingRuntimeSpec``,
+the volumes and affinity of v2.0/v2.1 overrides (only a volume's ``name`` is checked) and
+``status`` are kept as-is (not pruned nor validated).
 """
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import json
 import re
@@ -22,13 +34,6 @@ from typing import Any
 GROUP = "trainer.kubeflow.org"
 API_VERSION = f"{GROUP}/v1alpha1"
 KIND = "TrainJob"
-IMMUTABLE_SPEC_FIELDS = (
-    "runtimeRef",
-    "initializer",
-    "trainer",
-    "activeDeadlineSeconds",
-    "managedBy",
-)
 
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
@@ -153,97 +158,191 @@ def _obj(props: dict, required: tuple[str, ...] = (), **kw: Any) -> dict:
 _STR = _s("string")
 _INT32 = _s("integer")
 _BOOL = _s("boolean")
+_STR_MAP = _s("object", additional=_STR)
 _QUANTITY = _s(None, int_or_string=True, pattern=QUANTITY_PATTERN)
 _STORAGE_URI_RULE: Rule = (
     lambda v: v == "" or re.search(r"^[A-Za-z][A-Za-z0-9+.-]*://.+$", v) is not None,
     "storageUri may be empty, or it must be a valid URI (scheme://...)",
 )
 _KEY_REF = _obj({"key": _STR, "name": _s("string", default=""), "optional": _BOOL}, ("key",))
-_ENV_VAR = _obj(
-    {
-        "name": _STR,
-        "value": _STR,
-        "valueFrom": _obj(
-            {
-                "configMapKeyRef": _KEY_REF,
-                "secretKeyRef": _KEY_REF,
-                "fieldRef": _obj({"apiVersion": _STR, "fieldPath": _STR}, ("fieldPath",)),
-                "fileKeyRef": _obj(
-                    {
-                        "key": _STR,
-                        "optional": _s("boolean", default=False),
-                        "path": _STR,
-                        "volumeName": _STR,
-                    },
-                    ("key", "path", "volumeName"),
-                ),
-                "resourceFieldRef": _obj(
-                    {"containerName": _STR, "divisor": _QUANTITY, "resource": _STR},
-                    ("resource",),
-                ),
-            }
-        ),
-    },
-    ("name",),
+_MANAGED_BY_VALUES = ("trainer.kubeflow.org/trainjob-controller", "kueue.x-k8s.io/multikueue")
+_MANAGED_BY_RULE: Rule = (
+    lambda v: v in _MANAGED_BY_VALUES,
+    "ManagedBy must be trainer.kubeflow.org/trainjob-controller or kueue.x-k8s.io/multikueue "
+    "if set",
 )
-_ENV = _s("array", items=_ENV_VAR, maxItems=128, map_keys=("name",))
-_STRINGS = _s("array", items=_s("string", maxLength=1048576), maxItems=128)
-_MODEL_OR_DATASET = _obj(
-    {
-        "env": _ENV,
-        "secretRef": _obj({"name": _s("string", default="")}),
-        "storageUri": _s("string", maxLength=2048, rules=[_STORAGE_URI_RULE]),
+
+
+def _v(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def _env_schema(version: str) -> dict:
+    """``[]corev1.EnvVar`` as the CRD of ``version`` embeds it (v2.2 added maxItems 128; the
+    core/v1 ``fileKeyRef`` source appears from the v2.1 CRDs)."""
+    sources = {
+        "configMapKeyRef": _KEY_REF,
+        "secretKeyRef": _KEY_REF,
+        "fieldRef": _obj({"apiVersion": _STR, "fieldPath": _STR}, ("fieldPath",)),
+        "resourceFieldRef": _obj(
+            {"containerName": _STR, "divisor": _QUANTITY, "resource": _STR},
+            ("resource",),
+        ),
     }
-)
-_SPEC = _obj(
-    {
-        "activeDeadlineSeconds": _s("integer", minimum=1),
-        "initializer": _obj({"dataset": _MODEL_OR_DATASET, "model": _MODEL_OR_DATASET}),
-        "managedBy": _s(
-            "string",
-            default="trainer.kubeflow.org/trainjob-controller",
-            maxLength=253,
-            rules=[
-                (
-                    lambda v: (
-                        v
-                        in ("trainer.kubeflow.org/trainjob-controller", "kueue.x-k8s.io/multikueue")
-                    ),
-                    "ManagedBy must be trainer.kubeflow.org/trainjob-controller or "
-                    "kueue.x-k8s.io/multikueue if set",
-                )
-            ],
+    if _v(version) >= (2, 1):
+        sources["fileKeyRef"] = _obj(
+            {
+                "key": _STR,
+                "optional": _s("boolean", default=False),
+                "path": _STR,
+                "volumeName": _STR,
+            },
+            ("key", "path", "volumeName"),
+        )
+    item = _obj({"name": _STR, "value": _STR, "valueFrom": _obj(sources)}, ("name",))
+    if _v(version) >= (2, 2):
+        return _s("array", items=item, maxItems=128, map_keys=("name",))
+    return _s("array", items=item, map_keys=("name",))
+
+
+def _override_schemas(version: str) -> dict:
+    """The pieces of a v2.0 ``PodSpecOverride`` / v2.1 ``PodTemplateOverride``: containers are
+    ``ContainerOverride{name, env, volumeMounts}``; volumes and affinity are full core/v1
+    types, kept as sent here (only a volume's ``name`` is checked)."""
+    name = _s("string", minLength=1) if _v(version) >= (2, 1) else _STR
+    mount = _obj(
+        {
+            "mountPath": _STR,
+            "mountPropagation": _STR,
+            "name": _STR,
+            "readOnly": _BOOL,
+            "recursiveReadOnly": _STR,
+            "subPath": _STR,
+            "subPathExpr": _STR,
+        },
+        ("mountPath", "name"),
+    )
+    container = _obj(
+        {
+            "env": _env_schema(version),
+            "name": name,
+            "volumeMounts": _s("array", items=mount, map_keys=("name",)),
+        },
+        ("name",),
+    )
+    toleration = _obj(
+        {
+            "effect": _STR,
+            "key": _STR,
+            "operator": _STR,
+            "tolerationSeconds": _s("integer"),
+            "value": _STR,
+        }
+    )
+    return {
+        "targetJobs": _s("array", items=_obj({"name": name}, ("name",))),
+        "containers": _s("array", items=container, map_keys=("name",)),
+        "initContainers": _s("array", items=container, map_keys=("name",)),
+        "nodeSelector": _STR_MAP,
+        "schedulingGates": _s("array", items=_obj({"name": _STR}, ("name",)), map_keys=("name",)),
+        "serviceAccountName": _STR,
+        "tolerations": _s("array", items=toleration),
+        "volumes": _s(
+            "array", items=_obj({"name": _STR}, ("name",), loose=True), map_keys=("name",)
         ),
-        "runtimePatches": _s(
-            "array",
-            maxItems=16,
-            map_keys=("manager",),
-            items=_obj(
-                {
-                    "manager": _s("string", minLength=1, maxLength=253),
-                    "time": _s("string", format="date-time"),
-                    "trainingRuntimeSpec": _s("object", preserve=True),
-                },
-                ("manager",),
-            ),
+    }
+
+
+def _pod_spec_overrides(version: str) -> dict:
+    """v2.0 ``spec.podSpecOverrides[]`` (pkg/apis/trainer/v1alpha1/trainjob_types.go, v2.0.1)."""
+    parts = _override_schemas(version)
+    return _s("array", items=_obj(parts, ("targetJobs",)))
+
+
+def _pod_template_overrides(version: str) -> dict:
+    """v2.1 ``spec.podTemplateOverrides[]`` (trainjob_types.go, v2.1.0)."""
+    parts = _override_schemas(version)
+    spec = {k: v for k, v in parts.items() if k != "targetJobs"}
+    spec["affinity"] = _s("object", preserve=True)
+    spec["imagePullSecrets"] = _s(
+        "array", items=_obj({"name": _s("string", default="")}), map_keys=("name",)
+    )
+    metadata = _obj(
+        {
+            "annotations": _STR_MAP,
+            "finalizers": _s("array", items=_STR),
+            "labels": _STR_MAP,
+            "name": _STR,
+            "namespace": _STR,
+        }
+    )
+    return _s(
+        "array",
+        items=_obj(
+            {"targetJobs": parts["targetJobs"], "metadata": metadata, "spec": _obj(spec)},
+            ("targetJobs",),
         ),
+    )
+
+
+def _limited(version: str, floor: tuple[int, int], node: dict, **limits: Any) -> dict:
+    """``node`` with ``limits`` (maxLength, minLength, maxItems) from Trainer ``floor`` on."""
+    return {**node, **limits} if _v(version) >= floor else node
+
+
+def _spec_schema(version: str) -> dict:
+    """``spec`` of the TrainJob CRD of Trainer ``version`` (manifests/base/crds at its tag)."""
+    v22 = (2, 2)
+    immutable = "field is immutable"
+    env = _env_schema(version)
+    arg_len = 1048576 if _v(version) >= (2, 3) else 65536
+    strings = _limited(
+        version,
+        v22,
+        _s("array", items=_limited(version, v22, _STR, maxLength=arg_len)),
+        maxItems=128,
+    )
+    storage_uri = _limited(version, v22, _STR, maxLength=2048)
+    if _v(version) >= (2, 3):
+        storage_uri = {**storage_uri, "rules": [_STORAGE_URI_RULE]}
+    model_or_dataset = _obj(
+        {
+            "env": env,
+            "secretRef": _obj({"name": _s("string", default="")}),
+            "storageUri": storage_uri,
+        }
+    )
+    managed_by = _limited(
+        version,
+        v22,
+        _s("string", default="trainer.kubeflow.org/trainjob-controller", rules=[_MANAGED_BY_RULE]),
+        maxLength=253,
+    )
+    runtime_ref_name = _s("string", minLength=1) if _v(version) >= (2, 1) else _STR
+    props: dict[str, dict] = {
+        "initializer": _obj({"dataset": model_or_dataset, "model": model_or_dataset}),
+        "managedBy": managed_by,
         "runtimeRef": _obj(
             {
-                "apiGroup": _s("string", default=GROUP, maxLength=253),
-                "kind": _s("string", default="ClusterTrainingRuntime", maxLength=253),
-                "name": _s("string", minLength=1, maxLength=253),
+                "apiGroup": _limited(version, v22, _s("string", default=GROUP), maxLength=253),
+                "kind": _limited(
+                    version, v22, _s("string", default="ClusterTrainingRuntime"), maxLength=253
+                ),
+                "name": _limited(version, v22, runtime_ref_name, maxLength=253),
             },
             ("name",),
         ),
         "suspend": _s("boolean", default=False),
         "trainer": _obj(
             {
-                "args": _STRINGS,
-                "command": _STRINGS,
-                "env": _ENV,
-                "image": _s("string", maxLength=500),
+                "args": strings,
+                "command": strings,
+                "env": env,
+                "image": _limited(version, v22, _STR, maxLength=500),
                 "numNodes": _INT32,
-                "numProcPerNode": _INT32,
+                # int-or-string ("auto", "cpu", "gpu") before v2.2
+                "numProcPerNode": _INT32 if _v(version) >= v22 else _s(None, int_or_string=True),
                 "resourcesPerNode": _obj(
                     {
                         "claims": _s(
@@ -257,9 +356,36 @@ _SPEC = _obj(
                 ),
             }
         ),
-    },
-    ("runtimeRef",),
-)
+    }
+    if _v(version) >= v22:
+        props["activeDeadlineSeconds"] = _s("integer", minimum=1)
+        props["runtimePatches"] = _s(
+            "array",
+            maxItems=16,
+            map_keys=("manager",),
+            items=_obj(
+                {
+                    "manager": _s("string", minLength=1, maxLength=253),
+                    "time": _s("string", format="date-time"),
+                    "trainingRuntimeSpec": _s("object", preserve=True),
+                },
+                ("manager",),
+            ),
+        )
+        for field in ("runtimeRef", "initializer", "trainer", "activeDeadlineSeconds", "managedBy"):
+            props[field] = {**props[field], "immutable": immutable}
+    else:  # v2.0 / v2.1: removed in v2.2 (reference.md section 1)
+        props["labels"] = _STR_MAP
+        props["annotations"] = _STR_MAP
+        if _v(version) >= (2, 1):
+            props["podTemplateOverrides"] = _pod_template_overrides(version)
+        else:
+            props["podSpecOverrides"] = _pod_spec_overrides(version)
+        props["runtimeRef"] = {**props["runtimeRef"], "immutable": "runtimeRef is immutable"}
+        props["managedBy"] = {**props["managedBy"], "immutable": "ManagedBy value is immutable"}
+    return _obj(dict(sorted(props.items())), ("runtimeRef",))
+
+
 _ROOT_RULES: list[Rule] = [
     (
         lambda v: re.search(DNS1035_PATTERN, v["metadata"]["name"]) is not None,
@@ -270,16 +396,48 @@ _ROOT_RULES: list[Rule] = [
         "metadata.name must be no more than 63 characters",
     ),
 ]
-TRAINJOB_SCHEMA = _obj(
-    {
-        "apiVersion": _STR,
-        "kind": _STR,
-        "metadata": _s("object", object_meta=True),
-        "spec": _SPEC,
-        "status": _s("object", preserve=True),
-    },
-    rules=_ROOT_RULES,
+
+
+def _trainjob_schema(version: str) -> dict:
+    """The whole TrainJob schema of Trainer ``version``; the metadata.name CEL rules came with
+    v2.1."""
+    root = _obj(
+        {
+            "apiVersion": _STR,
+            "kind": _STR,
+            "metadata": _s("object", object_meta=True),
+            "spec": _spec_schema(version),
+            "status": _s("object", preserve=True),
+        },
+    )
+    if _v(version) >= (2, 1):
+        root["rules"] = _ROOT_RULES
+    return root
+
+
+SCHEMA_VERSIONS = ("2.0", "2.1", "2.2", "2.3")
+DEFAULT_VERSION = "2.3"
+TRAINJOB_SCHEMAS = {version: _trainjob_schema(version) for version in SCHEMA_VERSIONS}
+TRAINJOB_SCHEMA = TRAINJOB_SCHEMAS[DEFAULT_VERSION]
+# The Trainer version whose schema validate_trainjob serves when none is passed: the local
+# cluster sets it in its server thread (LocalCluster(trainer_version=...)).
+SERVED_VERSION: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "trainjob_schema_version", default=DEFAULT_VERSION
 )
+
+
+def immutable_fields(version: str) -> dict[str, str]:
+    """spec field -> the message of its ``self == oldSelf`` rule in the CRD of ``version``."""
+    spec = TRAINJOB_SCHEMAS[version]["properties"]["spec"]["properties"]
+    return {k: node["immutable"] for k, node in spec.items() if "immutable" in node}
+
+
+def schema_for(version: str | None = None) -> dict:
+    """The compact TrainJob schema of Trainer ``version`` (default: the served one)."""
+    version = version or SERVED_VERSION.get()
+    if version not in TRAINJOB_SCHEMAS:
+        raise ValueError(f"no TrainJob schema for Trainer {version!r}; have {SCHEMA_VERSIONS}")
+    return TRAINJOB_SCHEMAS[version]
 
 
 # --- passes: prune, default, validate, CEL ----------------------------------------------
@@ -314,6 +472,8 @@ def _prune(node: dict, value: Any, path: str, warnings: list[str]) -> Any:
                 warnings.append(f'unknown field "{child_path}"')
                 del value[key]
         elif child is None:
+            if node.get("loose"):
+                continue  # kept as sent (see _override_schemas)
             warnings.append(f'unknown field "{child_path}"')
             del value[key]
         elif value[key] is None:
@@ -566,21 +726,23 @@ def _effective_name(meta: dict) -> dict:
 # --- public API -------------------------------------------------------------------------
 
 
-def validate_trainjob(body: dict) -> tuple[dict, list[str]]:
-    """Validate a TrainJob for create; return (pruned + defaulted copy, warnings).
+def validate_trainjob(body: dict, version: str | None = None) -> tuple[dict, list[str]]:
+    """Validate a TrainJob for create against the CRD of Trainer ``version`` (default: the
+    served one, SERVED_VERSION); return (pruned + defaulted copy, warnings).
 
     Raises SchemaError with the causes a real apiserver would give (422 Invalid).
     """
+    schema = schema_for(version)
     if not isinstance(body, dict):
         raise SchemaError([_cause(_TYPE_INVALID, "", _type_name(body), "must be an object")])
     causes = _check_type_meta(body)
     if causes:
         raise SchemaError(causes)
     warnings: list[str] = []
-    obj = _prune(TRAINJOB_SCHEMA, copy.deepcopy(body), "", warnings)
-    _default(TRAINJOB_SCHEMA, obj)
+    obj = _prune(schema, copy.deepcopy(body), "", warnings)
+    _default(schema, obj)
     causes = _check_object_meta(obj.get("metadata", {}))
-    _validate(TRAINJOB_SCHEMA, obj, "", causes)
+    _validate(schema, obj, "", causes)
     if any(c["reason"] in (_TYPE_INVALID, _NOT_SUPPORTED) for c in causes):
         detail = (
             "some validation rules were not checked because the object was invalid; "
@@ -590,33 +752,35 @@ def validate_trainjob(body: dict) -> tuple[dict, list[str]]:
     else:
         view = {**obj, "metadata": _effective_name(obj.get("metadata", {}))}
         if view["metadata"].get("name"):
-            _cel(TRAINJOB_SCHEMA, view, "", causes)
+            _cel(schema, view, "", causes)
     if causes:
         raise SchemaError(causes)
     return obj, warnings
 
 
-def validate_trainjob_update(old: dict, new: dict) -> tuple[dict, list[str]]:
-    """Validate an update: ``new`` as on create, plus the CRD's immutable-field rules.
+def validate_trainjob_update(
+    old: dict, new: dict, version: str | None = None
+) -> tuple[dict, list[str]]:
+    """Validate an update: ``new`` as on create, plus the CRD's immutable-field rules (those of
+    Trainer ``version``, default the served one).
 
     ``old`` is the stored (already defaulted) object. Returns (pruned copy of new, warnings).
     """
+    version = version or SERVED_VERSION.get()
     causes: list[dict] = []
     try:
-        obj, warnings = validate_trainjob(new)
+        obj, warnings = validate_trainjob(new, version)
     except SchemaError as err:
         causes, obj, warnings = err.causes, None, []
     if obj is not None:
         old_spec = old.get("spec") or {}
         new_spec = obj.get("spec") or {}
-        for field in IMMUTABLE_SPEC_FIELDS:
+        for field, message in immutable_fields(version).items():
             # Transition rules (self == oldSelf) run only when both old and new have the field.
             if field in old_spec and field in new_spec and old_spec[field] != new_spec[field]:
                 path = f"spec.{field}"
                 causes.append(
-                    _cause(
-                        "FieldValueInvalid", path, _type_name(new_spec[field]), "field is immutable"
-                    )
+                    _cause("FieldValueInvalid", path, _type_name(new_spec[field]), message)
                 )
     if causes:
         raise SchemaError(causes)

@@ -1,4 +1,11 @@
-"""Pure functions: runtime + TrainJob -> JobSet body -> pod bodies (names, labels, env)."""
+"""Pure functions: runtime + TrainJob -> JobSet body -> pod bodies (names, labels, env).
+
+The JobSet follows the Trainer version (``controller/versions.py``): the TrainJob's per-pod
+changes (``podSpecOverrides`` v2.0, ``podTemplateOverrides`` v2.1, ``runtimePatches`` v2.2+)
+are strategic-merged into the runtime's template first (kubeflow/trainer
+pkg/runtime/core/trainingruntime.go newRuntimeInfo at each tag), then ``spec.trainer`` is
+applied (pkg/runtime/framework/plugins/jobset/builder.go Trainer).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,8 @@ from typing import Any
 
 from ..core.store import random_suffix
 from ..runtimes.loader import ANCESTOR_LABEL, is_trainer_rjob
+from .strategic_merge import JOBSET_SPEC, POD_SPEC, POD_TEMPLATE_SPEC, Meta, strategic_merge
+from .versions import DEFAULT_TRAINER_VERSION, at_least
 
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 RJOB_NAME = "jobset.sigs.k8s.io/replicatedjob-name"
@@ -53,13 +62,164 @@ def _apply_to_container(c: dict[str, Any], trainer: dict[str, Any], with_command
         c["args"] = list(trainer["args"])
     if trainer.get("env"):
         c["env"] = _merge_env(c.get("env") or [], trainer["env"])
-    if trainer.get("resourcesPerNode"):
-        c["resources"] = copy.deepcopy(trainer["resourcesPerNode"])
 
 
-def build_jobset_spec(runtime: dict[str, Any], trainjob: dict[str, Any]) -> dict[str, Any]:
-    """The runtime's JobSet spec with spec.trainer applied (Trainer's plugins, simplified)."""
-    spec = copy.deepcopy(((runtime.get("spec") or {}).get("template") or {}).get("spec") or {})
+# Trainer's resourceRequirementsPatchMeta (pkg/util/trainingruntime/trainingruntime.go, v2.3.0):
+# limits and requests merge per key, claims by name.
+_RESOURCE_REQUIREMENTS = {"claims": Meta(True, "name")}
+_LIMITS_REQUESTS = ("limits", "requests")
+_SI = ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"))
+
+
+def quantity_string(value: Any) -> Any:
+    """A TrainJob quantity as Trainer writes it to the JobSet: decoded into a
+    resource.Quantity, which serializes as a string; an integer in DecimalSI canonical form
+    (2000 -> "2k"). Strings are kept as written (Quantity would canonicalize "1000m" to "1")."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return value
+    for exp, suffix in _SI:
+        if value and value % 10**exp == 0:
+            return f"{value // 10**exp}{suffix}"
+    return str(value)
+
+
+def _quantities(resources: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: ({r: quantity_string(q) for r, q in v.items()} if isinstance(v, dict) else v)
+        for k, v in resources.items()
+    }
+
+
+def apply_resources_per_node(
+    container: dict[str, Any], resources_per_node: dict[str, Any] | None, version: str
+) -> None:
+    """``trainer.resourcesPerNode`` on the runtime's ``node`` container.
+
+    Before v2.3 it replaces the container's resources with its limits and requests, when it
+    has either (pkg/runtime/framework/plugins/jobset/builder.go Trainer, v2.0.1-v2.2.1). From
+    v2.3 it is strategic-merged into them: its keys override, the runtime's other keys stay;
+    the JobSet gets the merged limits and requests (pkg/runtime/core/trainingruntime.go
+    newRuntimeInfo with MergeResourceRequirements, v2.3.0, PR 3602). Neither copies claims.
+    """
+    if resources_per_node is None:
+        return
+    if not at_least(version, "2.3"):
+        if any(resources_per_node.get(k) is not None for k in _LIMITS_REQUESTS):
+            container["resources"] = _quantities(
+                {
+                    k: copy.deepcopy(resources_per_node[k])
+                    for k in _LIMITS_REQUESTS
+                    if resources_per_node.get(k) is not None
+                }
+            )
+        return
+    current = container.get("resources") or {}
+    base = {k: current[k] for k in _LIMITS_REQUESTS if current.get(k) is not None}
+    merged = strategic_merge(base, _quantities(resources_per_node), _RESOURCE_REQUIREMENTS)
+    container["resources"] = {k: merged[k] for k in _LIMITS_REQUESTS if merged.get(k) is not None}
+
+
+def _targets(override: dict[str, Any], rjob_name: str) -> bool:
+    return any(t.get("name") == rjob_name for t in override.get("targetJobs") or [])
+
+
+def apply_trainjob_patches(
+    jobset_spec: dict[str, Any], trainjob: dict[str, Any], version: str
+) -> dict[str, Any]:
+    """The runtime's JobSet spec with the TrainJob's per-pod changes of Trainer ``version``:
+
+    - v2.0 ``spec.podSpecOverrides``: each override, in order, strategic-merged into the pod
+      spec of every replicated job it targets (mergePodSpecOverrides, v2.0.1);
+    - v2.1 ``spec.podTemplateOverrides``: ``{metadata: {labels, annotations}, spec}`` merged
+      into the pod template (mergePodTemplateOverrides, v2.1.0);
+    - v2.2+ ``spec.runtimePatches``: each ``trainingRuntimeSpec.template.spec`` merged into
+      the JobSet spec, the runtime's replicated-job order restored (mergeRuntimePatches).
+    """
+    spec = copy.deepcopy(jobset_spec)
+    tj_spec = trainjob.get("spec") or {}
+    if at_least(version, "2.2"):
+        order = {r.get("name"): i for i, r in enumerate(spec.get("replicatedJobs") or [])}
+        for patch in tj_spec.get("runtimePatches") or []:
+            template = ((patch.get("trainingRuntimeSpec") or {}).get("template")) or {}
+            if template.get("spec") is None:
+                continue
+            spec = strategic_merge(spec, template["spec"], JOBSET_SPEC)
+        if spec.get("replicatedJobs"):
+            spec["replicatedJobs"].sort(key=lambda r: order.get(r.get("name"), len(order)))
+        return spec
+    v21 = at_least(version, "2.1")
+    overrides = tj_spec.get("podTemplateOverrides" if v21 else "podSpecOverrides") or []
+    for override in overrides:
+        for rjob in spec.get("replicatedJobs") or []:
+            if not _targets(override, rjob.get("name", "")):
+                continue
+            job_spec = rjob.setdefault("template", {}).setdefault("spec", {})
+            pod_template = job_spec.setdefault("template", {})
+            if v21:
+                patch: dict[str, Any] = {}
+                meta = {
+                    k: v
+                    for k, v in (override.get("metadata") or {}).items()
+                    if k in ("labels", "annotations") and v is not None
+                }
+                if meta:
+                    patch["metadata"] = meta
+                if override.get("spec") is not None:
+                    patch["spec"] = override["spec"]
+                job_spec["template"] = strategic_merge(pod_template, patch, POD_TEMPLATE_SPEC)
+            else:
+                # The whole override is the patch; targetJobs is no PodSpec field and is lost
+                # when Trainer decodes the result into a corev1.PodSpec.
+                merged = strategic_merge(pod_template.get("spec") or {}, override, POD_SPEC)
+                merged.pop("targetJobs", None)
+                pod_template["spec"] = merged
+    return spec
+
+
+def jobset_metadata(
+    runtime: dict[str, Any], trainjob: dict[str, Any], version: str
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The JobSet's labels and annotations (Trainer's propagation labels): the runtime
+    template's, then ``spec.labels``/``spec.annotations`` (v2.0/v2.1) or each runtime patch's
+    ``trainingRuntimeSpec.template.metadata`` (v2.2+) on top (newRuntimeInfo)."""
+    template_meta = (((runtime.get("spec") or {}).get("template") or {}).get("metadata")) or {}
+    labels = dict(template_meta.get("labels") or {})
+    annotations = dict(template_meta.get("annotations") or {})
+    tj_spec = trainjob.get("spec") or {}
+    if at_least(version, "2.2"):
+        for patch in tj_spec.get("runtimePatches") or []:
+            meta = (((patch.get("trainingRuntimeSpec") or {}).get("template")) or {}).get(
+                "metadata"
+            ) or {}
+            labels.update(meta.get("labels") or {})
+            annotations.update(meta.get("annotations") or {})
+    else:
+        labels.update(tj_spec.get("labels") or {})
+        annotations.update(tj_spec.get("annotations") or {})
+    return labels, annotations
+
+
+def _gets_resources(rjob: dict[str, Any], runtime: dict[str, Any], version: str) -> bool:
+    """Which replicated jobs take ``resourcesPerNode``: the trainer one; from v2.1 also
+    ``node`` of an MPI runtime with runLauncherAsNode (builder.go Trainer, trainingruntime.go
+    newRuntimeInfo in v2.3, which also needs an mlPolicy)."""
+    policy = (runtime.get("spec") or {}).get("mlPolicy")
+    mpi = (policy or {}).get("mpi") or {}
+    launcher_as_node = bool(mpi.get("runLauncherAsNode")) and rjob.get("name") == "node"
+    if at_least(version, "2.3"):
+        return (is_trainer_rjob(rjob) and policy is not None) or launcher_as_node
+    if at_least(version, "2.1"):
+        return is_trainer_rjob(rjob) or launcher_as_node
+    return is_trainer_rjob(rjob)
+
+
+def build_jobset_spec(
+    runtime: dict[str, Any], trainjob: dict[str, Any], version: str = DEFAULT_TRAINER_VERSION
+) -> dict[str, Any]:
+    """The runtime's JobSet spec with the TrainJob's patches and spec.trainer applied, as
+    Trainer ``version`` builds it (Trainer's plugins, simplified)."""
+    template_spec = ((runtime.get("spec") or {}).get("template") or {}).get("spec") or {}
+    spec = apply_trainjob_patches(template_spec, trainjob, version)
     trainer = (trainjob.get("spec") or {}).get("trainer") or {}
     name = trainjob["metadata"]["name"]
     nodes = num_nodes(runtime, trainjob)
@@ -87,6 +247,8 @@ def build_jobset_spec(runtime: dict[str, Any], trainjob: dict[str, Any]) -> dict
                 continue
             if trainer_job or (mpi and rjob.get("name") == "node"):
                 _apply_to_container(c, trainer, with_command=trainer_job)
+            if _gets_resources(rjob, runtime, version):
+                apply_resources_per_node(c, trainer.get("resourcesPerNode"), version)
             if not mpi and trainer_job:
                 extra = [
                     {"name": "PET_NNODES", "value": str(nodes)},

@@ -2,12 +2,22 @@
 
 Runs on the cluster's event loop and reacts to store events, so a change made by anyone
 (API request, test helper, a Kueue simulation) is reconciled the same way.
+
+Follows kubeflow/trainer pkg/controller/trainjob_controller.go Reconcile of the Trainer version
+it imitates (``controller/versions.py``): the JobSet is (re)built from the runtime and the
+TrainJob while either is suspended, and left alone once both run
+(pkg/runtime/framework/plugins/jobset/jobset.go Build); a failed build records a Warning Event
+``TrainJobResourcesCreationFailed``. From v2.3 the runtime comes from the TrainJob's runtime
+snapshot ConfigMap, created from the live runtime on first reconcile
+(pkg/runtime/core/snapshot.go), and a TrainJob managed by another controller (``spec.managedBy``)
+is skipped (pkg/util/trainjob IsManagedByExternalController).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import time
 import uuid
@@ -15,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from ..core.apierror import ApiError, invalid
+from ..core.events import record_event
 from ..core.faults import Faults
 from ..core.resources import (
     CLUSTER_TRAINING_RUNTIMES,
+    CONFIGMAPS,
     JOBSETS,
     PODS,
     TRAINING_RUNTIMES,
@@ -32,8 +44,18 @@ from ..kubelet.node import NodeResources, node_resources
 from .job_state import JobState
 from .job_status import JobStatusUpdater
 from .pod_lifecycle import PodLifecycle
-from .podspec import JOBSET_NAME, build_jobset_spec, build_pod, slots
+from .podspec import JOBSET_NAME, build_jobset_spec, build_pod, jobset_metadata, slots
+from .runtime_snapshot import SnapshotError, read_snapshot, snapshot_configmap, snapshot_name
 from .scheduler import Scheduler
+from .versions import DEFAULT_TRAINER_VERSION, at_least, check_trainer_version
+
+TRAINJOB_CONTROLLER = "trainer.kubeflow.org/trainjob-controller"
+EVENT_COMPONENT = "trainer-trainjob-controller"  # pkg/controller/setup.go event recorder
+
+
+class ReconcileError(Exception):
+    """Building the TrainJob's objects failed (NewObjects' error, worded like Trainer's)."""
+
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +77,9 @@ class Controller(PodLifecycle, JobStatusUpdater):
         ancestor_label_on_pods: bool,
         node: NodeResources | None = None,
         images: ImageService | None = None,
+        trainer_version: str = DEFAULT_TRAINER_VERSION,
     ) -> None:
+        self.trainer_version = check_trainer_version(trainer_version)
         self.store = store
         self.node = node or node_resources()
         self.scheduler = Scheduler(store, self.node)
@@ -190,34 +214,123 @@ class Controller(PodLifecycle, JobStatusUpdater):
         tj = self.store.try_get(TRAINJOBS, ns, name)
         if tj is None or tj["metadata"].get("deletionTimestamp"):
             return
+        spec = tj.get("spec") or {}
+        if at_least(self.trainer_version, "2.3") and spec.get("managedBy") not in (
+            None,
+            TRAINJOB_CONTROLLER,
+        ):
+            return  # e.g. kueue.x-k8s.io/multikueue: its pods run on a worker cluster
         uid = tj["metadata"]["uid"]
         st = self._jobs.get(uid)
         if st is None:
             try:
-                runtime = self.resolve_runtime(ns, tj)
-            except ApiError:
+                runtime = self.runtime_of(tj)
+            except (ApiError, ReconcileError) as exc:
+                self._reconcile_failed(tj, exc)
                 return
             st = JobState(ns, name, uid, runtime)
-            st.jobset_spec = build_jobset_spec(runtime, tj)
+            st.jobset_spec = build_jobset_spec(runtime, tj, self.trainer_version)
             self._jobs[uid] = st
         if st.finished:
             return
-        suspend = bool((tj.get("spec") or {}).get("suspend"))
-        self._ensure_jobset(tj, st, suspend)
-        if suspend:
+        suspend = bool(spec.get("suspend"))
+        jobset_suspended = self._ensure_jobset(tj, st, suspend)
+        if jobset_suspended:
             self._delete_pods(st)
+        if suspend:
             st.was_suspended = True
             st.started_at = None
-        else:
+        elif not jobset_suspended:
             if st.started_at is None:
                 st.started_at = time.monotonic()
-                deadline = (tj.get("spec") or {}).get("activeDeadlineSeconds")
+                deadline = spec.get("activeDeadlineSeconds")
                 if deadline:
                     self._spawn(self._deadline(st, float(deadline)))
             self._create_missing_pods(st)
         self._update_status(tj, st, suspend)
 
-    def _ensure_jobset(self, tj: dict[str, Any], st: JobState, suspend: bool) -> None:
+    # -- the runtime a TrainJob is built from ----------------------------------------------
+
+    def runtime_of(self, tj: dict[str, Any]) -> dict[str, Any]:
+        """The runtime Trainer builds ``tj``'s JobSet from: from v2.3 its snapshot (created from
+        the live runtime when missing: ClusterTrainingRuntime.NewObjects /
+        TrainingRuntime.NewObjects, v2.3.0), before v2.3 the live runtime. Raises
+        ReconcileError (or ApiError) with Trainer's wording."""
+        meta = tj["metadata"]
+        if not at_least(self.trainer_version, "2.3"):
+            return self._live_runtime(tj)
+        ref = (tj.get("spec") or {}).get("runtimeRef") or {}
+        what = (
+            "unable to get runtime snapshot"
+            if ref.get("kind") == "TrainingRuntime"
+            else "getting runtime snapshot"
+        )
+        cm = self.store.try_get(CONFIGMAPS, meta["namespace"], snapshot_name(meta["name"]))
+        if cm is not None:
+            try:
+                return read_snapshot(cm, tj)
+            except SnapshotError as exc:
+                raise ReconcileError(f"{what}: {exc}") from None
+        runtime = self._live_runtime(tj)
+        self.store.create(CONFIGMAPS, snapshot_configmap(tj, runtime), meta["namespace"])
+        return runtime
+
+    def _live_runtime(self, tj: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self.resolve_runtime(tj["metadata"]["namespace"], tj)
+        except ApiError:
+            ref = (tj.get("spec") or {}).get("runtimeRef") or {}
+            name = ref.get("name", "")
+            if ref.get("kind") == "TrainingRuntime":
+                raise ReconcileError(
+                    "TrainingRuntime specified in TrainJob is not found: "
+                    f'trainingruntimes.trainer.kubeflow.org "{name}" not found'
+                ) from None
+            raise ReconcileError(
+                "not found ClusterTrainingRuntime specified in TrainJob: "
+                f'clustertrainingruntimes.trainer.kubeflow.org "{name}" not found'
+            ) from None
+
+    def _reconcile_failed(self, tj: dict[str, Any], exc: Exception) -> None:
+        """Trainer's Warning Event for a failed reconcileObjects (message cut at 950 chars)."""
+        text = str(exc)
+        message = f"TrainJob resources reconciliation failed: {text[:950]}"
+        if len(text) > 950:
+            message += " ..."
+        with contextlib.suppress(ApiError):
+            record_event(
+                self.store,
+                tj,
+                reason="TrainJobResourcesCreationFailed",
+                message=message,
+                type="Warning",
+                component=EVENT_COMPONENT,
+            )
+
+    def _desired_jobset(
+        self, tj: dict[str, Any], st: JobState
+    ) -> tuple[dict[str, Any], dict[str, str], dict[str, str]] | None:
+        """The JobSet spec, labels and annotations Trainer would apply now; None (after the
+        Event) when the runtime cannot be had."""
+        try:
+            runtime = self.runtime_of(tj)
+        except (ApiError, ReconcileError) as exc:
+            self._reconcile_failed(tj, exc)
+            return None
+        st.runtime = runtime
+        spec = build_jobset_spec(runtime, tj, self.trainer_version)
+        labels, annotations = jobset_metadata(runtime, tj, self.trainer_version)
+        labels["trainer.kubeflow.org/trainjob-name"] = st.name
+        labels["trainer.kubeflow.org/trainjob-uid"] = st.uid
+        return spec, labels, annotations
+
+    def _ensure_jobset(self, tj: dict[str, Any], st: JobState, suspend: bool) -> bool:
+        """Create or update the JobSet; return whether it is (still) suspended.
+
+        Trainer rebuilds the JobSet from the runtime and the TrainJob on every reconcile while
+        the TrainJob or the JobSet is suspended (so Kueue's patch reaches it before it runs),
+        and does not touch a running JobSet (jobset.go Build).
+        """
         js = self.store.try_get(JOBSETS, st.namespace, st.name)
         if js is not None and js["metadata"].get("labels", {}).get(
             "trainer.kubeflow.org/trainjob-uid"
@@ -225,41 +338,53 @@ class Controller(PodLifecycle, JobStatusUpdater):
             js = None  # a leftover from an earlier TrainJob of the same name: replace it
             with contextlib.suppress(ApiError):
                 self.store.remove(JOBSETS, st.namespace, st.name)
+        js_suspended = bool((js or {}).get("spec", {}).get("suspend"))
+        if js is not None and not suspend and not js_suspended:
+            return False
+        desired = self._desired_jobset(tj, st)
+        if desired is None:
+            return js is None or js_suspended
+        spec, labels, annotations = desired
+        st.jobset_spec = spec
+        body_spec = {**spec, "suspend": suspend}
         if js is None:
-            labels = dict(
-                (((st.runtime.get("spec") or {}).get("template") or {}).get("metadata") or {}).get(
-                    "labels"
-                )
-                or {}
-            )
-            labels["trainer.kubeflow.org/trainjob-name"] = st.name
-            labels["trainer.kubeflow.org/trainjob-uid"] = st.uid
-            body = {
-                "metadata": {
-                    "name": st.name,
-                    "namespace": st.namespace,
-                    "labels": labels,
-                    "ownerReferences": [
-                        {
-                            "apiVersion": TRAINJOBS.api_version,
-                            "kind": "TrainJob",
-                            "name": st.name,
-                            "uid": st.uid,
-                            "controller": True,
-                            "blockOwnerDeletion": True,
-                        }
-                    ],
-                },
-                "spec": {**st.jobset_spec, "suspend": suspend},
-                "status": {},
+            meta: dict[str, Any] = {
+                "name": st.name,
+                "namespace": st.namespace,
+                "labels": labels,
+                "ownerReferences": [
+                    {
+                        "apiVersion": TRAINJOBS.api_version,
+                        "kind": "TrainJob",
+                        "name": st.name,
+                        "uid": st.uid,
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
             }
-            self.store.create(JOBSETS, body, st.namespace)
-        elif bool(js["spec"].get("suspend")) != suspend:
+            if annotations:
+                meta["annotations"] = annotations
+            self.store.create(
+                JOBSETS, {"metadata": meta, "spec": body_spec, "status": {}}, st.namespace
+            )
+            return suspend
+        old_meta = js["metadata"]
+        if (
+            js.get("spec") != body_spec
+            or {**(old_meta.get("labels") or {}), **labels} != (old_meta.get("labels") or {})
+            or {**(old_meta.get("annotations") or {}), **annotations}
+            != (old_meta.get("annotations") or {})
+        ):
 
-            def set_suspend(o: dict[str, Any]) -> None:
-                o["spec"]["suspend"] = suspend
+            def update(o: dict[str, Any]) -> None:
+                o["spec"] = copy.deepcopy(body_spec)
+                o["metadata"].setdefault("labels", {}).update(labels)
+                if annotations:
+                    o["metadata"].setdefault("annotations", {}).update(annotations)
 
-            self.store.mutate(JOBSETS, st.namespace, st.name, set_suspend)
+            self.store.mutate(JOBSETS, st.namespace, st.name, update)
+        return suspend
 
     def _depends_met(self, st: JobState, rjob: dict[str, Any]) -> bool:
         all_slots = slots(st.jobset_spec)
@@ -321,8 +446,17 @@ class Controller(PodLifecycle, JobStatusUpdater):
             with contextlib.suppress(ApiError):
                 self.store.mark_deleting(JOBSETS, st.namespace, st.name, 0)
                 self.store.remove(JOBSETS, st.namespace, st.name)
+        self._collect_owned(CONFIGMAPS, st.namespace, uid)
         self._delete_pods(st)
         # keep the owner mapping so DELETED events of the pods find nothing to recreate
+
+    def _collect_owned(self, kind: Any, namespace: str, uid: str) -> None:
+        """The garbage collector: objects of ``kind`` owned by ``uid`` go with their owner."""
+        items, _ = self.store.list(kind, namespace)
+        for obj in items:
+            if any(r.get("uid") == uid for r in obj["metadata"].get("ownerReferences") or []):
+                with contextlib.suppress(ApiError):
+                    self.store.remove(kind, namespace, obj["metadata"]["name"])
 
     async def _deadline(self, st: JobState, seconds: float) -> None:
         await asyncio.sleep(seconds)

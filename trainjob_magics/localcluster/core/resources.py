@@ -129,6 +129,17 @@ def is_custom_resource(kind: Kind) -> bool:
     return kind.group not in NATIVE_GROUPS and kind.group not in AGGREGATED_GROUPS
 
 
+# Trainer v2.3 keeps each TrainJob's runtime snapshot in one (pkg/runtime/core/snapshot.go).
+CONFIGMAPS = Kind(
+    "",
+    "v1",
+    "ConfigMap",
+    "configmaps",
+    verbs=tuple(ALL_VERBS),
+    singular="configmap",
+    short_names=("cm",),
+    has_generation=False,
+)
 TRAINER_GROUP = "trainer.kubeflow.org"
 TRAINJOBS = Kind(
     TRAINER_GROUP,
@@ -174,6 +185,7 @@ def default_registry() -> Registry:
         PODS,
         EVENTS,
         EVENTS_V1,
+        CONFIGMAPS,
         TRAINJOBS,
         CLUSTER_TRAINING_RUNTIMES,
         TRAINING_RUNTIMES,
