@@ -1,4 +1,8 @@
-"""Local-cluster shim for OpenMPI's mpirun (stdlib only).
+"""The local cluster's imitation of Open MPI's mpirun (stdlib only): only the fallback.
+
+:mod:`.mpirun` runs the real Open MPI ``mpirun`` whenever it is installed; this imitation runs
+only where it is not (a quickstart without ``openmpi-bin``), or with
+``TRAINJOB_LOCAL_MPIRUN=imitation``.
 
 Reads the job's hostfile (``--hostfile``/``-H``; else ``$TRAINJOB_LOCAL_HOSTFILE``; the usual
 ``/etc/mpi/hostfile`` is mapped to it) and its ``<hostfile>.json`` sidecar, which maps each
