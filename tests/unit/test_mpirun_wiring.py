@@ -118,6 +118,15 @@ def test_openmpi_environment_keeps_the_users_settings(monkeypatch: pytest.Monkey
     assert "OMPI_MCA_orte_default_hostfile" not in mpirun.openmpi_environment({})
 
 
+def test_setpgid_warning_filter() -> None:
+    warning = b"[vm:15288] plm:rsh: Warning: setpgid(15295,15295) failed in parent with errno="
+    warning += b"Permission denied(13)\n"
+    assert mpirun.drop_setpgid_warnings(b"a\n" + warning + b"b" + warning) == b"a\nb"
+    other = warning.replace(b"(15295,15295)", b"(15295,1)")
+    assert mpirun.drop_setpgid_warnings(other) == other
+    assert mpirun.drop_setpgid_warnings(b"partial line") == b"partial line"
+
+
 def run_shim(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [os.path.join(mpirun.SHIMS_DIR, "mpirun"), *args],

@@ -19,6 +19,8 @@ signals reach it), with the environment that makes the local processes look like
   variable and in ``--hostfile``/``--machinefile``/``--default-hostfile`` arguments.
 - Running as root (CI) is allowed, as with ``OMPI_ALLOW_RUN_AS_ROOT=1`` and
   ``OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`` (pods run as user 1000 on a real cluster).
+- stderr passes through a small filter that drops one warning that only this machine's low
+  RLIMIT_NOFILE provokes (:func:`filter_stderr`).
 
 Every setting but the agent is a default: a value already in the environment, or an ``--mca`` on
 the command line, wins. ``TRAINJOB_LOCAL_MPIRUN`` chooses: ``auto`` (default) the real one when
@@ -29,7 +31,9 @@ installed, else the imitation (:mod:`.mpirun_imitation`, the quickstart without 
 from __future__ import annotations
 
 import os
+import re
 import runpy
+import signal
 import sys
 
 MODE_ENV = "TRAINJOB_LOCAL_MPIRUN"
@@ -41,6 +45,10 @@ FORK_AGENT = os.path.join(KUBELET_DIR, "fork_agent.sh")
 STANDARD_HOSTFILE = "/etc/mpi/hostfile"
 HOSTFILE_OPTS = {"hostfile", "machinefile", "default-hostfile"}
 LOOPBACK = "lo"
+SETPGID_WARNING = re.compile(
+    rb"\[[^\]\n]*\] plm:rsh: Warning: setpgid\((\d+),\1\) failed in parent with "
+    rb"errno=Permission denied\(13\)\n"
+)
 
 
 def find_openmpi(path: str) -> str | None:
@@ -109,12 +117,50 @@ def map_hostfile_args(argv: list[str], local: str) -> list[str]:
     return out
 
 
+def drop_setpgid_warnings(data: bytes) -> bytes:
+    return SETPGID_WARNING.sub(b"", data)
+
+
+def filter_stderr() -> None:
+    """Make fd 2 a pipe to a child that copies it to the real stderr without Open MPI's spurious
+    ``plm:rsh: Warning: setpgid(N,N) failed in parent with errno=Permission denied(13)``.
+
+    plm_rsh_module.c calls setpgid() on each agent child from the parent too, and warns when the
+    child has already exec'd. The child first closes every fd up to RLIMIT_NOFILE: in a pod
+    (containerd's 1048576) that takes long enough that the parent always wins; with a desktop's
+    1024 it loses most of the time. The child outlives nothing: it exits at EOF, when mpirun and
+    its orteds have closed the pipe, and ignores the signals meant for mpirun (a SIGINT to the
+    process group must not cut off mpirun's last words). Each warning is one write() of less
+    than PIPE_BUF, so it arrives whole within one read.
+    """
+    read_end, write_end = os.pipe()
+    if os.fork() == 0:  # the filter
+        os.close(write_end)
+        devnull = os.open(os.devnull, os.O_RDWR)  # keep only stderr of the exec's streams
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+            signal.signal(sig, signal.SIG_IGN)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        while chunk := os.read(read_end, 1 << 20):
+            out = drop_setpgid_warnings(chunk)
+            while out:
+                out = out[os.write(2, out) :]
+        os._exit(0)
+    os.close(read_end)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+
 def exec_openmpi(mpirun: str, argv: list[str], env: dict[str, str]) -> None:
     """Replace this process with the real mpirun. argv[0] stays a bare ``mpirun``: Open MPI
     takes an absolute argv[0] as ``--prefix``, which would put its bin directory before the pod's
     shims on every node's PATH."""
     local = env.get("TRAINJOB_LOCAL_HOSTFILE") or ""
-    os.execve(mpirun, ["mpirun", *map_hostfile_args(argv, local)], openmpi_environment(env))
+    env = openmpi_environment(env)
+    sys.stderr.flush()
+    filter_stderr()
+    os.execve(mpirun, ["mpirun", *map_hostfile_args(argv, local)], env)
 
 
 def main(argv: list[str]) -> int:
