@@ -126,9 +126,9 @@ def filter_stderr() -> None:
     ``plm:rsh: Warning: setpgid(N,N) failed in parent with errno=Permission denied(13)``.
 
     plm_rsh_module.c calls setpgid() on each agent child from the parent too, and warns when the
-    child has already exec'd. The child first closes every fd up to RLIMIT_NOFILE: in a pod
-    (containerd's 1048576) that takes long enough that the parent always wins; with a desktop's
-    1024 it loses most of the time. The child outlives nothing: it exits at EOF, when mpirun and
+    child has already exec'd. The child first closes every fd up to RLIMIT_NOFILE, so how often
+    the parent loses depends on the machine: rarely with a pod's 1048576 (containerd 1.x), about
+    1 run in 5 at 20000, 4 in 5 at a desktop's 1024. The filter exits at EOF, when mpirun and
     its orteds have closed the pipe, and ignores the signals meant for mpirun (a SIGINT to the
     process group must not cut off mpirun's last words). Each warning is one write() of less
     than PIPE_BUF, so it arrives whole within one read.
