@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.helpers.mpi import IMPLEMENTATIONS, require_openmpi
 from trainjob_magics.localcluster import LocalCluster
 
 # The node of the session clusters: big enough for every example the tests run (the README's
@@ -58,3 +59,11 @@ def unique_name() -> Callable[[str], str]:
         return f"{prefix}{secrets.token_hex(5)}"
 
     return make
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def mpi_impl(request: pytest.FixtureRequest) -> str:
+    """The pods' mpirun: the real Open MPI (skipped where it is missing) and the imitation."""
+    if request.param == "openmpi":
+        require_openmpi()
+    return request.param

@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -25,6 +26,7 @@ from aiohttp import web
 from kubernetes.client import Configuration
 from kubernetes.stream.ws_client import WSClient, get_websocket_url
 
+from tests.helpers.mpi import mpirun_argv, mpirun_env, mpirun_sh, require_openmpi
 from trainjob_magics.localcluster.kubelet.exec_ws import handle_exec, shutdown
 from trainjob_magics.localcluster.kubelet.processes import (
     PodSandbox,
@@ -465,11 +467,21 @@ def test_run_container_cancel_kills_group(tmp_path: Path) -> None:
     assert wait_for(lambda: not pid_alive(sleep_pid), 3)
 
 
-# --- mpirun shim ----------------------------------------------------------------------------
+# --- mpirun: the real Open MPI (when installed) and the imitation ---------------------------
+# Tests taking `mpi_impl` run with both; `openmpi` tests check Open MPI's own behaviour.
 
 
 def launcher(server: ExecServer) -> str:
     return f"{MPI_HOSTS[0]}-x1y2z"
+
+
+def node_sandbox(server: ExecServer, host: str) -> PodSandbox:
+    return server.sandboxes[f"{host}-x1y2z"]
+
+
+@pytest.fixture
+def openmpi() -> str:
+    return require_openmpi()
 
 
 def test_hostfile_format(server: ExecServer) -> None:
@@ -477,91 +489,199 @@ def test_hostfile_format(server: ExecServer) -> None:
     assert hostfile is not None
     assert hostfile.read_text() == "".join(f"{h} slots=1\n" for h in MPI_HOSTS)
     sidecar = json.loads(Path(f"{hostfile}.json").read_text())
-    assert sidecar[MPI_HOSTS[1]]["workdir"] == str(
-        server.sandboxes[f"{MPI_HOSTS[1]}-x1y2z"].workdir
-    )
+    assert sidecar[MPI_HOSTS[1]]["workdir"] == str(node_sandbox(server, MPI_HOSTS[1]).workdir)
 
 
-def test_mpirun_hostname_prints_every_pod(server: ExecServer) -> None:
-    out = run_exec(server, ["mpirun", "--allow-run-as-root", "hostname"], pod=launcher(server))
+def test_mpirun_hostname_prints_every_pod(server: ExecServer, mpi_impl: str) -> None:
+    argv = mpirun_argv(mpi_impl, "--allow-run-as-root", "hostname")
+    out = run_exec(server, argv, pod=launcher(server))
     assert sorted(out.stdout.decode().split()) == sorted(MPI_HOSTS)
     assert exit_code(out) == 0
 
 
-def test_mpirun_ranks_run_in_their_pods(server: ExecServer) -> None:
+def test_mpirun_ranks_run_in_their_pods(server: ExecServer, mpi_impl: str) -> None:
     script = 'echo "$OMPI_COMM_WORLD_RANK/$OMPI_COMM_WORLD_SIZE $HOSTNAME $(pwd) $ROLE $PMIX_RANK"'
     out = run_exec(
         server,
-        ["mpirun", "-np", "4", "--hostfile", "/etc/mpi/hostfile", "sh", "-c", script],
+        mpirun_argv(mpi_impl, "-np", "4", "--hostfile", "/etc/mpi/hostfile", "sh", "-c", script),
         pod=launcher(server),
     )
     rows = sorted(line.split() for line in out.stdout.decode().splitlines())
     assert len(rows) == 4
     for rank, (host, row) in enumerate(zip(MPI_HOSTS, rows, strict=True)):
-        workdir = server.sandboxes[f"{host}-x1y2z"].workdir
+        workdir = node_sandbox(server, host).workdir
         assert row == [f"{rank}/4", host, str(workdir), host.split("-")[1], str(rank)]
 
 
-def test_mpirun_failing_rank_exit_code(server: ExecServer) -> None:
+def test_mpirun_cwd_maps_into_each_pod(server: ExecServer, mpi_impl: str) -> None:
+    """Open MPI keeps mpirun's cwd on every node: here, each pod's own copy of that path."""
+    for host in MPI_HOSTS:
+        (node_sandbox(server, host).workdir / "data").mkdir(exist_ok=True)
+        (node_sandbox(server, host).workdir / "data" / "who").write_text(host)
     out = run_exec(
         server,
-        ["mpirun", "sh", "-c", 'hostname; [ "$OMPI_COMM_WORLD_RANK" = 2 ] && exit 5; exit 0'],
+        ["sh", "-c", "cd data && " + mpirun_sh(mpi_impl, "sh -c 'echo $(cat who) $(pwd)'")],
         pod=launcher(server),
     )
+    rows = sorted(out.stdout.decode().splitlines())
+    dirs = [node_sandbox(server, h).workdir / "data" for h in MPI_HOSTS]
+    assert rows == sorted(f"{h} {d}" for h, d in zip(MPI_HOSTS, dirs, strict=True))
+
+
+def test_mpirun_failing_rank_exit_code(server: ExecServer, mpi_impl: str) -> None:
+    script = 'hostname; [ "$OMPI_COMM_WORLD_RANK" = 2 ] && exit 5; exit 0'
+    out = run_exec(server, mpirun_argv(mpi_impl, "sh", "-c", script), pod=launcher(server))
     assert exit_code(out) == 5
-    assert b"Exit code:    5" in out.stderr
+    assert b"mpirun detected that one or more processes exited with non-zero status" in out.stderr
+    assert re.search(rb"Process name: \[\[\d+,1\],2\]\n  Exit code:    5\n", out.stderr)
 
 
-def test_mpirun_tag_output_and_x(server: ExecServer) -> None:
-    out = run_exec(
-        server,
-        ["mpirun", "--tag-output", "-x", "FOO=bar", "-np", "2", "sh", "-c", 'echo "$FOO"'],
-        pod=launcher(server),
-    )
+def test_mpirun_tag_output_and_x(server: ExecServer, mpi_impl: str) -> None:
+    argv = mpirun_argv(mpi_impl, "--tag-output", "-x", "FOO=bar", "-np", "2", "sh", "-c")
+    out = run_exec(server, [*argv, 'echo "$FOO"; echo "e$FOO" >&2'], pod=launcher(server))
     assert sorted(out.stdout.decode().splitlines()) == [
         "[1,0]<stdout>:bar",
         "[1,1]<stdout>:bar",
     ]
+    err = [ln for ln in out.stderr.decode().splitlines() if "<stderr>" in ln]
+    assert sorted(err) == ["[1,0]<stderr>:ebar", "[1,1]<stderr>:ebar"]
 
 
-def test_mpirun_too_many_ranks_and_oversubscribe(server: ExecServer) -> None:
-    out = run_exec(server, ["mpirun", "-np", "5", "true"], pod=launcher(server))
+def test_mpirun_too_many_ranks_and_oversubscribe(server: ExecServer, mpi_impl: str) -> None:
+    out = run_exec(server, mpirun_argv(mpi_impl, "-np", "5", "true"), pod=launcher(server))
     assert exit_code(out) == 1 and b"not enough slots" in out.stderr
-    out = run_exec(
-        server, ["mpirun", "-np", "5", "--oversubscribe", "hostname"], pod=launcher(server)
-    )
+    argv = mpirun_argv(mpi_impl, "-np", "5", "--oversubscribe", "hostname")
+    out = run_exec(server, argv, pod=launcher(server))
     assert sorted(out.stdout.decode().split()) == sorted([*MPI_HOSTS, MPI_HOSTS[0]])
 
 
-def test_mpirun_host_option(server: ExecServer) -> None:
+def test_mpirun_host_option(server: ExecServer, mpi_impl: str) -> None:
     out = run_exec(
         server,
-        ["mpirun", "-H", f"{MPI_HOSTS[1]},{MPI_HOSTS[2]}", "sh", "-c", "hostname; pwd"],
+        mpirun_argv(mpi_impl, "-H", f"{MPI_HOSTS[1]},{MPI_HOSTS[2]}", "sh", "-c", "hostname; pwd"),
         pod=launcher(server),
     )
     lines = sorted(out.stdout.decode().splitlines())
-    dirs = [str(server.sandboxes[f"{h}-x1y2z"].workdir) for h in MPI_HOSTS[1:3]]
+    dirs = [str(node_sandbox(server, h).workdir) for h in MPI_HOSTS[1:3]]
     assert lines == sorted([*MPI_HOSTS[1:3], *dirs])
 
 
-def test_mpirun_without_hostfile_runs_locally(server: ExecServer) -> None:
+def test_mpirun_without_hostfile_runs_locally(server: ExecServer, mpi_impl: str) -> None:
+    # More ranks than cores need --oversubscribe with Open MPI (the imitation never checked).
     sandbox = server.sandboxes["pod-a"]
-    out = run_exec(server, ["mpirun", "-n", "3", "sh", "-c", "echo $OMPI_COMM_WORLD_RANK"])
-    assert sorted(out.stdout.split()) == [b"0", b"1", b"2"]
+    argv = mpirun_argv(mpi_impl, "--oversubscribe", "-n", "3", "sh", "-c")
+    out = run_exec(server, [*argv, "echo $OMPI_COMM_WORLD_RANK $HOSTNAME $(pwd)"])
+    assert sorted(out.stdout.decode().splitlines()) == [
+        f"{rank} job-node-0-0 {sandbox.workdir}" for rank in range(3)
+    ]
     assert sandbox.hostfile is None
 
 
-def test_mpirun_sigint_stops_all_ranks(server: ExecServer) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_mpirun_signal_stops_all_ranks(server: ExecServer, mpi_impl: str, sig: int) -> None:
     sandbox = server.sandboxes[launcher(server)]
     proc = subprocess.Popen(
         ["mpirun", "sh", "-c", "sleep 1000 & echo $!; wait"],
-        env=sandbox.env,
+        env=mpirun_env(mpi_impl, sandbox.env),
         cwd=sandbox.workdir,
         stdout=subprocess.PIPE,
         start_new_session=True,
     )
     assert proc.stdout is not None
     pids = [int(proc.stdout.readline()) for _ in MPI_HOSTS]
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     assert proc.wait(timeout=10) != 0
     assert wait_for(lambda: not any(pid_alive(p) for p in pids), 5)
+
+
+# --- Open MPI's own behaviour ---------------------------------------------------------------
+
+
+def test_openmpi_is_the_mpirun_of_the_pods(server: ExecServer, openmpi: str) -> None:
+    out = run_exec(server, ["mpirun", "--version"], pod=launcher(server))
+    real = subprocess.run([openmpi, "--version"], capture_output=True, check=True)
+    assert out.stdout.startswith(b"mpirun (Open MPI) ") and out.stdout == real.stdout
+    assert b"shim" not in out.stdout
+    out = run_exec(server, ["mpiexec", "--version"], pod=launcher(server))
+    assert out.stdout == real.stdout
+
+
+def test_openmpi_world_environment(server: ExecServer, openmpi: str) -> None:
+    names = ["RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "NODE_RANK"]
+    script = " ".join(f"$OMPI_COMM_WORLD_{n}" for n in names) + " $PMIX_RANK $HOSTNAME"
+    argv = mpirun_argv("openmpi", "-np", "5", "--oversubscribe", "sh", "-c", f"echo {script}")
+    out = run_exec(server, argv, pod=launcher(server))
+    rows = sorted(out.stdout.decode().splitlines())
+    # by slot: one rank per pod, then the fifth on the first pod (its second local rank)
+    assert rows == [
+        f"0 5 0 2 0 0 {MPI_HOSTS[0]}",
+        f"1 5 1 2 1 1 {MPI_HOSTS[0]}",
+        f"2 5 0 1 0 2 {MPI_HOSTS[1]}",
+        f"3 5 0 1 0 3 {MPI_HOSTS[2]}",
+        f"4 5 0 1 0 4 {MPI_HOSTS[3]}",
+    ]
+    out = run_exec(server, mpirun_argv("openmpi", "env"), pod=launcher(server))
+    env = out.stdout.decode().splitlines()
+    assert any(line.startswith("OMPI_COMM_WORLD_RANK=") for line in env)
+    assert any(line.startswith("PMIX_NAMESPACE=") for line in env)
+
+
+def test_openmpi_stdin_goes_to_rank_0(server: ExecServer, openmpi: str) -> None:
+    argv = mpirun_argv("openmpi", "sh", "-c", 'read -r line; echo "$OMPI_COMM_WORLD_RANK:$line"')
+    out = run_exec(server, argv, pod=launcher(server), stdin=b"hello\n")
+    assert sorted(out.stdout.decode().splitlines()) == ["0:hello", "1:", "2:", "3:"]
+
+
+def test_openmpi_ranks_get_their_pods_env_and_x(server: ExecServer, openmpi: str) -> None:
+    """A rank's environment is its pod's, plus -x and Open MPI's own: not mpirun's."""
+    cmd = "export FOO=bar; " + mpirun_sh("openmpi", "-np 2 sh -c 'echo ${FOO:-unset}'")
+    out = run_exec(server, ["sh", "-c", cmd], pod=launcher(server))
+    assert out.stdout.decode().split() == ["unset", "unset"]
+    cmd = "export FOO=bar; " + mpirun_sh("openmpi", "-x FOO -np 2 sh -c 'echo ${FOO:-unset}'")
+    out = run_exec(server, ["sh", "-c", cmd], pod=launcher(server))
+    assert out.stdout.decode().split() == ["bar", "bar"]
+
+
+def test_openmpi_trainer_launcher_env(server: ExecServer, openmpi: str) -> None:
+    """The env Trainer's MPI plugin gives the launcher (ssh options, /etc/mpi/hostfile)."""
+    trainer_env = (
+        "OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile OMPI_MCA_orte_keep_fqdn_hostnames=true "
+        "OMPI_MCA_orte_set_default_slots=1 OMPI_MCA_plm_rsh_args='-o ConnectionAttempts=10' "
+    )
+    out = run_exec(
+        server, ["sh", "-c", trainer_env + mpirun_sh("openmpi", "hostname")], pod=launcher(server)
+    )
+    assert exit_code(out) == 0, out.stderr
+    assert sorted(out.stdout.decode().split()) == sorted(MPI_HOSTS)
+
+
+def test_openmpi_missing_executable(server: ExecServer, openmpi: str) -> None:
+    out = run_exec(server, mpirun_argv("openmpi", "no-such-program"), pod=launcher(server))
+    assert exit_code(out) == 134  # Open MPI's code for "failed to start"
+    assert b"mpirun was unable to find the specified executable file" in out.stderr
+    assert b"Executable: no-such-program" in out.stderr
+    assert b"4 total processes failed to start" in out.stdout
+
+
+def test_openmpi_unknown_host_fails_like_ssh(server: ExecServer, openmpi: str) -> None:
+    argv = mpirun_argv("openmpi", "-H", "no-such-pod", "true")
+    out = run_exec(server, argv, pod=launcher(server))
+    assert exit_code(out) == 255
+    assert b"ssh: Could not resolve hostname no-such-pod: Name or service not known" in out.stderr
+    assert b"ORTE was unable to reliably start one or more daemons." in out.stderr
+
+
+def test_openmpi_rank_killed_by_signal(server: ExecServer, openmpi: str) -> None:
+    script = '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && kill -9 $$; sleep 1'
+    out = run_exec(server, mpirun_argv("openmpi", "sh", "-c", script), pod=launcher(server))
+    assert exit_code(out) == 128 + signal.SIGKILL
+    assert re.search(
+        rb"process rank 1 with PID \d+ on node job-node-0-0 exited on signal 9 \(Killed\)",
+        out.stderr,
+    )
+
+
+def test_openmpi_needs_oversubscribe_beyond_the_cores(server: ExecServer, openmpi: str) -> None:
+    out = run_exec(server, mpirun_argv("openmpi", "-n", "4096", "true"))
+    assert exit_code(out) == 1
+    assert b"There are not enough slots available in the system to satisfy the 4096" in out.stderr

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.kernels import Kernel, load_magics_code, shown_text
+from tests.helpers.mpi import mpirun_sh
 from tests.integration.proctools import marker_processes, wait_dead
 from trainjob_magics import connect
 from trainjob_magics.engine import errors as E
@@ -83,7 +84,9 @@ def test_execute_ctrl_c_stops_tree_and_keeps_output(cluster: LocalCluster) -> No
         s.close(timeout=20)
 
 
-def test_interrupt_from_another_thread_stops_mpirun_ranks(cluster: LocalCluster) -> None:
+def test_interrupt_from_another_thread_stops_mpirun_ranks(
+    cluster: LocalCluster, mpi_impl: str
+) -> None:
     s = connect(
         "mpi-interactive", num_nodes=2, config_file=str(cluster.kubeconfig_path), timeout=30
     )
@@ -95,7 +98,7 @@ def test_interrupt_from_another_thread_stops_mpirun_ranks(cluster: LocalCluster)
         def run() -> None:
             try:
                 box["r"] = s.execute(
-                    f"mpirun -np 2 sh -c 'echo rank $$; sleep 1000.{marker}; :'",
+                    mpirun_sh(mpi_impl, f"-np 2 sh -c 'echo rank $$; sleep 1000.{marker}; :'"),
                     on_output=lambda p, st, t: ranks.append(t),
                 )
             except BaseException as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+from tests.helpers.mpi import mpirun_sh, require_openmpi
 from tests.helpers.shell import magics_shell
 from trainjob_magics.engine.result import MultiExecResult
 from trainjob_magics.localcluster import LocalCluster
@@ -41,18 +43,35 @@ def session(sh: InteractiveShell) -> Any:
 
 
 def test_writefile_then_mpirun_prints_one_line_per_rank(
-    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], mpi_impl: str
 ) -> None:
     capsys.readouterr()
     shell.run_cell_magic("trainjob_writefile", "script.py --pod all", SCRIPT)
     assert "on 4 pods" in capsys.readouterr().out
     shell.run_cell_magic("trainjob", "--pod all", "mkdir -p data && echo 42 > data/n.txt")
     capsys.readouterr()
-    shell.run_cell_magic("trainjob", "", "mpirun python3 script.py")
+    shell.run_cell_magic("trainjob", "", mpirun_sh(mpi_impl, "python3 script.py"))
     out = capsys.readouterr().out
     ranks = re.findall(r"^rank (\d) of 4 on (\S+) data=42$", out, re.M)
     assert sorted(int(r) for r, _ in ranks) == [0, 1, 2, 3], out
     assert len({host for _, host in ranks}) == 4  # one rank per pod
+
+
+def test_plain_mpirun_in_a_cell_is_open_mpi(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user's plain mpirun runs the real Open MPI, configured by the launcher's environment."""
+    real = require_openmpi()
+    version = subprocess.run([real, "--version"], capture_output=True, text=True, check=True)
+    capsys.readouterr()
+    cell = "mpirun --version; mpirun -np 2 hostname; echo $OMPI_MCA_orte_default_hostfile"
+    shell.run_cell_magic("trainjob", "", cell)
+    out = capsys.readouterr().out
+    assert version.stdout.splitlines()[0] in out and "shim" not in out
+    name = session(shell).name
+    hosts = re.findall(rf"^({name}-\S+)$", out, re.M)
+    assert sorted(hosts) == [f"{name}-launcher-0-0", f"{name}-node-0-0"], out
+    assert re.search(r"^/etc/mpi/hostfile$", out, re.M)  # Trainer's env on the launcher
 
 
 def test_pod_all_grouped_output_and_exit_codes(

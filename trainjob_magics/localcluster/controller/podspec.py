@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.store import random_suffix
-from ..runtimes.loader import ANCESTOR_LABEL, is_trainer_rjob
+from ..runtimes.loader import ANCESTOR_LABEL, MPI_HOSTFILE, is_trainer_rjob
 from .strategic_merge import JOBSET_SPEC, POD_SPEC, POD_TEMPLATE_SPEC, Meta, strategic_merge
 from .versions import DEFAULT_TRAINER_VERSION, at_least
 
@@ -51,6 +51,20 @@ def num_nodes(runtime: dict[str, Any], trainjob: dict[str, Any]) -> int:
 
 def mpi_policy(runtime: dict[str, Any]) -> dict[str, Any] | None:
     return ((runtime.get("spec") or {}).get("mlPolicy") or {}).get("mpi")
+
+
+def openmpi_launcher_env(policy: dict[str, Any], trainer: dict[str, Any]) -> list[dict[str, Any]]:
+    """The env Trainer's MPI plugin upserts into the launcher's ``node`` container for OpenMPI
+    (kubeflow/trainer pkg/runtime/framework/plugins/mpi/mpi.go EnforceMLPolicy, constants in
+    pkg/constants/constants.go). numProcPerNode: the TrainJob's, else the runtime's (Trainer also
+    raises a runtime value of 1 to the GPUs per node; the local cluster leaves it)."""
+    slots = trainer.get("numProcPerNode") or policy.get("numProcPerNode") or 1
+    return [
+        {"name": "OMPI_MCA_orte_default_hostfile", "value": MPI_HOSTFILE},
+        {"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"},
+        {"name": "OMPI_MCA_orte_set_default_slots", "value": str(slots)},
+        {"name": "OMPI_MCA_plm_rsh_args", "value": "-o ConnectionAttempts=10"},
+    ]
 
 
 def _apply_to_container(c: dict[str, Any], trainer: dict[str, Any], with_command: bool) -> None:
@@ -245,6 +259,9 @@ def build_jobset_spec(
         for c in pod_spec.get("containers") or []:
             if c.get("name") != TRAINER_CONTAINER:
                 continue
+            openmpi = mpi and (mpi.get("mpiImplementation") or "OpenMPI") == "OpenMPI"
+            if openmpi and rjob.get("name") == "launcher":  # before spec.trainer.env, which wins
+                c["env"] = _merge_env(c.get("env") or [], openmpi_launcher_env(mpi, trainer))
             if trainer_job or (mpi and rjob.get("name") == "node"):
                 _apply_to_container(c, trainer, with_command=trainer_job)
             if _gets_resources(rjob, runtime, version):

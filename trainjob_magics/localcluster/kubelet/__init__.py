@@ -1,7 +1,8 @@
 """The kubelet of the local cluster: each pod's processes (its own working directory,
 environment and process groups), the server side of pods/exec (WebSocket) and pods/log,
 containerStatuses pieces, and the shims put first on every pod's PATH (``hostname``, and
-``mpirun``, a launcher for :mod:`.mpirun`).
+``mpirun``/``mpiexec``, launchers of :mod:`.mpirun`: the real Open MPI with
+:mod:`.rsh_agent` and ``fork_agent.sh`` when installed, else :mod:`.mpirun_imitation`).
 
 Imports only ``core/`` from the rest of the local cluster.
 """

@@ -1,503 +1,185 @@
-"""Local-cluster shim for OpenMPI's mpirun (stdlib only).
+"""``mpirun`` in the local cluster's pods: the real Open MPI wherever it is installed (stdlib only).
 
-Reads the job's hostfile (``--hostfile``/``-H``; else ``$TRAINJOB_LOCAL_HOSTFILE``; the usual
-``/etc/mpi/hostfile`` is mapped to it) and its ``<hostfile>.json`` sidecar, which maps each
-hostname to that pod's ``workdir`` and ``env``. It starts every rank concurrently "in" its pod:
-the pod's working directory (mpirun's cwd mapped into the pod, as OpenMPI keeps the cwd on every
-node) and environment (HOSTNAME, HOME, ...) plus ``OMPI_COMM_WORLD_*``/``PMIX_RANK``.
+Run by the sh shims ``kubelet/shims/mpirun`` and ``mpiexec``, first on every pod's PATH. It finds
+Open MPI's own ``mpirun`` further along PATH (ORTE, Open MPI 4.x: ``mpirun`` is ``orterun`` next
+to ``orted``, as Debian's ``openmpi-bin`` installs it) and execs it in its place (same pid, so
+signals reach it), with the environment that makes the local processes look like pods:
 
-Like OpenMPI: ranks are mapped by slot (or ``--map-by node``, ``-N``/``ppr:N:node``); asking for
-more slots than exist fails unless ``--oversubscribe``; stdin goes to rank 0; the first rank
-that exits non-zero aborts the job and its code is mpirun's exit code; SIGINT/SIGTERM make
-mpirun SIGTERM every rank's process tree, then SIGKILL it after a grace period; SIGUSR1/SIGUSR2
-are forwarded. Output passes straight through (no buffering) unless ``--tag-output``.
-Ranks stay in mpirun's process group so killing that group stops all of them.
-Without a hostfile or -H it runs the ranks locally. Root is allowed without
-``--allow-run-as-root`` (the local cluster runs as whoever started it).
+- ``OMPI_MCA_plm_rsh_agent``: :mod:`.rsh_agent`, which "sshes" into a pod by running the command
+  in that pod's sandbox (its directory and environment, found in the job hostfile's
+  ``<hostfile>.json`` sidecar). On a real cluster mpirun reaches the node pods through ssh; here
+  every ``orted`` is started through the agent, in its pod.
+- ``OMPI_MCA_orte_fork_agent``: ``fork_agent.sh``, which starts each rank in its own pod's copy
+  of mpirun's working directory (every pod has a directory of its own here).
+- Loopback only: ``oob_tcp_if_include`` and ``btl_tcp_if_include`` ``lo``, ``btl`` ``self,tcp``
+  (all "nodes" are this machine), and ``if_base_do_not_resolve`` (pod hostnames are not in DNS:
+  resolving them would cost a resolver time-out each).
+- The job hostfile: ``/etc/mpi/hostfile`` (Trainer mounts it there and sets
+  ``OMPI_MCA_orte_default_hostfile`` to it) is ``$TRAINJOB_LOCAL_HOSTFILE`` here, in that
+  variable and in ``--hostfile``/``--machinefile``/``--default-hostfile`` arguments.
+- Running as root (CI) is allowed, as with ``OMPI_ALLOW_RUN_AS_ROOT=1`` and
+  ``OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`` (pods run as user 1000 on a real cluster).
+- stderr passes through a small filter that drops one warning that only this machine's low
+  RLIMIT_NOFILE provokes (:func:`filter_stderr`).
+
+Every setting but the agent is a default: a value already in the environment, or an ``--mca`` on
+the command line, wins. ``TRAINJOB_LOCAL_MPIRUN`` chooses: ``auto`` (default) the real one when
+installed, else the imitation (:mod:`.mpirun_imitation`, the quickstart without Open MPI);
+``openmpi`` the real one or an error; ``imitation`` always the imitation.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import shutil
+import re
+import runpy
 import signal
-import subprocess
 import sys
-import threading
-from dataclasses import dataclass, field
 
-KILL_GRACE = 2.0
+MODE_ENV = "TRAINJOB_LOCAL_MPIRUN"
+KUBELET_DIR = os.path.dirname(os.path.realpath(__file__))
+SHIMS_DIR = os.path.join(KUBELET_DIR, "shims")
+IMITATION = os.path.join(KUBELET_DIR, "mpirun_imitation.py")
+RSH_AGENT = os.path.join(KUBELET_DIR, "rsh_agent.py")
+FORK_AGENT = os.path.join(KUBELET_DIR, "fork_agent.sh")
 STANDARD_HOSTFILE = "/etc/mpi/hostfile"
-BAR = "-" * 74
-
-VALUE_OPTS = {
-    "np": "np", "n": "np", "c": "np",
-    "hostfile": "hostfile", "machinefile": "hostfile", "default-hostfile": "hostfile",
-    "H": "host", "host": "host",
-    "x": "x",
-    "N": "npernode", "npernode": "npernode",
-    "map-by": "map_by", "bind-to": None, "rank-by": None,
-    "wdir": "wdir", "wd": "wdir",
-    "stdin": "stdin",
-    "prefix": None, "path": None, "output-filename": None, "timeout": None,
-    "tmpdir": None, "cpus-per-proc": None, "cpus-per-rank": None, "npersocket": None,
-    "report-bindings-file": None, "display-map-file": None,
-}  # fmt: skip
-PAIR_OPTS = {"mca", "gmca", "omca"}
-FLAG_OPTS = {
-    "tag-output": "tag_output", "oversubscribe": "oversubscribe",
-    "nooversubscribe": "no_oversubscribe",
-    "merge-stderr-to-stdout": "merge_stderr",
-    "bynode": "bynode", "byslot": "byslot",
-    "allow-run-as-root": None, "timestamp-output": None, "report-bindings": None,
-    "display-map": None, "display-allocation": None, "display-devel-map": None,
-    "q": None, "quiet": None, "v": None, "verbose": None, "noprefix": None,
-    "use-hwthread-cpus": None, "bind-to-core": None, "bind-to-socket": None,
-    "enable-recovery": None, "disable-recovery": None, "show-progress": None,
-}  # fmt: skip
+HOSTFILE_OPTS = {"hostfile", "machinefile", "default-hostfile"}
+LOOPBACK = "lo"
+SETPGID_WARNING = re.compile(
+    rb"\[[^\]\n]*\] plm:rsh: Warning: setpgid\((\d+),\1\) failed in parent with "
+    rb"errno=Permission denied\(13\)\n"
+)
 
 
-class UsageError(Exception):
-    """A command line mpirun rejects."""
-
-
-@dataclass
-class Options:
-    np: int | None = None
-    hostfile: str | None = None
-    hosts: list[str] = field(default_factory=list)
-    exports: list[str] = field(default_factory=list)
-    npernode: int | None = None
-    map_by: str = "slot"
-    wdir: str | None = None
-    stdin: str = "0"
-    tag_output: bool = False
-    oversubscribe: bool = False
-    merge_stderr: bool = False
-    command: list[str] = field(default_factory=list)
-
-
-def parse_args(argv: list[str]) -> Options:
-    """Parse OpenMPI-style options (single or double dash, ``--opt=value``) up to the command."""
-    opts = Options()
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            opts.command = argv[i + 1 :]
-            break
-        if not arg.startswith("-") or arg == "-":
-            opts.command = argv[i:]
-            break
-        name = arg.lstrip("-")
-        value: str | None = None
-        if "=" in name:
-            name, value = name.split("=", 1)
-        if name in ("V", "version"):
-            print("mpirun (Open MPI) 4.1.5 [trainjob-magics local cluster shim]")
-            sys.exit(0)
-        if name in ("h", "help"):
-            print(__doc__)
-            sys.exit(0)
-        if name in FLAG_OPTS:
-            attr = FLAG_OPTS[name]
-            if attr == "no_oversubscribe":
-                opts.oversubscribe = False
-            elif attr == "bynode":
-                opts.map_by = "node"
-            elif attr == "byslot":
-                opts.map_by = "slot"
-            elif attr:
-                setattr(opts, attr, True)
-            i += 1
+def find_openmpi(path: str) -> str | None:
+    """Open MPI's (ORTE) ``mpirun`` on ``path``, skipping the shims; None if there is none."""
+    shims = os.path.realpath(SHIMS_DIR)
+    for entry in path.split(os.pathsep):
+        if not entry or os.path.realpath(entry) == shims:
             continue
-        if name in PAIR_OPTS:
-            i += 3
+        candidate = os.path.join(entry, "mpirun")
+        if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
             continue
-        if name not in VALUE_OPTS:
-            raise UsageError(f'unknown option "{arg}"')
-        if value is None:
-            if i + 1 >= len(argv):
-                raise UsageError(f'option "{arg}" needs a value')
-            value = argv[i + 1]
-            i += 2
-        else:
-            i += 1
-        _set_value(opts, VALUE_OPTS[name], arg, value)
-    if not opts.command:
-        raise UsageError("no executable was specified on the mpirun command line")
-    return opts
+        real = os.path.realpath(candidate)
+        orted = os.path.join(os.path.dirname(real), "orted")
+        if os.path.basename(real) == "orterun" and os.access(orted, os.X_OK):
+            return candidate
+        return None  # the first mpirun on PATH is another MPI (MPICH, Open MPI 5): not ours
+    return None
 
 
-def _set_value(opts: Options, attr: str | None, arg: str, value: str) -> None:
-    if attr is None:
-        return
-    if attr in ("np", "npernode"):
-        try:
-            setattr(opts, attr, int(value))
-        except ValueError:
-            raise UsageError(f'option "{arg}" needs a number, got "{value}"') from None
-    elif attr == "host":
-        opts.hosts.extend(h for h in value.split(",") if h)
-    elif attr == "x":
-        opts.exports.append(value)
-    elif attr == "map_by":
-        spec = value.split(":")
-        if spec[0].lower() == "ppr" and len(spec) >= 3:
-            opts.npernode = int(spec[1])
-        else:
-            opts.map_by = spec[0].lower()
-    else:
-        setattr(opts, attr, value)
+def _unusable(path: str) -> bool:
+    """Open MPI splits agent values at spaces (and the rsh agent list at ':')."""
+    return any(c.isspace() or c == ":" for c in path)
 
 
-def read_hostfile(path: str) -> list[tuple[str, int]]:
-    """``host [slots=N] [max_slots=M]`` lines; ``#`` comments."""
-    hosts: list[tuple[str, int]] = []
-    with open(path) as fh:
-        for line in fh:
-            words = line.split("#", 1)[0].split()
-            if not words:
-                continue
-            slots = 1
-            for word in words[1:]:
-                key, _, val = word.partition("=")
-                if key in ("slots", "cpu") and val.isdigit():
-                    slots = int(val)
-            hosts.append((words[0], slots))
-    return hosts
+def openmpi_environment(env: dict[str, str]) -> dict[str, str]:
+    """The environment the real mpirun runs with (see the module docstring)."""
+    env = dict(env)
+    python = sys.executable if sys.executable and not _unusable(sys.executable) else "python3"
+    env["OMPI_MCA_plm_rsh_agent"] = f"{python} {RSH_AGENT}"
+    env.setdefault("OMPI_MCA_orte_fork_agent", f"/bin/sh {FORK_AGENT}")
+    for layer in ("oob_tcp", "btl_tcp"):
+        if not any(f"OMPI_MCA_{layer}_if_{w}" in env for w in ("include", "exclude")):
+            env[f"OMPI_MCA_{layer}_if_include"] = LOOPBACK
+    env.setdefault("OMPI_MCA_btl", "self,tcp")
+    env.setdefault("OMPI_MCA_if_base_do_not_resolve", "1")
+    local = env.get("TRAINJOB_LOCAL_HOSTFILE") or ""
+    default = env.get("OMPI_MCA_orte_default_hostfile")
+    if local and (default is None or _is_standard_hostfile(default)):
+        env["OMPI_MCA_orte_default_hostfile"] = local
+    if os.geteuid() == 0:
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return env
 
 
-def hosts_from_option(specs: list[str]) -> list[tuple[str, int]]:
-    """``-H a,b:2,a`` -> [(a, 2), (b, 2)]."""
-    counts: dict[str, int] = {}
-    for spec in specs:
-        name, _, slots = spec.partition(":")
-        counts[name] = counts.get(name, 0) + (int(slots) if slots.isdigit() else 1)
-    return list(counts.items())
+def _is_standard_hostfile(path: str) -> bool:
+    return path == STANDARD_HOSTFILE and not os.path.exists(STANDARD_HOSTFILE)
 
 
-def resolve_hostfile(opts: Options) -> str | None:
-    local = os.environ.get("TRAINJOB_LOCAL_HOSTFILE") or None
-    path = opts.hostfile
-    if path is None:
-        default = os.environ.get("OMPI_MCA_orte_default_hostfile")  # noqa: SIM112
-        path = local or (default if default and os.path.exists(default) else None)
-    elif not os.path.exists(path) and path == STANDARD_HOSTFILE and local:
-        path = local
-    if path is not None and not os.path.exists(path):
-        raise UsageError(f"open failed for hostfile {path}: No such file or directory")
-    return path
+def map_hostfile_args(argv: list[str], local: str) -> list[str]:
+    """``--hostfile /etc/mpi/hostfile`` (any spelling, also ``=``) -> the job's local hostfile."""
+    if not local:
+        return list(argv)
+    out: list[str] = []
+    expect_value = False
+    for arg in argv:
+        if expect_value and _is_standard_hostfile(arg):
+            arg = local
+        expect_value = False
+        name, eq, value = arg.lstrip("-").partition("=")
+        if arg.startswith("-") and name in HOSTFILE_OPTS:
+            if eq and _is_standard_hostfile(value):
+                arg = arg[: len(arg) - len(value)] + local
+            expect_value = not eq
+        out.append(arg)
+    return out
 
 
-def load_sidecar(hostfile: str | None) -> dict[str, dict]:
-    if hostfile is None:
-        return {}
-    candidates = [hostfile + ".json"]
-    local = os.environ.get("TRAINJOB_LOCAL_HOSTFILE")
-    if local:
-        candidates.append(local + ".json")
-    for path in candidates:
-        if os.path.exists(path):
-            with open(path) as fh:
-                return json.load(fh)
-    return {}
+def drop_setpgid_warnings(data: bytes) -> bytes:
+    return SETPGID_WARNING.sub(b"", data)
 
 
-def place(opts: Options, hosts: list[tuple[str, int]]) -> list[str]:
-    """Host of each rank, in rank order."""
-    if opts.npernode is not None:
-        per_host = [(h, opts.npernode) for h, _ in hosts]
-        capacity = sum(n for _, n in per_host)
-        np = opts.np if opts.np is not None else capacity
-        hosts, oversubscribe = per_host, opts.oversubscribe
-    else:
-        capacity = sum(n for _, n in hosts)
-        np = opts.np if opts.np is not None else capacity
-        oversubscribe = opts.oversubscribe
-    if np < 1:
-        raise UsageError("the number of processes (-np) must be at least 1")
-    if np > capacity and not oversubscribe:
-        raise UsageError(
-            f"There are not enough slots available in the system to satisfy the {np}\n"
-            f"slots that were requested by the application:\n\n  {opts.command[0]}\n\n"
-            "Either request fewer slots for your application, or make more slots\n"
-            "available for use (or use --oversubscribe)."
-        )
-    order: list[str] = []
-    if opts.map_by == "node":
-        while len(order) < np:
-            for host, _ in hosts:
-                if len(order) < np:
-                    order.append(host)
-        return order
-    while len(order) < np:  # by slot: fill each host, then wrap around (oversubscribe)
-        for host, slots in hosts:
-            order.extend([host] * min(slots, np - len(order)))
-    return order
+def filter_stderr() -> None:
+    """Make fd 2 a pipe to a child that copies it to the real stderr without Open MPI's spurious
+    ``plm:rsh: Warning: setpgid(N,N) failed in parent with errno=Permission denied(13)``.
+
+    plm_rsh_module.c calls setpgid() on each agent child from the parent too, and warns when the
+    child has already exec'd. The child first closes every fd up to RLIMIT_NOFILE, so how often
+    the parent loses depends on the machine: rarely with a pod's 1048576 (containerd 1.x), about
+    1 run in 5 at 20000, 4 in 5 at a desktop's 1024. The filter exits at EOF, when mpirun and
+    its orteds have closed the pipe, and ignores the signals meant for mpirun (a SIGINT to the
+    process group must not cut off mpirun's last words). Each warning is one write() of less
+    than PIPE_BUF, so it arrives whole within one read.
+    """
+    read_end, write_end = os.pipe()
+    if os.fork() == 0:  # the filter
+        os.close(write_end)
+        devnull = os.open(os.devnull, os.O_RDWR)  # keep only stderr of the exec's streams
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+            signal.signal(sig, signal.SIG_IGN)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        while chunk := os.read(read_end, 1 << 20):
+            out = drop_setpgid_warnings(chunk)
+            while out:
+                out = out[os.write(2, out) :]
+        os._exit(0)
+    os.close(read_end)
+    os.dup2(write_end, 2)
+    os.close(write_end)
 
 
-@dataclass
-class Rank:
-    rank: int
-    host: str
-    proc: subprocess.Popen | None = None
-    code: int | None = None
-
-
-class Job:
-    """The running ranks, their exit codes, and signal handling."""
-
-    def __init__(self, opts: Options, order: list[str], sidecar: dict[str, dict]) -> None:
-        self.opts = opts
-        self.sidecar = sidecar
-        self.ranks = [Rank(i, h) for i, h in enumerate(order)]
-        self.first_failure: Rank | None = None
-        self.aborting = False
-        self.signalled: int | None = None
-        self.out_lock = threading.Lock()
-        self.threads: list[threading.Thread] = []
-
-    # --- placement into pods --------------------------------------------------------------
-    def _own_workdir(self) -> str:
-        me = self.sidecar.get(os.environ.get("HOSTNAME", ""), {})
-        return me.get("workdir") or os.environ.get("HOME") or os.getcwd()
-
-    def _is_local(self, host: str) -> bool:
-        return host in ("localhost", "127.0.0.1", os.environ.get("HOSTNAME"))
-
-    def _cwd(self, host: str) -> str:
-        if self.opts.wdir:
-            return self.opts.wdir
-        cwd = os.getcwd()
-        entry = self.sidecar.get(host)
-        if entry is None or self._is_local(host) or not entry.get("workdir"):
-            return cwd
-        own, theirs = os.path.realpath(self._own_workdir()), entry["workdir"]
-        rel = os.path.relpath(os.path.realpath(cwd), own)
-        if not rel.startswith(".."):
-            mapped = os.path.normpath(os.path.join(theirs, rel))
-            if os.path.isdir(mapped):
-                return mapped
-        return theirs
-
-    def _env(self, rank: Rank, local_rank: int, local_size: int) -> dict[str, str]:
-        env = dict(os.environ)
-        entry = self.sidecar.get(rank.host)
-        if not self._is_local(rank.host):  # a rank on another pod gets that pod's environment
-            env.update((entry or {}).get("env") or {"HOSTNAME": rank.host})
-        for spec in self.opts.exports:
-            name, eq, value = spec.partition("=")
-            if eq:
-                env[name] = value
-            elif name in os.environ:
-                env[name] = os.environ[name]
-        size = str(len(self.ranks))
-        env.update(
-            {
-                "OMPI_COMM_WORLD_RANK": str(rank.rank),
-                "OMPI_COMM_WORLD_SIZE": size,
-                "OMPI_COMM_WORLD_LOCAL_RANK": str(local_rank),
-                "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_size),
-                "OMPI_COMM_WORLD_NODE_RANK": str(local_rank),
-                "OMPI_UNIVERSE_SIZE": size,
-                "PMIX_RANK": str(rank.rank),
-            }
-        )
-        return env
-
-    # --- launching ------------------------------------------------------------------------
-    def start(self) -> None:
-        per_host: dict[str, int] = {}
-        for r in self.ranks:
-            per_host[r.host] = per_host.get(r.host, 0) + 1
-        seen: dict[str, int] = {}
-        for r in self.ranks:
-            if self.aborting:  # interrupted while launching: start no more ranks
-                return
-            local_rank = seen.get(r.host, 0)
-            seen[r.host] = local_rank + 1
-            env = self._env(r, local_rank, per_host[r.host])
-            exe = self.opts.command[0]
-            if "/" not in exe and shutil.which(exe, path=env.get("PATH")) is None:
-                self._not_found(r, exe)
-                return
-            tag = self.opts.tag_output
-            stdin = None if self._gets_stdin(r.rank) else subprocess.DEVNULL
-            stderr = subprocess.STDOUT if self.opts.merge_stderr else None
-            try:
-                r.proc = subprocess.Popen(
-                    self.opts.command,
-                    cwd=self._cwd(r.host),
-                    env=env,
-                    stdin=stdin,
-                    stdout=subprocess.PIPE if tag else None,
-                    stderr=subprocess.PIPE if tag and stderr is None else stderr,
-                    bufsize=0,
-                )
-            except OSError:
-                self._not_found(r, exe)
-                return
-            if self.aborting:  # a signal came while Popen ran: this rank missed the SIGTERM
-                self._signal_tree(signal.SIGTERM)
-            if tag:
-                self._tag(r, r.proc.stdout, sys.stdout.buffer, "stdout")
-                if r.proc.stderr is not None:
-                    self._tag(r, r.proc.stderr, sys.stderr.buffer, "stderr")
-
-    def _gets_stdin(self, rank: int) -> bool:
-        which = self.opts.stdin
-        return which == "all" or (which.isdigit() and int(which) == rank)
-
-    def _not_found(self, rank: Rank, exe: str) -> None:
-        sys.stderr.write(
-            f"{BAR}\nmpirun was unable to find the specified executable file, and therefore\n"
-            "did not launch the job.  This error was first reported for process\n"
-            f"rank {rank.rank}; it may have occurred for other processes as well.\n\n"
-            f"Node:       {rank.host}\nExecutable: {exe}\n{BAR}\n"
-        )
-        self.first_failure = self.first_failure or Rank(rank.rank, rank.host, code=1)
-        self.abort()
-
-    def _tag(self, rank: Rank, pipe, out, stream: str) -> None:
-        prefix = f"[1,{rank.rank}]<{stream}>:".encode()
-
-        def pump() -> None:
-            pending = b""
-            while True:
-                chunk = os.read(pipe.fileno(), 65536)
-                if not chunk:
-                    break
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                if lines:
-                    self._write(out, b"".join(prefix + ln + b"\n" for ln in lines))
-            if pending:
-                self._write(out, prefix + pending + b"\n")
-            pipe.close()
-
-        thread = threading.Thread(target=pump, daemon=True)
-        thread.start()
-        self.threads.append(thread)
-
-    def _write(self, out, data: bytes) -> None:
-        with self.out_lock:
-            try:
-                out.write(data)
-                out.flush()
-            except (BrokenPipeError, ValueError):
-                pass
-
-    # --- signals and teardown -------------------------------------------------------------
-    def _tree(self) -> list[int]:
-        """Pids of every running rank and all of its descendants."""
-        roots = [r.proc.pid for r in self.ranks if r.proc is not None and r.code is None]
-        children: dict[int, list[int]] = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-        found, todo = [], list(roots)
-        while todo:
-            pid = todo.pop()
-            found.append(pid)
-            todo.extend(children.get(pid, []))
-        return found
-
-    def _signal_tree(self, sig: int) -> None:
-        for pid in self._tree():
-            with contextlib.suppress(OSError):
-                os.kill(pid, sig)
-
-    def abort(self) -> None:
-        """SIGTERM every rank's tree, SIGKILL what is left after the grace period."""
-        if self.aborting:
-            return
-        self.aborting = True
-        self._signal_tree(signal.SIGTERM)
-        timer = threading.Timer(KILL_GRACE, self._signal_tree, args=(signal.SIGKILL,))
-        timer.daemon = True
-        timer.start()
-
-    def on_signal(self, signum: int, _frame) -> None:
-        if signum in (signal.SIGUSR1, signal.SIGUSR2):
-            self._signal_tree(signum)
-            return
-        if self.signalled is not None:  # second interrupt: no more grace
-            self._signal_tree(signal.SIGKILL)
-            return
-        self.signalled = signum
-        self.abort()
-
-    def wait(self) -> int:
-        by_pid = {r.proc.pid: r for r in self.ranks if r.proc is not None}
-        while any(r.code is None for r in by_pid.values()):
-            try:
-                pid, status = os.wait()
-            except ChildProcessError:
-                break
-            rank = by_pid.get(pid)
-            if rank is None:
-                continue
-            code = os.waitstatus_to_exitcode(status)
-            rank.code = 128 - code if code < 0 else code
-            if rank.proc is not None:
-                rank.proc.returncode = code
-            if rank.code != 0 and self.first_failure is None and not self.aborting:
-                self.first_failure = rank
-                self._report_failure(rank)
-                self.abort()
-        for thread in self.threads:
-            thread.join(timeout=5)
-        if self.first_failure is not None:
-            return self.first_failure.code or 1
-        if self.signalled is not None:
-            return 128 + self.signalled
-        return 0
-
-    def _report_failure(self, rank: Rank) -> None:
-        sys.stderr.write(
-            f"{BAR}\nPrimary job  terminated normally, but 1 process returned\n"
-            "a non-zero exit code. Per user-direction, the job has been aborted.\n"
-            f"{BAR}\n{BAR}\n"
-            "mpirun detected that one or more processes exited with non-zero status, thus "
-            "causing\nthe job to be terminated. The first process to do so was:\n\n"
-            f"  Process name: [[1,1],{rank.rank}]\n  Exit code:    {rank.code}\n{BAR}\n"
-        )
-        sys.stderr.flush()
+def exec_openmpi(mpirun: str, argv: list[str], env: dict[str, str]) -> None:
+    """Replace this process with the real mpirun. argv[0] stays a bare ``mpirun``: Open MPI
+    takes an absolute argv[0] as ``--prefix``, which would put its bin directory before the pod's
+    shims on every node's PATH."""
+    local = env.get("TRAINJOB_LOCAL_HOSTFILE") or ""
+    env = openmpi_environment(env)
+    sys.stderr.flush()
+    filter_stderr()
+    os.execve(mpirun, ["mpirun", *map_hostfile_args(argv, local)], env)
 
 
 def main(argv: list[str]) -> int:
-    try:
-        opts = parse_args(argv)
-        hostfile = None if opts.hosts else resolve_hostfile(opts)
-        if opts.hosts:
-            hosts = hosts_from_option(opts.hosts)
-            sidecar = load_sidecar(os.environ.get("TRAINJOB_LOCAL_HOSTFILE") or None)
-        elif hostfile is not None:
-            hosts = read_hostfile(hostfile)
-            sidecar = load_sidecar(hostfile)
-        else:  # no hostfile: run locally (lenient: any -np is allowed)
-            hosts = [("localhost", opts.np or os.cpu_count() or 1)]
-            sidecar = {}
-        if not hosts:
-            raise UsageError(f"the hostfile {hostfile} lists no hosts")
-        order = place(opts, hosts)
-    except UsageError as exc:
-        sys.stderr.write(f"mpirun: Error: {exc}\nType 'mpirun --help' for usage.\n")
+    mode = os.environ.get(MODE_ENV, "auto") or "auto"
+    if mode not in ("auto", "openmpi", "imitation"):
+        sys.stderr.write(f"mpirun: {MODE_ENV} must be auto, openmpi or imitation, not {mode!r}\n")
         return 1
-    job = Job(opts, order, sidecar)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(sig, job.on_signal)
-    job.start()
-    return job.wait()
+    if mode != "imitation":
+        usable = not _unusable(KUBELET_DIR)
+        real = find_openmpi(os.environ.get("PATH", os.defpath)) if usable else None
+        if real is not None:
+            exec_openmpi(real, argv, dict(os.environ))
+        if mode == "openmpi":
+            why = "is not installed" if usable else f"cannot use agents under {KUBELET_DIR!r}"
+            sys.stderr.write(f"mpirun: {MODE_ENV}=openmpi, but Open MPI (orterun) {why}\n")
+            return 1
+    sys.argv = [IMITATION, *argv]
+    runpy.run_path(IMITATION, run_name="__main__")  # exits with the imitation's code
+    return 0
 
 
 if __name__ == "__main__":

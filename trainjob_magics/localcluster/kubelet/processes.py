@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 SHIMS_DIR = Path(__file__).resolve().parent / "shims"
+MPIRUN_MODE_ENV = "TRAINJOB_LOCAL_MPIRUN"  # auto | openmpi | imitation, see kubelet/mpirun.py
 KILL_GRACE = 1.0  # seconds between SIGTERM and SIGKILL when a container task is cancelled
 
 
@@ -64,6 +65,9 @@ def make_sandbox(
     tmpdir = workdir / ".tmp"
     tmpdir.mkdir(exist_ok=True)
     full_env.setdefault("TMPDIR", str(tmpdir))
+    # The cluster's choice of mpirun (real Open MPI or the imitation, kubelet/mpirun.py).
+    if MPIRUN_MODE_ENV in os.environ:
+        full_env.setdefault(MPIRUN_MODE_ENV, os.environ[MPIRUN_MODE_ENV])
     full_env.update(
         {
             "HOSTNAME": hostname,
