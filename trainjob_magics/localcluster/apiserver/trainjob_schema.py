@@ -782,6 +782,63 @@ def validate_trainjob_update(
                 causes.append(
                     _cause("FieldValueInvalid", path, _type_name(new_spec[field]), message)
                 )
+        causes += _patched_pod_spec_changes(old_spec, new_spec, version)
     if causes:
         raise SchemaError(causes)
     return obj, warnings
+
+
+# The CRD's `self == oldSelf` rules on a runtimePatch's pod spec (Trainer 2.2+,
+# pkg/apis/trainer/v1alpha1/trainjob_types.go RuntimePatch PodSpecPatch markers); runtimePatches
+# are a list map keyed by manager and replicatedJobs by name, so only items present in both the
+# old and the new object line up for the transition rules.
+PATCHED_POD_IMMUTABLE = (
+    "containers",
+    "initContainers",
+    "imagePullSecrets",
+    "securityContext",
+    "serviceAccountName",
+    "terminationGracePeriodSeconds",
+    "volumes",
+)
+
+
+def _replicated_jobs(patch: dict) -> list[dict]:
+    spec = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}
+    return list(spec.get("replicatedJobs") or [])
+
+
+def _pod_spec_of(rjob: dict) -> dict:
+    job_spec = (rjob.get("template") or {}).get("spec") or {}
+    return ((job_spec.get("template") or {}).get("spec")) or {}
+
+
+def _patched_pod_spec_changes(old_spec: dict, new_spec: dict, version: str) -> list[dict]:
+    if version not in ("2.2", "2.3"):
+        return []
+    old_patches = {p.get("manager"): p for p in old_spec.get("runtimePatches") or []}
+    causes = []
+    for i, patch in enumerate(new_spec.get("runtimePatches") or []):
+        before = old_patches.get(patch.get("manager"))
+        if before is None:
+            continue
+        old_jobs = {r.get("name"): r for r in _replicated_jobs(before)}
+        for j, rjob in enumerate(_replicated_jobs(patch)):
+            if rjob.get("name") not in old_jobs:
+                continue
+            new_pod, old_pod = _pod_spec_of(rjob), _pod_spec_of(old_jobs[rjob.get("name")])
+            for field in PATCHED_POD_IMMUTABLE:
+                if field in new_pod and field in old_pod and new_pod[field] != old_pod[field]:
+                    path = (
+                        f"spec.runtimePatches[{i}].trainingRuntimeSpec.template.spec."
+                        f"replicatedJobs[{j}].template.spec.template.spec.{field}"
+                    )
+                    causes.append(
+                        _cause(
+                            "FieldValueInvalid",
+                            path,
+                            _type_name(new_pod[field]),
+                            "field is immutable",
+                        )
+                    )
+    return causes
