@@ -14,6 +14,7 @@ from tests.crd_schema import load_crd_schema, matrix_problems, releases_with
 from tests.helpers.store_writes import store_writes
 from trainjob_magics.localcluster.controller import Controller
 from trainjob_magics.localcluster.core.faults import Faults
+from trainjob_magics.localcluster.core.quantity import format_quantity, parse_quantity
 from trainjob_magics.localcluster.core.resources import (
     CLUSTER_TRAINING_RUNTIMES,
     NAMESPACES,
@@ -28,7 +29,6 @@ from trainjob_magics.localcluster.kueue.kinds import (
     RESOURCE_FLAVORS,
     WORKLOADS,
 )
-from trainjob_magics.localcluster.kueue.quantity import format_quantity, parse_quantity
 from trainjob_magics.localcluster.runtimes import load_builtin_runtimes
 
 pytestmark = pytest.mark.timeout(30)

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
+
+from ..core.quantity import parse_quantity
 
 NODE_NAME = "local-node"
 GPU = "nvidia.com/gpu"
@@ -29,47 +29,10 @@ DEFAULT_GPUS = 8
 MAX_PODS = 110  # the kubelet's --max-pods default
 CPU, MEMORY, EPHEMERAL, PODS_RESOURCE = "cpu", "memory", "ephemeral-storage", "pods"
 
-_SUFFIXES = {
-    "": Fraction(1),
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 1000),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-}
-_QUANTITY = re.compile(
-    r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:[eE]([+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$"
-)
-
-
-def quantity(value: str | int | float) -> Fraction:
-    """A resource.Quantity as an exact number: ``"500m"`` -> 1/2, ``"2Gi"`` -> 2**31."""
-    if isinstance(value, bool):
-        raise ValueError(f"invalid quantity {value!r}")
-    if isinstance(value, (int, float)):
-        return Fraction(value)
-    m = _QUANTITY.match(str(value).strip())
-    if not m:
-        raise ValueError(f"invalid quantity {value!r}")
-    number = Fraction(m.group(1))
-    if m.group(2) is not None:
-        return number * Fraction(10) ** int(m.group(2))
-    return number * _SUFFIXES[m.group(3) or ""]
-
 
 def scheduler_value(resource: str, value: str | int | float) -> int:
     """The scheduler's integer for a quantity: millicores for cpu, else units (rounded up)."""
-    q = quantity(value)
+    q = parse_quantity(value)
     return math.ceil(q * 1000) if resource == CPU else math.ceil(q)
 
 
@@ -144,7 +107,7 @@ def node_resources(
     if gpus is None:
         gpu_count = DEFAULT_GPUS
     else:
-        q = quantity(gpus)
+        q = parse_quantity(gpus)
         if q.denominator != 1 or q < 0:
             raise ValueError(f"gpus must be a whole number >= 0, not {gpus!r}")
         gpu_count = int(q)
@@ -212,6 +175,5 @@ __all__ = [
     "machine_memory",
     "node_resources",
     "pod_requests",
-    "quantity",
     "scheduler_value",
 ]

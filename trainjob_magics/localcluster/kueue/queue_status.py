@@ -8,13 +8,13 @@ from datetime import datetime
 from typing import Any
 
 from ..core.apierror import ApiError
+from ..core.quantity import format_quantity
 from . import workload_conditions as C
 from .kinds import (
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
     WORKLOADS,
 )
-from .quantity import format_quantity
 from .quota_fit import add, flavor_names, nominal, usage_of
 from .scheduling import is_stopped
 from .state import SimulationState

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from .quantity import format_quantity, parse_quantity
+from ..core.quantity import format_quantity, parse_quantity
 from .workload_conditions import EXCEEDS_MAX_QUOTA, NO_MATCHING_FLAVOR, WAITING_FOR_QUOTA
 from .workloads import pod_set_requests
 

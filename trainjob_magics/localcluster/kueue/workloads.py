@@ -8,6 +8,7 @@ from fractions import Fraction
 from typing import Any
 
 from ..controller.podspec import build_jobset_spec
+from ..core.quantity import format_quantity, parse_quantity
 from ..core.resources import TRAINJOBS
 from .kinds import (
     JOB_UID_LABEL,
@@ -15,7 +16,6 @@ from .kinds import (
     PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
 )
-from .quantity import format_quantity, parse_quantity
 
 WORKLOAD_PREFIX = "trainjob"
 HASH_LENGTH = 5

@@ -29,7 +29,10 @@ _QUANTITY = re.compile(
 
 
 def parse_quantity(value: str | int | float) -> Fraction:
-    """'500m' -> 1/2, '2Gi' -> 2147483648, 4 -> 4. Raises ValueError on garbage."""
+    """'500m' -> 1/2, '2Gi' -> 2147483648, 4 -> 4 (a resource.Quantity as an exact number).
+    Raises ValueError on garbage."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid quantity {value!r}")
     if isinstance(value, (int, float)):
         return Fraction(value)
     m = _QUANTITY.match(str(value).strip())
