@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import secrets
+import signal
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from tests.helpers.mpi import IMPLEMENTATIONS, require_openmpi
 from trainjob_magics.localcluster import LocalCluster
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A shell that starts the suite in the background (``cmd &``) starts it with SIGINT
+    ignored, and so would every kernel and pod process it spawns: Ctrl-C and the interrupt
+    tests would then see nothing. Restore Python's handler, which children inherit as default."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 # The node of the session clusters: big enough for every example the tests run (the README's
 # asks for 4 pods of 2 CPUs and 8Gi), whatever the machine. The default node has the
