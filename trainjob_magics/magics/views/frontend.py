@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 
@@ -53,3 +54,14 @@ class WidgetDisplay:
         """Replace the ``text/plain`` fallback (the widget view stays the same model)."""
         if self.handle is not None:
             self.handle.update(widget_bundle(self.widget, text), raw=True)
+
+    def freeze(self, html: str, text: str) -> None:
+        """Replace the live widget by static ``text/html`` + ``text/plain`` and close its model.
+
+        A finished result then survives the kernel: a notebook saved without widget state shows
+        it in JupyterLab, Notebook 7, nbviewer and GitHub.
+        """
+        if self.handle is not None:
+            self.handle.update({"text/html": html, "text/plain": text}, raw=True)
+        with contextlib.suppress(Exception):
+            self.widget.close()
