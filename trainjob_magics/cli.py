@@ -68,6 +68,21 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="the node's nvidia.com/gpu count (default: 8)",
     )
+    lc.add_argument(
+        "--auth",
+        choices=("token", "client-cert", "exec"),  # localcluster.cluster AUTH_KINDS
+        default="token",
+        help="how the kubeconfig's user authenticates: a bearer token, a client certificate "
+        "(as kind/kubeadm), or an exec credential plugin (as EKS/GKE) (default: %(default)s)",
+    )
+    lc.add_argument(
+        "--token-ttl",
+        type=float,
+        default=900.0,
+        metavar="S",
+        help="with --auth exec: seconds the plugin's tokens are valid, then 401 "
+        "(default: %(default)s, EKS's 15 minutes)",
+    )
     return parser
 
 
@@ -91,6 +106,8 @@ def run_local_cluster(args: argparse.Namespace) -> int:
             memory=args.memory,
             gpus=args.gpus,
             trainer_version=args.trainer_version,
+            auth=args.auth,
+            token_ttl=args.token_ttl,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -113,6 +130,9 @@ def run_local_cluster(args: argparse.Namespace) -> int:
         f"local cluster listening on {cluster.url} (Kubeflow Trainer {cluster.trainer_version})",
         flush=True,
     )
+    if cluster.auth != "token":
+        ttl = f", tokens valid {cluster.token_ttl:g}s" if cluster.auth == "exec" else ""
+        print(f"credentials: {cluster.auth}{ttl}", flush=True)
     print(f"node {NODE_NAME}: {cluster.node.describe()}", flush=True)
     if cluster.kueue is not None:
         cfg = cluster.kueue.config
