@@ -376,6 +376,11 @@ class LocalCluster:
         """What the API server's authenticator saw: exec tokens accepted, 401s, ..."""
         return self._authn.stats
 
+    def exec_token_expiry(self, token: str) -> float | None:
+        """When (unix time) a token of the exec plugin expires; None for any other token."""
+        identity = exec_credential.verify(self._authn.exec_key, token.removeprefix("Bearer "))
+        return None if identity is None else identity.expires
+
     def revoke(self, user: str) -> None:
         """Refuse every credential of ``user`` from now on (401), as when a cloud account
         loses access to the cluster."""

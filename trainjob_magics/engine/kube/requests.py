@@ -25,6 +25,7 @@ from ..errors import (
     PermissionDeniedError,
     TrainJobError,
 )
+from .credentials import with_fresh_credentials
 from .retry import ATTEMPTS, with_retries
 
 RBAC_DOC = "docs/rbac.md"
@@ -223,26 +224,30 @@ def request(
     Failures raise engine errors: HTTP errors through :func:`map_http_failure`, transport
     errors as :class:`ApiServerError`. GET and DELETE (idempotent) are retried with backoff on
     5xx/429 and connection errors (``attempts`` calls in all); other methods are sent once
-    unless ``attempts`` says otherwise.
+    unless ``attempts`` says otherwise. A 401 gets a fresh credential and one more try
+    (``credentials.py``).
     """
     if attempts is None:
         attempts = ATTEMPTS if method.upper() in ("GET", "DELETE") else 1
-    return with_retries(
-        lambda: _request_once(
-            api_client,
-            method,
-            path,
-            verb=verb,
-            resource=resource,
-            namespace=namespace,
-            name=name,
-            query=query,
-            body=body,
-            timeout=timeout,
-            stream=stream,
+    return with_fresh_credentials(
+        api_client.configuration,
+        lambda: with_retries(
+            lambda: _request_once(
+                api_client,
+                method,
+                path,
+                verb=verb,
+                resource=resource,
+                namespace=namespace,
+                name=name,
+                query=query,
+                body=body,
+                timeout=timeout,
+                stream=stream,
+            ),
+            what=f"{verb} {resource}",
+            attempts=max(1, attempts),
         ),
-        what=f"{verb} {resource}",
-        attempts=max(1, attempts),
     )
 
 
