@@ -147,6 +147,14 @@ def connection_failure(exc: BaseException, host: str) -> ApiServerError:
             f"({type(exc).__name__}); check the certificate authority in your kubeconfig",
             reason="TLSError",
         )
+    if isinstance(exc, urllib3.exceptions.ProxyError) or isinstance(
+        getattr(exc, "reason", None), urllib3.exceptions.ProxyError
+    ):
+        return ApiServerError(
+            f"cannot reach the Kubernetes API server at {host} through the kubeconfig's "
+            f"proxy-url ({_why_unreachable(exc)}): start the proxy, or fix proxy-url",
+            reason="ConnectionError",
+        )
     return ApiServerError(
         f"cannot reach the Kubernetes API server at {host} ({_why_unreachable(exc)}): start "
         "the cluster, or point KUBECONFIG at a running one",
