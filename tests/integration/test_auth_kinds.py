@@ -9,7 +9,9 @@ import base64
 import contextlib
 import json
 import os
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -362,3 +364,73 @@ def test_magics_in_a_kernel_across_expiring_tokens(
         assert "rejected the credentials of kubeconfig user erin (401 Unauthorized" in text
         assert "Traceback" not in text and "tjm-exec." not in text
         k.run_text("%trainjob_close --all", timeout=60)
+
+
+# ------------------------------------------------------------------ the console script
+
+
+UNAUTHORIZED = (
+    '{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+    '"message":"Unauthorized","reason":"Unauthorized","code":401}'
+)
+
+
+@pytest.mark.parametrize("auth", ["client-cert", "exec"])
+def test_cli_auth_and_token_ttl(tmp_path: Path, auth: str) -> None:
+    """`trainjob-magics local-cluster --auth KIND --token-ttl S`: kubectl works with the
+    kubeconfig it writes; an exec token is refused with the real 401 Status after S seconds."""
+    kubeconfig = tmp_path / "kc"
+    argv = [sys.executable, "-m", "trainjob_magics.cli", "local-cluster"]
+    argv += ["--kubeconfig", str(kubeconfig), "--auth", auth, "--token-ttl", "1"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("export KUBECONFIG="):
+                break
+        assert f"credentials: {auth}" in "".join(lines)
+        user = kubeconfig_user(kubeconfig)
+        assert ("exec" in user) == (auth == "exec") and "token" not in user
+        home = tmp_path / "home"
+        home.mkdir()
+        env = {**os.environ, "HOME": str(home), "KUBECONFIG": str(kubeconfig)}
+        got = subprocess.run(
+            ["kubectl", "--cache-dir", str(home / "c"), "get", "ns", "default", "-o", "name"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert got.returncode == 0 and got.stdout.strip() == "namespace/default", got.stderr
+        if auth == "exec":
+            plugin = subprocess.run(
+                [user["exec"]["command"], *user["exec"]["args"]],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            token = json.loads(plugin.stdout)["status"]["token"]
+            cluster_entry = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]
+            server = cluster_entry["server"]
+            ca = tmp_path / "ca.crt"
+            ca.write_bytes(base64.b64decode(cluster_entry["certificate-authority-data"]))
+            config = k8s.Configuration(host=server)
+            config.ssl_ca_cert = str(ca)
+            api = k8s.ApiClient(config)
+
+            def status_of_read() -> tuple[int, str]:
+                resp = api.call_api(
+                    "GET",
+                    f"{server}/api/v1/namespaces/default",
+                    header_params={"Authorization": f"Bearer {token}"},
+                )
+                return resp.status, resp.response.data.decode()
+
+            assert status_of_read()[0] == 200
+            _status, body = wait_until(lambda: (s := status_of_read())[0] == 401 and s, timeout=10)
+            assert body == UNAUTHORIZED + "\n"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
