@@ -194,8 +194,9 @@ def test_exec_plugin_tokens_expire_during_the_flow(
     stats = exec_cluster.auth_stats
     assert len(set(expiries)) >= 4  # the flow outlived at least 3 tokens
     assert stats.exec_tokens >= 5
-    if report_expiry:  # refreshed before the expiry, so (load aside) never refused
-        assert stats.expired <= 2
+    if report_expiry:  # refreshed before the expiry: (a loaded machine aside) never refused,
+        # where a client that waits for the 401 is refused once per token
+        assert stats.expired < stats.exec_tokens / 2
     else:
         assert stats.expired >= 4  # each refresh came from a real 401, then a retry
 
