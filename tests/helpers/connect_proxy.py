@@ -18,6 +18,7 @@ class ConnectProxy:
 
     def __init__(self) -> None:
         self._server = socket.create_server(("127.0.0.1", 0))
+        self._server.settimeout(0.2)  # accept() wakes up to see stop()
         self.port = self._server.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.tunnels: list[str] = []
@@ -39,20 +40,24 @@ class ConnectProxy:
 
     def stop(self) -> None:
         self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         with contextlib.suppress(OSError):
             self._server.close()
         with self._lock:
             for sock in list(self._open):
                 with contextlib.suppress(OSError):
                     sock.close()
-        self._thread.join(timeout=5)
 
     def _accept(self) -> None:
         while not self._stopped.is_set():
             try:
                 client, _addr = self._server.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
+            client.settimeout(None)
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _track(self, *socks: socket.socket) -> None:
