@@ -127,7 +127,11 @@ class QueueUnavailableError(TrainJobError):
 
 
 class QueuedTimeoutError(ConnectTimeoutError):
-    """``connect``/``wait_ready`` timed out while the job was still waiting in its queue."""
+    """``connect``/``wait_ready`` timed out while the job was still waiting in its queue;
+    ``job`` and ``namespace`` name the TrainJob, which is left in place (it keeps its place)."""
+
+    job: str = ""
+    namespace: str = ""
 
 
 class SessionPreemptedError(TrainJobError):

@@ -277,7 +277,9 @@ def admit_or_raise(
         ) from None
     if qs is None:
         last = reporter.queue or QueueStatus("Queued", local_queue=queue)
-        raise QueuedTimeoutError(queued_timeout_message(last, name, namespace, timeout))
+        err = QueuedTimeoutError(queued_timeout_message(last, name, namespace, timeout))
+        err.job, err.namespace = name, namespace
+        raise err
     return qs
 
 
