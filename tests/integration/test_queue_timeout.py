@@ -17,7 +17,7 @@ from tests.helpers.polling import wait_until
 from tests.helpers.shell import magics_shell
 from trainjob_magics.localcluster import LocalCluster
 from trainjob_magics.localcluster.kueue import KueueConfig
-from trainjob_magics.magics.failures import TrainJobMagicError
+from trainjob_magics.magics.failures import TrainJobMagicError, TrainJobUsageError
 
 pytestmark = pytest.mark.timeout(120)
 CONNECT = "torch-distributed --cpu 1 --queue user-queue --timeout 3"
@@ -65,6 +65,11 @@ def test_queued_timeout_stays_in_the_registry(kc: str, kcluster: LocalCluster, c
         sh.run_line_magic("trainjob_sessions", "--all")
         out = capsys.readouterr().out
         assert "qa" in out and "qb" in out, out
+
+        with pytest.raises(TrainJobUsageError, match="qa is still waiting in its queue"):
+            sh.run_cell_magic("trainjob", "a", "echo too early")
+        sh.run_line_magic("trainjob_status", "a")
+        assert "Queued" in capsys.readouterr().out
 
         sh.run_line_magic("trainjob_close", "qa")  # by TrainJob name: closes only that one
         out = capsys.readouterr().out

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine import JobStatus, NotFoundError
+from .failures import TrainJobUsageError
 from .host import MagicsHost
+
+
+class StillQueuedError(TrainJobUsageError, AttributeError):
+    """A session method asked of a TrainJob that is still queued (one line; an
+    AttributeError too, so ``getattr(session, x, default)`` keeps working)."""
 
 
 def queued_message(exc: Any, name: str) -> str:
@@ -60,6 +66,15 @@ class QueuedJob:
                 message = f"admitted ({row.state}): %trainjob_connect --attach {self.name}"
         return JobStatus(self.name, self.namespace, self.runtime, state, message)
 
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise StillQueuedError(
+            f"TrainJob {self.name} is still waiting in its queue, so it cannot run commands "
+            f"yet: wait for it with %trainjob_connect --attach {self.name}, or delete it with "
+            f"%trainjob_close {self.name}"
+        )
+
     def close(self, timeout: float = 180.0) -> None:
         """Delete the TrainJob (nothing to do when it is gone already)."""
         if self.closed:
@@ -75,4 +90,4 @@ class QueuedJob:
         self.closed = True
 
 
-__all__ = ["QueuedJob", "queued_message"]
+__all__ = ["QueuedJob", "StillQueuedError", "queued_message"]
