@@ -59,7 +59,8 @@ def _one_line(text: Any) -> str:
     return " ".join(str(text or "").split())
 
 
-def _from_pod(pod: Mapping[str, Any], name: str) -> PodDisruption | None:
+def read_disruption(pod: Mapping[str, Any], name: str) -> PodDisruption | None:
+    """What the pod object says took it away (None: nothing did)."""
     status = pod.get("status") or {}
     for cond in status.get("conditions") or []:
         if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
@@ -109,7 +110,7 @@ def pod_disruption(api: ApiClient, namespace: str, name: str) -> PodDisruption |
         return _from_events(api, namespace, name)
     except TrainJobError:
         return None
-    return _from_pod(pod, name)
+    return read_disruption(pod, name)
 
 
-__all__ = ["KILLED_EXIT_CODES", "PodDisruption", "pod_disruption"]
+__all__ = ["KILLED_EXIT_CODES", "PodDisruption", "pod_disruption", "read_disruption"]
