@@ -197,7 +197,8 @@ def run_connect(host: MagicsHost, settings: dict[str, Any], timeout: float) -> A
     except QueuedTimeoutError as exc:
         view.finish(None)
         name = exc.job or settings["attach"] or job_name or "NAME"
-        job = QueuedJob(host, name, exc.namespace, settings["runtime"] or "", common)
+        namespace = exc.namespace or settings["namespace"]
+        job = QueuedJob(host, name, namespace, settings["runtime"] or "", common)
         raise StillQueued(queued_message(exc, name), job) from None
     except Exception as exc:
         view.finish(None)

@@ -37,7 +37,7 @@ class QueuedJob:
 
     host: MagicsHost
     name: str
-    namespace: str
+    namespace: str | None  # None: the kubeconfig's namespace
     runtime: str
     where: dict[str, Any]  # namespace, context, config_file of the connect
     closed: bool = False
@@ -64,7 +64,7 @@ class QueuedJob:
                 state, message = row.state, f"TrainJob {self.name} is {row.state.lower()}"
             elif row.state not in ("Suspended", "Pending"):
                 message = f"admitted ({row.state}): %trainjob_connect --attach {self.name}"
-        return JobStatus(self.name, self.namespace, self.runtime, state, message)
+        return JobStatus(self.name, self.namespace or "", self.runtime, state, message)
 
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):
