@@ -237,7 +237,7 @@ def test_trainer_pod_deleted_is_replaced(cluster, session) -> None:
             r = session.execute("echo on-new-pod")
             if r.pod != old:
                 break
-        except E.PodNotRunningError:
+        except (E.PodNotRunningError, E.PodGoneError):  # gone, or killed with the old pod
             pass
         time.sleep(0.2)
     assert r.stdout == "on-new-pod\n" and r.pod != old and session.pod == r.pod

@@ -51,6 +51,18 @@ class IdleReleasedError(PodNotRunningError):
     """The TrainJob ended itself after ``idle_timeout`` without a heartbeat; reconnect."""
 
 
+class PodGoneError(TrainJobError):
+    """The pod a command ran in was deleted, evicted or preempted while the command ran;
+    ``partial`` holds the output so far, ``pod`` the pod and ``cause`` what happened
+    (``deleted``, ``evicted``, ``preempted`` or ``stopped``)."""
+
+    def __init__(self, message: str, *, partial: Any = None, pod: str = "", cause: str = ""):
+        super().__init__(message)
+        self.partial = partial
+        self.pod = pod
+        self.cause = cause
+
+
 class CommandInterruptedError(TrainJobError):
     """KeyboardInterrupt during ``execute()``: the remote command was stopped (SIGINT, SIGTERM,
     SIGKILL); ``partial`` holds the output so far (a ``MultiExecResult`` for several pods),
@@ -115,7 +127,11 @@ class QueueUnavailableError(TrainJobError):
 
 
 class QueuedTimeoutError(ConnectTimeoutError):
-    """``connect``/``wait_ready`` timed out while the job was still waiting in its queue."""
+    """``connect``/``wait_ready`` timed out while the job was still waiting in its queue;
+    ``job`` and ``namespace`` name the TrainJob, which is left in place (it keeps its place)."""
+
+    job: str = ""
+    namespace: str = ""
 
 
 class SessionPreemptedError(TrainJobError):
@@ -153,6 +169,7 @@ __all__ = [
     "InvalidInputError",
     "NotFoundError",
     "PermissionDeniedError",
+    "PodGoneError",
     "PodNotRunningError",
     "QueueUnavailableError",
     "QueuedTimeoutError",

@@ -8,6 +8,7 @@ delegates the work to the rooms below it and holds no protocol code itself.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -22,6 +23,7 @@ from .errors import (
     IdleReleasedError,
     InvalidInputError,
     NotFoundError,
+    PodGoneError,
     PodNotRunningError,
     SessionClosedError,
     SessionPreemptedError,
@@ -43,7 +45,7 @@ from .result import ExecResult, JobStatus, MultiExecResult, PodRef, StopReport
 from .trainjob.idle import Heartbeat, idle_released_error
 from .trainjob.lifecycle import delete_trainjob, fetch_trainjob, wait_pods_gone, wait_trainjob_gone
 from .trainjob.readiness import OnStatus, eviction_baseline, wait_ready
-from .trainjob.status import job_status
+from .trainjob.status import after_pod_gone, job_status
 from .trainjob.targets import (
     TRAINER,
     TargetSpec,
@@ -60,6 +62,8 @@ from .trainjob.trainer_pod import TRAINER_CONTAINER, TrainerTarget, select_train
 from .validation import validate_exec, validate_max_memory_output, validate_timeout
 
 log = logging.getLogger(__name__)
+
+REPLACEMENT_WAIT = 120.0  # seconds a command waits for the trainer pod a job recreates
 
 
 def _bound(on_output: OnPodOutput | None, pod: str) -> Callable[[str, str], None] | None:
@@ -113,11 +117,12 @@ class TrainJobSession:
         self._spill = SpillDir(name)
         self._exec = ExecClient(api_client, spill_dir=self._spill)
         self._inflight = InFlight()
-        self._commands = CommandRunner(self._exec, namespace, self._inflight)
+        self._commands = CommandRunner(self._exec, namespace, self._inflight, api_client)
         self._lock = threading.Lock()
         self._close_lock = threading.Lock()
         self._closed = False
         self._preempted: SessionPreemptedError | None = None
+        self._disruption = ""  # the last pod deletion/eviction/preemption a command saw
         self._evictions = 0
         if queue and job_uid:
             self._evictions = eviction_baseline(api_client, namespace, job_uid)
@@ -279,9 +284,11 @@ class TrainJobSession:
                 return result
             try:
                 single = run_one(refs[0], functools.partial(_bound, on_output))
-            except (PodNotRunningError, ConnectionLostError) as exc:
+            except (PodNotRunningError, ConnectionLostError, PodGoneError) as exc:
                 if self.queue:
-                    self._check_preempted(exc.partial)
+                    self._check_preempted(exc.partial, pod=refs[0].name)
+                if isinstance(exc, PodGoneError):
+                    raise self._pod_gone(exc) from None
                 raise
             if self.queue and single.returncode != 0:
                 self._check_preempted(single)
@@ -334,7 +341,21 @@ class TrainJobSession:
         whole process tree gets SIGINT, then SIGTERM, then SIGKILL, about a second apart."""
         return self._commands.interrupt()
 
-    def _check_preempted(self, partial: Any) -> None:
+    def _pod_gone(self, exc: PodGoneError) -> PodGoneError:
+        """``exc`` with what the next command will do; remembered for :meth:`status`."""
+        try:
+            trainjob: dict[str, Any] | None = fetch_trainjob(
+                self.api_client, self.namespace, self.name
+            )
+        except NotFoundError:
+            trainjob = None
+        except TrainJobError:
+            trainjob = {}
+        message = f"{exc}; {after_pod_gone(self.name, trainjob)}"
+        self._disruption = f"{time.strftime('%H:%M:%S')}: {exc}"
+        return PodGoneError(message, partial=exc.partial, pod=exc.pod, cause=exc.cause)
+
+    def _check_preempted(self, partial: Any, pod: str | None = None) -> None:
         """Raise SessionPreemptedError (keeping ``partial``) if Kueue took the job away."""
         try:
             trainjob = fetch_trainjob(self.api_client, self.namespace, self.name)
@@ -352,8 +373,11 @@ class TrainJobSession:
             return
         if qs is None:
             return
-        err = SessionPreemptedError(preempted_message(self.name, qs), partial=partial, queue=qs)
+        err = SessionPreemptedError(
+            preempted_message(self.name, qs, pod=pod), partial=partial, queue=qs
+        )
         self._preempted = err
+        self._disruption = f"{time.strftime('%H:%M:%S')}: {err}"
         raise err
 
     def _list_pods(self) -> list[dict[str, Any]]:
@@ -369,6 +393,8 @@ class TrainJobSession:
                 (r for r in pod_refs(pods) if (r.role, r.index) == (ref.role, ref.index)), None
             )
             found = next((p for p in pods if slot and pod_name(p) == slot.name), None)
+        if ref.role == TRAINER and self._disruption and not (found and is_running(found)):
+            found = self._await_replacement(found)
         if found is not None and is_running(found):
             if ref.role == TRAINER:
                 with self._lock:
@@ -387,6 +413,24 @@ class TrainJobSession:
         raise PodNotRunningError(
             f"{what} of TrainJob {self.name} ({ref.name}) {state}; check "
             "session.status(), or close() the session and connect again"
+        )
+
+    def _await_replacement(self, found: dict[str, Any] | None) -> dict[str, Any] | None:
+        """After a disruption: wait (bounded) for the trainer pod the job recreates; raises
+        when the job ended instead (failed, deleted, finished)."""
+        if found is not None and pod_phase(found) in ("Succeeded", "Failed"):
+            return found
+        return wait_ready(
+            self.api_client,
+            self.namespace,
+            self.name,
+            self.target,
+            runtime=self.runtime,
+            timeout=REPLACEMENT_WAIT,
+            started=time.monotonic(),
+            on_status=None,
+            queue=None,
+            job_uid=None,
         )
 
     # -- idle release -----------------------------------------------------------------------
@@ -551,6 +595,8 @@ class TrainJobSession:
                 Visibility(self.api_client),
             )
             status = with_queue(status, qs)
+        if self._disruption:
+            status = dataclasses.replace(status, disruption=self._disruption)
         return status
 
     def wait_ready(self, timeout: float = 600.0, on_status: OnStatus | None = None) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine import CommandInterruptedError, CommandRun, MultiExecResult
+from ..engine import CommandInterruptedError, CommandRun, MultiExecResult, PodGoneError
 from .failures import TrainJobCellError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, check_var, chosen_session
@@ -120,7 +120,8 @@ def follow(run: CommandRun, pump: Pump, view: Any) -> tuple[Any, BaseException |
         return error.partial, TrainJobCellError(str(error), error.partial)  # type: ignore[attr-defined]
     except Exception as exc:
         partial = getattr(exc, "partial", None)
-        _finish(view, partial, type(exc).__name__)
+        cause = getattr(exc, "cause", "") if isinstance(exc, PodGoneError) else ""
+        _finish(view, partial, f"pod {cause}" if cause else type(exc).__name__)
         if isinstance(exc, CommandInterruptedError):
             return partial, TrainJobCellError(str(exc), partial)
         return partial, as_one_line(exc)

@@ -7,10 +7,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..engine import NotFoundError, SessionClosedError
+from ..engine import NotFoundError, QueuedTimeoutError, SessionClosedError
 from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, cluster_settings, parse_env
+from .queued import QueuedJob, queued_message
 from .registry import session_name
 from .sessions import render_status
 from .worker import Pump
@@ -62,8 +63,12 @@ def connect(host: MagicsHost, args: Any) -> None:
     """Reuse a live session with the same settings, else connect and register a new one."""
     settings = connect_settings(host, args)
     alias = args.alias or args.attach or args.name or "default"
+    queued = _queued_entry(host, alias, args.attach, settings)
+    if queued is not None:  # wait again for the TrainJob whose connect timed out in its queue
+        alias = queued.alias
+        settings = {**queued.settings, "attach": queued.session.name, "runtime": None}
     existing = host.registry.find(alias)
-    if existing is not None:
+    if existing is not None and queued is None:
         if is_live(existing.session):
             if existing.settings == settings and not args.replace:
                 print(
@@ -81,13 +86,40 @@ def connect(host: MagicsHost, args: Any) -> None:
         else:
             host.registry.remove(alias)
     timeout = args.timeout if args.timeout is not None else host.settings.connect_timeout
-    session = run_connect(host, settings, timeout)
-    host.registry.add(alias, session, settings)
+    try:
+        session = run_connect(host, settings, timeout)
+    except StillQueued as still:
+        if queued is None:
+            host.registry.add(alias, still.job, settings)
+        raise TrainJobMagicError(str(still)) from None
+    host.registry.add(alias, session, queued.settings if queued is not None else settings)
     print(
         f"Session {alias!r} ready: TrainJob {session_name(session)} in namespace "
         f"{session.namespace}, trainer pod {session.pod}. "
         "Run commands in %%trainjob cells."
     )
+
+
+class StillQueued(Exception):
+    """The connect timed out while the TrainJob waits in its queue; ``job`` stands for it."""
+
+    def __init__(self, message: str, job: QueuedJob) -> None:
+        super().__init__(message)
+        self.job = job
+
+
+def _queued_entry(
+    host: MagicsHost, alias: str, attach: str | None, settings: dict[str, Any]
+) -> Any:
+    """The registry entry of a queued TrainJob this connect waits for again: ``--attach
+    NAME`` of a queued TrainJob, or the same connect line re-run."""
+    for entry in host.registry.entries():
+        if not isinstance(entry.session, QueuedJob):
+            continue
+        same_line = entry.alias == alias and entry.settings == settings
+        if (entry.session.name == attach) if attach else same_line:
+            return entry
+    return None
 
 
 def connect_settings(host: MagicsHost, args: Any) -> dict[str, Any]:
@@ -162,6 +194,12 @@ def run_connect(host: MagicsHost, settings: dict[str, Any], timeout: float) -> A
         raise TrainJobMagicError(
             interrupt_message(settings, job_name, seen.get("status"), deleted)
         ) from None
+    except QueuedTimeoutError as exc:
+        view.finish(None)
+        name = exc.job or settings["attach"] or job_name or "NAME"
+        namespace = exc.namespace or settings["namespace"]
+        job = QueuedJob(host, name, namespace, settings["runtime"] or "", common)
+        raise StillQueued(queued_message(exc, name), job) from None
     except Exception as exc:
         view.finish(None)
         raise as_one_line(exc) from None

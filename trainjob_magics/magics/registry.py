@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import threading
 import weakref
 from collections.abc import Callable
@@ -162,10 +163,24 @@ def close_all_registries(
                     report(rep.line())
 
 
+class _NoWaitWarnings(logging.Filter):
+    """At interpreter exit the TrainJobs are deleted (that is what is reported); how waiting
+    for their pods went is no news then, and the process may be tearing down its sockets."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "is being deleted but" not in str(record.msg)
+
+
 def _at_exit() -> None:
     import sys
 
-    close_all_registries(report=lambda line: print(line, file=sys.stderr))
+    quiet = _NoWaitWarnings()
+    session_log = logging.getLogger("trainjob_magics.engine.session")
+    session_log.addFilter(quiet)
+    try:
+        close_all_registries(report=lambda line: print(line, file=sys.stderr))
+    finally:
+        session_log.removeFilter(quiet)
 
 
 atexit.register(_at_exit)

@@ -125,8 +125,11 @@ def close(host: MagicsHost, args: Any) -> None:
         raise TrainJobUsageError("give either an ALIAS or --all, not both")
     timeout = args.timeout if args.timeout is not None else host.settings.close_timeout
     if alias and host.registry.find(alias) is None:
-        _close_by_name(host, args, alias, timeout)
-        return
+        named = [e for e in host.registry.entries() if session_name(e.session) == alias]
+        if not named:
+            _close_by_name(host, args, alias, timeout)
+            return
+        alias = named[0].alias  # %trainjob_close TRAINJOB-NAME of a session of this kernel
     if args.all or (alias is None and not host.registry.entries()):
         reports = host.registry.close_all(timeout=timeout)
         if not reports:

@@ -38,7 +38,7 @@ class Faults:
         self._delays: list[tuple[re.Pattern[str], float]] = []
         self._drops: list[tuple[re.Pattern[str], int]] = []
         self._denies: list[tuple[str, str, str]] = []  # (token, verb, resource)
-        self._pod_failer: Callable[[str, str, int, str], None] | None = None
+        self._pod_failer: Callable[..., None] | None = None
         self.request_count = 0
 
     # -- requests --------------------------------------------------------------------------
@@ -110,7 +110,20 @@ class Faults:
             raise RuntimeError("the local cluster is not running")
         self._pod_failer(namespace, name, exit_code, reason)
 
-    def set_pod_failer(self, fn: Callable[[str, str, int, str], None] | None) -> None:
+    def evict_pod(
+        self,
+        namespace: str,
+        name: str,
+        message: str = "The node was low on resource: memory. Threshold quantity: 100Mi, "
+        "available: 64Mi. ",
+    ) -> None:
+        """Evict a pod as the kubelet's eviction manager does under node pressure: its
+        processes are killed, it turns Failed with reason ``Evicted`` and ``message``."""
+        if self._pod_failer is None:
+            raise RuntimeError("the local cluster is not running")
+        self._pod_failer(namespace, name, 137, "Evicted", message)
+
+    def set_pod_failer(self, fn: Callable[..., None] | None) -> None:
         self._pod_failer = fn
 
     # -- exec ------------------------------------------------------------------------------

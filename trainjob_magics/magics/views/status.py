@@ -40,6 +40,11 @@ def render_status_html(
         msg += f'<div class="tjm-queue" style="color:#555">{e(kueue)}</div>'
     if getattr(status, "problem", ""):
         msg += f'<div class="tjm-problem" style="color:#a66300">Waiting: {e(status.problem)}</div>'
+    if getattr(status, "disruption", ""):
+        msg += (
+            '<div class="tjm-disruption" style="color:#a66300">'
+            f"Last disruption: {e(status.disruption)}</div>"
+        )
     pods = list(status.pods or [])
     if not pods:
         return (

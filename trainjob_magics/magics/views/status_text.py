@@ -97,6 +97,8 @@ def format_status(status: Any, now: datetime | None = None, elapsed: float | Non
         out.append(f"  {kueue}")
     if getattr(status, "problem", ""):
         out.append(f"  Waiting: {status.problem}")
+    if getattr(status, "disruption", ""):
+        out.append(f"  Last disruption: {status.disruption}")
     pods = list(status.pods or [])
     if pods:
         out.append(table(POD_COLUMNS, pod_rows(pods, now), indent="  "))
