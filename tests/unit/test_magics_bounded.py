@@ -99,11 +99,12 @@ def test_text_view_keeps_a_bounded_tail() -> None:
     view = TextOutputView(max_lines=100, stdout=out, stderr=out, interval=0)
     for i in range(200):
         view.write("stdout", "".join(f"line {i}-{j}\n" for j in range(1000)))
-    assert len(view.tail) <= 10 and len(view.buffer.lines) <= 1
+    assert len(view.buffer.lines) == 10 and len(view.buffer._blocks) <= 2
     view.output_path = "/tmp/spill.out"
     view.finish("exit code 0")
     text = out.getvalue()
     assert "line 199-999\n" in text and "stored in the file /tmp/spill.out" in text
+    assert "[… 199,890 lines hidden;" in text  # 200,000 lines: 100 shown live, 10 in the tail
 
 
 def test_prefixed_view_bounds_a_line_without_newline() -> None:

@@ -32,10 +32,11 @@ class Clock:
 
 def test_buffer_lines_and_partials() -> None:
     b = ScreenBuffer()
-    assert b.feed("stdout", "a\nb") == [("stdout", "a")]
-    assert b.feed("stdout", "c\n") == [("stdout", "bc")]
+    assert b.feed("stdout", "a\nb", want=5) == [("stdout", "a")]
+    assert b.feed("stdout", "c\n", want=5) == [("stdout", "bc")]
+    assert b.feed("stdout", "d\n") == []  # nothing asked for: nothing split
     b.feed("stderr", "warn")
-    assert b.view() == [("stdout", "a"), ("stdout", "bc"), ("stderr", "warn")]
+    assert b.view() == [("stdout", "a"), ("stdout", "bc"), ("stdout", "d"), ("stderr", "warn")]
 
 
 def test_carriage_return_overwrites_like_a_terminal() -> None:

@@ -92,8 +92,12 @@ class Pump:
         fn: Callable[[Callable[..., None]], Any],
         handle: Callable[..., None],
         tick: Callable[[], None] = lambda: None,
+        merge: Callable[[list[tuple[Any, ...]]], list[tuple[Any, ...]]] | None = None,
     ) -> Any:
-        """Run ``fn`` and pump its events into ``handle`` until it returns."""
+        """Run ``fn`` and pump its events into ``handle`` until it returns.
+
+        ``merge`` may combine the events taken at once (in order) before they are handled.
+        """
 
         def work() -> None:
             try:
@@ -110,7 +114,8 @@ class Pump:
         try:
             while True:
                 finished = self.done.is_set()  # read before taking: nothing can follow it
-                for event in self._take():
+                events = self._take()
+                for event in merge(events) if merge is not None and events else events:
                     handle(*event)
                 tick()
                 if finished and not self._events:
@@ -132,3 +137,21 @@ class Pump:
             self._pending = 0
             self._cond.notify_all()
         return events
+
+
+def join_text(events: list[tuple[Any, ...]], kind: str = "out") -> list[tuple[Any, ...]]:
+    """Join runs of ``(kind, ..., text)`` events that differ only in their text (same pod and
+    stream): one event per run, the order kept, so a view works on whole batches of output."""
+    out: list[tuple[Any, ...]] = []
+    run: list[str] = []
+    for event in events:
+        if run and event[0] == kind and event[:-1] == out[-1][:-1]:
+            run.append(event[-1])
+            continue
+        if len(run) > 1:
+            out[-1] = (*out[-1][:-1], "".join(run))
+        run = [event[-1]] if event[0] == kind else []
+        out.append(event)
+    if len(run) > 1:
+        out[-1] = (*out[-1][:-1], "".join(run))
+    return out
