@@ -12,8 +12,8 @@ cell (`/proc/PID/clear_refs`) and read after it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
-import queue
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,7 +142,7 @@ def kernel() -> Iterator[KernelDriver]:
 def _max_gap(times: list[float], start: float, end: float) -> float:
     """Longest time without a display message between start and end."""
     points = [start, *[t for t in times if start <= t <= end], end]
-    return max(b - a for a, b in zip(points, points[1:], strict=False))
+    return max(b - a for a, b in itertools.pairwise(points))
 
 
 def _mbps(nbytes: int, st: Stats) -> str:

@@ -51,17 +51,13 @@ class _Line:
 
     def write(self, s: str) -> None:
         """Write ``s`` (no ``\\r`` in it) at the cursor."""
-        room = self.max_chars - self.cursor
-        if room <= 0:
-            self.overflow = max(self.overflow, self.cursor + len(s) - self.max_chars)
-            self.cursor += len(s)
-            return
-        if len(s) > room:
-            self.overflow = max(self.overflow, self.cursor + len(s) - self.max_chars)
-            s = s[:room]
-        end = self.cursor + len(s)
-        self.text = self.text[: self.cursor] + s + self.text[end:]
-        self.cursor += len(s)
+        end = self.cursor + len(s)  # the cursor also moves past the cap: what is cut counts
+        if end > self.max_chars:
+            self.overflow = max(self.overflow, end - self.max_chars)
+        if self.cursor < self.max_chars:
+            s = s[: self.max_chars - self.cursor]
+            self.text = self.text[: self.cursor] + s + self.text[self.cursor + len(s) :]
+        self.cursor = end
 
     def feed(self, s: str) -> None:
         """Write ``s``; each ``\\r`` in it returns to column 0 first."""
