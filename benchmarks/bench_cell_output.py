@@ -115,6 +115,12 @@ class KernelDriver:
     def peak_mb(self) -> float:
         return vm_hwm_kb(self.pid) / 1024
 
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             self.kc.stop_channels()
@@ -166,15 +172,18 @@ def run(ctx: Context) -> list[Row]:
     peaks: dict[str, list[float]] = {k: [] for k in kinds}
     rates: dict[str, list[float]] = {k: [] for k in kinds}
     gaps: dict[str, list[float]] = {k: [] for k in kinds}
+    starts: dict[str, list[float]] = {k: [] for k in kinds}
     load0 = os.getloadavg()[0]
     with kernel() as k:
         k.run(SETUP.format(kubeconfig=ctx.kubeconfig))
+        idle = k.rss_mb()
         for code in kinds.values():  # warm-up at a small size
             k.run(code.replace(str(nbytes), str(1 << 16)), "_bench_ok")
         can_reset = k.reset_peak()
         for _ in range(reps):
             for kind, code in kinds.items():
                 k.reset_peak()
+                starts[kind].append(k.rss_mb())
                 got = k.run(code, "_bench_dt", "_bench_ok")
                 if got["_bench_ok"] != "True":
                     raise AssertionError(f"{kind}: wrong exit code or byte count")
@@ -219,7 +228,9 @@ def run(ctx: Context) -> list[Row]:
         Row(
             f"Cell output: peak kernel RSS while {size} streams through `%%trainjob` (n={reps})",
             rss + ("" if can_reset else " (VmHWM not resettable: peak of the whole kernel)"),
-            f"`session.execute`: {med_range(Stats(peaks['engine']), lambda v: f'{v:.0f} MB')}",
+            f"`session.execute`: {med_range(Stats(peaks['engine']), lambda v: f'{v:.0f} MB')}; "
+            f"idle kernel after connect {idle:.0f} MB; RSS when a cell started "
+            f"{min(map(min, starts.values())):.0f}-{max(map(max, starts.values())):.0f} MB",
             "-",
             f"<= {GOAL_RSS_MB} MB",
             yes_no(worst <= GOAL_RSS_MB),
