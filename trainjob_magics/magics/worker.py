@@ -13,8 +13,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-MAX_PENDING = 1 << 20  # characters of text (1 per other event) waiting for the cell's thread
+MAX_PENDING = 4 << 20  # characters of text (1 per other event) waiting for the cell's thread
 WAIT_SLICE = 0.1  # seconds a blocked emit waits before checking for cancellation again
+GATHER = 0.005  # seconds the cell's thread lets merged events gather after handling a batch
 
 
 def _weight(event: tuple[Any, ...]) -> int:
@@ -96,7 +97,8 @@ class Pump:
     ) -> Any:
         """Run ``fn`` and pump its events into ``handle`` until it returns.
 
-        ``merge`` may combine the events taken at once (in order) before they are handled.
+        ``merge`` may combine the events taken at once (in order) before they are handled; the
+        events then gather for ``GATHER`` seconds after each batch.
         """
 
         def work() -> None:
@@ -120,6 +122,8 @@ class Pump:
                 tick()
                 if finished and not self._events:
                     break
+                if merge is not None and events and not finished:
+                    self.done.wait(GATHER)  # let the next batch build up: fewer, larger ones
         except BaseException:
             self.cancel()  # nobody takes events any more: never leave the worker waiting
             raise
