@@ -13,9 +13,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-MAX_PENDING = 4 << 20  # characters of text (1 per other event) waiting for the cell's thread
+MAX_PENDING = 2 << 20  # characters of text (1 per other event) waiting for the cell's thread
 WAIT_SLICE = 0.1  # seconds a blocked emit waits before checking for cancellation again
-GATHER = 0.005  # seconds the cell's thread lets merged events gather after handling a batch
+GATHER = 0.003  # seconds the cell's thread lets merged events gather after handling a batch
 
 
 def _weight(event: tuple[Any, ...]) -> int:
