@@ -14,7 +14,7 @@ from .failures import TrainJobCellError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, check_var, chosen_session
 from .views.text import NullOutputView, footer_text
-from .worker import Pump
+from .worker import Pump, join_text
 
 
 class QuietPodsView:
@@ -112,7 +112,7 @@ def follow(run: CommandRun, pump: Pump, view: Any) -> tuple[Any, BaseException |
             view.pod_done(pod, *rest)
 
     try:
-        result = pump.run(lambda emit: run.result(), handle, view.tick)
+        result = pump.run(lambda emit: run.result(), handle, view.tick, join_text)
     except KeyboardInterrupt:
         pump.cancel()
         error: BaseException = run.interrupt()
