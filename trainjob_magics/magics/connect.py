@@ -7,12 +7,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..engine import NotFoundError, SessionClosedError
+from ..engine import ConnectTimeoutError, NotFoundError, QueuedTimeoutError, SessionClosedError
 from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, cluster_settings, parse_env
 from .registry import session_name
 from .sessions import render_status
+from .views.status_text import duration_seconds
 from .worker import Pump
 
 # Options that create something new; --attach takes the existing TrainJob as it is.
@@ -81,12 +82,20 @@ def connect(host: MagicsHost, args: Any) -> None:
         else:
             host.registry.remove(alias)
     timeout = args.timeout if args.timeout is not None else host.settings.connect_timeout
-    session = run_connect(host, settings, timeout)
-    host.registry.add(alias, session, settings)
-    print(
+    session, view = run_connect(host, settings, timeout, alias)
+    entry = host.registry.add(alias, session, settings)
+    widget = getattr(view, "widget_view", None)
+    entry.status_widget = widget
+    entry.watch(widget)
+    if not getattr(view, "widgets", False):  # the widget says it; text front ends get a line
+        print(ready_line(alias, session))
+
+
+def ready_line(alias: str, session: Any) -> str:
+    """``Session 'a' ready: TrainJob x in namespace ns, trainer pod p. Run ...``."""
+    return (
         f"Session {alias!r} ready: TrainJob {session_name(session)} in namespace "
-        f"{session.namespace}, trainer pod {session.pod}. "
-        "Run commands in %%trainjob cells."
+        f"{session.namespace}, trainer pod {session.pod}. Run commands in %%trainjob cells."
     )
 
 
@@ -131,9 +140,15 @@ def connect_settings(host: MagicsHost, args: Any) -> dict[str, Any]:
     }
 
 
-def run_connect(host: MagicsHost, settings: dict[str, Any], timeout: float) -> Any:
-    """connect()/attach() in a worker thread with the live status shown here; the session."""
-    view = host.views.connect_status(host.use_widgets())
+def run_connect(
+    host: MagicsHost, settings: dict[str, Any], timeout: float, alias: str = "default"
+) -> tuple[Any, Any]:
+    """connect()/attach() in a worker thread with the live status shown here; the session and
+    its status view. An interrupted, timed-out or failed connect leaves the view frozen in
+    that final state."""
+    view = host.views.connect_status(
+        host.use_widgets(), max_runtime=duration_seconds(settings.get("max_runtime"))
+    )
     seen: dict[str, Any] = {}
     common = {k: settings[k] for k in ("namespace", "context", "config_file")}
     common["timeout"] = timeout
@@ -157,20 +172,20 @@ def run_connect(host: MagicsHost, settings: dict[str, Any], timeout: float) -> A
         session = pump.run(work, handle, view.tick)
     except KeyboardInterrupt:
         pump.cancel()
-        view.finish(None)
         deleted = abandon_connect(host, pump, settings, job_name)
-        raise TrainJobMagicError(
-            interrupt_message(settings, job_name, seen.get("status"), deleted)
-        ) from None
+        message = interrupt_message(settings, job_name, seen.get("status"), deleted)
+        view.final("Interrupted", message.removeprefix("interrupted: "))
+        raise TrainJobMagicError(message) from None
     except Exception as exc:
-        view.finish(None)
+        timed_out = isinstance(exc, (ConnectTimeoutError, QueuedTimeoutError))
+        view.final("Timed out" if timed_out else "Failed", " ".join(str(exc).split()))
         raise as_one_line(exc) from None
     try:
         final = session.status()
     except Exception:
         final = seen.get("status")
-    view.finish(final, refresh=session.status)
-    return session
+    view.finish(final, refresh=session.status, note=ready_line(alias, session))
+    return session, view
 
 
 def abandon_connect(
