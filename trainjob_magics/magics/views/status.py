@@ -16,6 +16,7 @@ from typing import Any
 from .status_text import (
     POD_COLUMNS,
     POD_TABLE_LIMIT,
+    ended_pods_line,
     format_seconds,
     format_status,
     pod_rows,
@@ -91,7 +92,13 @@ def render_status_html(
     if note:
         msg += f'<div class="tjm-note" style="{MUTED_STYLE}">{e(note)}</div>'
     pods = list(status.pods or [])
-    body = _pod_table(pods, now) if pods else f'<div style="{NOTE_STYLE}">(no pods yet)</div>'
+    if state and pods:  # the session ended: the last pod phases are no longer true
+        line = e(ended_pods_line(pods))
+        body = f'<div class="tjm-pods-ended" style="{NOTE_STYLE}">{line}</div>'
+    elif pods:
+        body = _pod_table(pods, now)
+    else:
+        body = f'<div style="{NOTE_STYLE}">(no pods yet)</div>'
     return f'<div class="tjm-status" style="{COMPACT_STYLE}">{head}{msg}{body}</div>'
 
 

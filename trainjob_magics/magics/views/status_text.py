@@ -187,13 +187,21 @@ def format_status(
     if note:
         out.append(f"  {note}")
     pods = list(status.pods or [])
-    if pods:
+    if state and pods:
+        out.append(f"  {ended_pods_line(pods)}")
+    elif pods:
         if len(pods) > POD_TABLE_LIMIT:
             out.append(f"  {pods_summary(pods)}")
         out.append(table(POD_COLUMNS, pod_rows(pods, now), indent="  "))
     else:
         out.append("  (no pods yet)")
     return "\n".join(out)
+
+
+def ended_pods_line(pods: list[Any]) -> str:
+    """``(4 pods; not followed after the session ended)``."""
+    n = len(pods)
+    return f"({n} pod{'s' if n != 1 else ''}; not followed after the session ended)"
 
 
 def pods_summary(pods: Iterable[Any]) -> str:
