@@ -82,10 +82,10 @@ class PodGroup:
     def title(self) -> str:
         """``✗ node-7 · exit 3`` or ``✓ 31 pods: identical output (node-0, …) · exit 0``."""
         m = self.first
-        who = m.label if len(self.members) == 1 else f"{len(self.members)} pods: identical output"
-        parts = [f"{m.mark} {who}", m.code]
+        who = m.label
         if len(self.members) > 1:
-            parts.insert(1, f"({self.names()})")
+            who = f"{len(self.members)} pods: identical output ({self.names()})"
+        parts = [f"{m.mark} {who}", "" if m.code == "ended" else m.code]
         d = self.duration()
         if d:
             parts.append(d)

@@ -167,6 +167,7 @@ class MultiPodWidgetView:
         self.duration: dict[str, float | None] = {pod: None for pod in self.views}
         self._renders = -1
         self._chose_failed = False
+        self._outcomes = False
         self.overview = w.HTML(value="")
         self.overview.add_class("trainjob-pod-summary")
         self.tabs: Any = None
@@ -246,8 +247,13 @@ class MultiPodWidgetView:
         if pod in self.views:
             self.shown.children = [self.views[pod].widget]
 
+    @property
+    def has_outcomes(self) -> bool:
+        """True once a pod finished with an outcome (a command; logs have none)."""
+        return self._outcomes
+
     def _render_overview(self) -> None:
-        self.overview.value = summary_html(self.outcomes())
+        self.overview.value = summary_html(self.outcomes()) if self.has_outcomes else ""
 
     # ------------------------------------------------------------ events
 
@@ -270,6 +276,7 @@ class MultiPodWidgetView:
     def pod_done(self, pod: str, result: Any, error: BaseException | None) -> None:
         """Final render of one pod: footer, mark, summary row; the first failed pod is shown."""
         mark, code = outcome_of(result, error)
+        self._outcomes = True
         self.state[pod], self.code[pod] = mark, code
         self.duration[pod] = getattr(result, "duration", None)
         view = self.views[pod]
@@ -288,6 +295,7 @@ class MultiPodWidgetView:
             view._render()
             if self.state[pod] == RUNNING:
                 self.state[pod], self.code[pod] = ENDED, "interrupted" if interrupted else "ended"
+        self._outcomes = self._outcomes or interrupted
         self._set_titles()
         self._render_overview()
         style = OK_STYLE if ok else FAIL_STYLE
@@ -309,7 +317,7 @@ class MultiPodWidgetView:
         outcomes = self.outcomes()
         groups = group_outcomes(outcomes)
         short = sum(len(g.first.lines) for g in groups) <= 40
-        parts = [summary_html(outcomes)]
+        parts = [summary_html(outcomes)] if self.has_outcomes else []
         for g in groups:
             pod = g.first.pod
             view = self.views[pod]
@@ -330,7 +338,7 @@ class MultiPodWidgetView:
 
     def text(self, summary: str = "") -> str:
         """Plain-text fallback: the per-pod summary, then every pod's lines, prefixed."""
-        lines = [summary_text(self.outcomes())]
+        lines = [summary_text(self.outcomes())] if self.has_outcomes else []
         for pod, view in self.views.items():
             body = view.text()
             prefix = f"[{self.labels[pod]}] "
