@@ -210,12 +210,18 @@ def test_final_state_freezes_with_the_wall_clock_elapsed(published: list[dict[st
     w.final("Deleted", "TrainJob j deleted; session 'default' closed.")
     bundle = last_bundle(published)
     assert set(bundle) == {"text/html", "text/plain"}
-    assert "Deleted" in bundle["text/html"] and "Running" not in bundle["text/html"]
-    assert "elapsed 2m05s" in bundle["text/html"]  # 5 s at the snapshot + 120 s since
-    assert "TrainJob j deleted" in bundle["text/plain"] and "Running" not in bundle["text/plain"]
+    page, text = bundle["text/html"], bundle["text/plain"]
+    # the headline says Deleted; the pods' last phases only under "as last seen", folded
+    head, folded = page.split("<details", 1)
+    assert "Deleted" in head and "Running" not in head
+    assert "2 pods as last seen, before the session ended" in folded
+    assert "elapsed 2m05s" in head  # 5 s at the snapshot + 120 s since
+    head_text, _table = text.split("2 pods as last seen", 1)
+    assert "Deleted" in head_text and "Running" not in head_text
+    assert "TrainJob j deleted" in head_text
     assert w.button.layout.display == "none"
     w.update(_status(2))  # a late snapshot does not bring "Running" back
-    assert "Running" not in w.html.value
+    assert "Running" not in w.html.value.split("<details", 1)[0]
 
 
 def test_interrupted_queued_connect_does_not_stay_queued(

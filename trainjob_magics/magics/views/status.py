@@ -40,7 +40,9 @@ from .styles import (
 COMPACT_CELL = CELL_STYLE + ";line-height:1.35"
 
 
-def _pod_table(pods: list[Any], now: datetime | None) -> str:
+def _pod_table(pods: list[Any], now: datetime | None, fold: str = "") -> str:
+    """The pod table; folded under one line beyond ``POD_TABLE_LIMIT`` pods or under
+    ``fold`` (the session ended: the phases are the last ones seen)."""
     e = html.escape
     th = "".join(f'<th style="{COMPACT_CELL}">{c.title()}</th>' for c in POD_COLUMNS)
     rows = []
@@ -51,11 +53,13 @@ def _pod_table(pods: list[Any], now: datetime | None) -> str:
         f'<table class="tjm-pods" style="{TABLE_STYLE}"><thead><tr>{th}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
-    if len(pods) <= POD_TABLE_LIMIT:
+    if not fold and len(pods) <= POD_TABLE_LIMIT:
         return table
-    return (  # many pods: one summary line, the table on demand
+    line = fold or pods_summary(pods)  # one line, the table on demand
+    style = NOTE_STYLE if fold else ""
+    return (
         f'<details class="tjm-pods-fold"><summary class="tjm-pods-summary" '
-        f'style="cursor:pointer">{e(pods_summary(pods))}</summary>{table}</details>'
+        f'style="cursor:pointer;{style}">{e(line)}</summary>{table}</details>'
     )
 
 
@@ -85,16 +89,15 @@ def render_status_html(
     if message:
         msg += f'<div class="tjm-message" style="{MUTED_STYLE}">{e(message)}</div>'
     kueue = queue_line(status)
-    if kueue and not state:
+    if kueue:
         msg += f'<div class="tjm-queue" style="{MUTED_STYLE}">{e(kueue)}</div>'
     if getattr(status, "problem", "") and not state:
         msg += f'<div class="tjm-problem" style="{WARN_STYLE}">Waiting: {e(status.problem)}</div>'
     if note:
         msg += f'<div class="tjm-note" style="{MUTED_STYLE}">{e(note)}</div>'
     pods = list(status.pods or [])
-    if state and pods:  # the session ended: the last pod phases are no longer true
-        line = e(ended_pods_line(pods))
-        body = f'<div class="tjm-pods-ended" style="{NOTE_STYLE}">{line}</div>'
+    if state and pods:  # the session ended: the pods as last seen, folded and said so
+        body = _pod_table(pods, now, fold=ended_pods_line(pods))
     elif pods:
         body = _pod_table(pods, now)
     else:

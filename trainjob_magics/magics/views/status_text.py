@@ -180,17 +180,17 @@ def format_status(
     if message:
         out.append(f"  {message}")
     kueue = queue_line(status)
-    if kueue and not state:
+    if kueue:
         out.append(f"  {kueue}")
     if getattr(status, "problem", "") and not state:
         out.append(f"  Waiting: {status.problem}")
     if note:
         out.append(f"  {note}")
     pods = list(status.pods or [])
-    if state and pods:
-        out.append(f"  {ended_pods_line(pods)}")
-    elif pods:
-        if len(pods) > POD_TABLE_LIMIT:
+    if pods:
+        if state:
+            out.append(f"  {ended_pods_line(pods)}:")
+        elif len(pods) > POD_TABLE_LIMIT:
             out.append(f"  {pods_summary(pods)}")
         out.append(table(POD_COLUMNS, pod_rows(pods, now), indent="  "))
     else:
@@ -199,9 +199,9 @@ def format_status(
 
 
 def ended_pods_line(pods: list[Any]) -> str:
-    """``(4 pods; not followed after the session ended)``."""
+    """``4 pods as last seen, before the session ended``."""
     n = len(pods)
-    return f"({n} pod{'s' if n != 1 else ''}; not followed after the session ended)"
+    return f"{n} pod{'s' if n != 1 else ''} as last seen, before the session ended"
 
 
 def pods_summary(pods: Iterable[Any]) -> str:
