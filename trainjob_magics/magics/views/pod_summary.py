@@ -111,7 +111,7 @@ def group_outcomes(outcomes: Sequence[PodOutcome]) -> list[PodGroup]:
     """Groups of identical output and outcome, failed groups first, then the largest."""
     groups: dict[tuple[Any, ...], PodGroup] = {}
     for o in outcomes:
-        key = (o.mark, o.code, o.lines, o.hidden) if o.mark != RUNNING else (o.pod,)
+        key = (o.mark, o.code, o.lines, o.hidden)  # running pods too: regrouped as they go
         groups.setdefault(key, PodGroup()).members.append(o)
     return sorted(groups.values(), key=lambda g: (_order(g.first), -len(g.members)))
 
@@ -163,7 +163,7 @@ def summary_html(outcomes: Sequence[PodOutcome]) -> str:
             f'<div class="{cls}" style="{style}">'
             f'<span class="tjm-pod-mark" style="{mark_style};flex:none;width:1.2em">'
             f"{e(mark)}</span>"
-            f'<span class="tjm-pod-name" style="flex:none;max-width:40%;overflow:hidden;'
+            f'<span class="tjm-pod-name" style="flex:none;max-width:55%;overflow:hidden;'
             f'text-overflow:ellipsis">{e(who)}</span>'
             f'<span class="tjm-pod-code" style="flex:none">{e(code)}</span>'
             f'<span class="tjm-pod-duration" style="{MUTED_STYLE};flex:none">{e(dur)}</span>'

@@ -37,7 +37,7 @@ from .styles import (
     state_badge,
 )
 
-COMPACT_CELL = CELL_STYLE + ";line-height:1.35"
+COMPACT_CELL = CELL_STYLE + ";padding-top:0;padding-bottom:0;line-height:1.35"
 
 
 def _pod_table(pods: list[Any], now: datetime | None, fold: str = "") -> str:
@@ -49,9 +49,10 @@ def _pod_table(pods: list[Any], now: datetime | None, fold: str = "") -> str:
     for row in pod_rows(pods, now):
         cells = "".join(f'<td style="{COMPACT_CELL}">{e(c)}</td>' for c in row)
         rows.append(f"<tr>{cells}</tr>")
-    table = (
+    table = (  # scrolls sideways in a narrow window instead of being cut off
+        f'<div class="tjm-pods-scroll" style="overflow-x:auto;max-width:100%">'
         f'<table class="tjm-pods" style="{TABLE_STYLE}"><thead><tr>{th}</tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
     if not fold and len(pods) <= POD_TABLE_LIMIT:
         return table
@@ -85,7 +86,7 @@ def render_status_html(
         f' · <span class="tjm-elapsed">elapsed {format_seconds(el)}</span>{limit_html}</div>'
     )
     msg = ""
-    message = status_message(status)
+    message = "" if state else status_message(status)  # e.g. "... is running": no longer true
     if message:
         msg += f'<div class="tjm-message" style="{MUTED_STYLE}">{e(message)}</div>'
     kueue = queue_line(status)

@@ -176,7 +176,7 @@ def format_status(
     """Headline, message, Kueue line and pod table of a ``JobStatus`` (``state``: a final
     state shown instead of the job's; ``note``: one more line, e.g. what was deleted)."""
     out = [status_headline(status, elapsed, max_runtime, state)]
-    message = status_message(status)
+    message = "" if state else status_message(status)  # no longer true once it ended
     if message:
         out.append(f"  {message}")
     kueue = queue_line(status)
