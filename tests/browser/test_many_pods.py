@@ -10,6 +10,7 @@ from typing import Any
 import nbformat
 import pytest
 
+from tests.browser.conftest import NotebookPage
 from trainjob_magics.localcluster import LocalCluster
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
@@ -67,19 +68,35 @@ _SELECTED_FAILED = """() => {
 }"""
 
 
+class Notebook7Page(NotebookPage):
+    """The same notebook in Notebook 7 (its /notebooks page; the cells are JupyterLab's)."""
+
+    def open(self) -> NotebookPage:
+        self.page.goto(f"{self.lab.url}/notebooks/{self.notebook}?token={self.lab.token}")
+        self.page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").first.wait_for()
+        self.lab.wait_kernel_ready(self.notebook)
+        return self
+
+
 def _fits(locator: Any) -> None:
     box = locator.evaluate(_OVERFLOW)
     assert box["scroll"] <= 1 and box["right"] <= box["width"], box
 
 
+@pytest.mark.parametrize("front_end", ["jupyterlab", "notebook7"])
 def test_32_pods_one_failing_in_a_900px_window(
+    front_end: str,
     tmp_path: Path,
     big_cluster: LocalCluster,
     jupyterlab_factory: Any,
     open_notebook: Any,
+    browser_page: Any,
     screenshot_path: Any,
     capsys: Any,
 ) -> None:
+    def shot(label: str) -> Path:
+        return screenshot_path(f"many_pods-{front_end}", label)
+
     root = tmp_path / "root"
     root.mkdir()
     go = tmp_path / "go"
@@ -88,7 +105,10 @@ def test_32_pods_one_failing_in_a_900px_window(
     page = None
     shots: list[Path] = []
     try:
-        nbp = open_notebook(lab, "many.ipynb")
+        if front_end == "notebook7":
+            nbp = Notebook7Page(lab, browser_page, "many.ipynb").open()
+        else:
+            nbp = open_notebook(lab, "many.ipynb")
         page = nbp.page
         page.set_viewport_size({"width": 900, "height": 1000})
         cells = nbp.cells()
@@ -108,7 +128,7 @@ def test_32_pods_one_failing_in_a_900px_window(
             "() => document.querySelectorAll('.trainjob-multipod-output .tjm-pod-row').length == 2"
         )
         assert f"{PODS - 1} pods: identical output" in rows.nth(1).inner_text()
-        shots.append(nbp.screenshot_cell(3, screenshot_path("many_pods", "live-failed-pod")))
+        shots.append(nbp.screenshot_cell(3, shot("live-failed-pod")))
 
         # the status panels fold 32 pods under one line, compact
         status = cells.nth(2).locator(".trainjob-status")
@@ -116,18 +136,18 @@ def test_32_pods_one_failing_in_a_900px_window(
         assert fold.inner_text().startswith(f"{PODS} pods: {PODS} Running")
         assert status.locator("table.tjm-pods").is_visible() is False
         assert status.bounding_box()["height"] < 200
-        shots.append(nbp.screenshot_cell(2, screenshot_path("many_pods", "status-folded")))
+        shots.append(nbp.screenshot_cell(2, shot("status-folded")))
         fold.click()  # the table on demand
         status.locator("table.tjm-pods tbody tr").nth(PODS - 1).wait_for()
         assert status.bounding_box()["height"] < 40 * 18  # 32 rows at a compact line height
-        shots.append(nbp.screenshot_cell(2, screenshot_path("many_pods", "status-table-open")))
+        shots.append(nbp.screenshot_cell(2, shot("status-table-open")))
 
         go.touch()
         nbp.wait_all_ran(timeout=300)
     finally:
         if page is not None:
-            page.screenshot(path=str(screenshot_path("many_pods", "page")), full_page=True)
-            shots.append(screenshot_path("many_pods", "page"))
+            page.screenshot(path=str(shot("page")), full_page=True)
+            shots.append(shot("page"))
         with capsys.disabled():
             print("\nscreenshots:\n  " + "\n  ".join(str(s) for s in shots))
 
@@ -148,7 +168,7 @@ def test_32_pods_one_failing_in_a_900px_window(
     assert out.inner_text().count("pods failed") == 1  # said once
     _fits(summary)
     _fits(out)
-    shots.append(nbp.screenshot_cell(3, screenshot_path("many_pods", "frozen-summary")))
+    shots.append(nbp.screenshot_cell(3, shot("frozen-summary")))
 
     # %trainjob_close froze the connect and status panels: Deleted, nothing says Running
     for index in (1, 2):
@@ -157,7 +177,7 @@ def test_32_pods_one_failing_in_a_900px_window(
         head = area.locator(".tjm-status-head").inner_text()
         assert "Deleted" in head and "Running" not in head, head
         assert area.locator("details.tjm-pods-fold[open]").count() == 0
-    shots.append(nbp.screenshot_cell(1, screenshot_path("many_pods", "connect-deleted")))
+    shots.append(nbp.screenshot_cell(1, shot("connect-deleted")))
     assert "Error displaying widget" not in page.locator(".jp-NotebookPanel").inner_text()
     with capsys.disabled():
         print("  " + "\n  ".join(str(s) for s in shots[-2:]))
