@@ -181,3 +181,39 @@ def test_32_pods_one_failing_in_a_900px_window(
     assert "Error displaying widget" not in page.locator(".jp-NotebookPanel").inner_text()
     with capsys.disabled():
         print("  " + "\n  ".join(str(s) for s in shots[-2:]))
+
+
+def test_kernel_restart_leaves_the_panel_saying_closed_at_kernel_exit(
+    tmp_path: Path,
+    big_cluster: LocalCluster,
+    jupyterlab_factory: Any,
+    open_notebook: Any,
+    screenshot_path: Any,
+) -> None:
+    """Kernel > Restart: the hooks close the session, and the connect panel in the page turns
+    into static HTML saying so; nothing says Running any more."""
+    root = tmp_path / "root"
+    root.mkdir()
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("%load_ext trainjob_magics"),
+            nbformat.v4.new_code_cell("%trainjob_connect torch-distributed --nodes 2"),
+        ],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+    )
+    nbformat.write(nb, str(root / "restart.ipynb"))
+    lab = jupyterlab_factory(root, {"KUBECONFIG": str(big_cluster.kubeconfig_path)})
+    nbp = open_notebook(lab, "restart.ipynb")
+    nbp.run_all()
+    nbp.wait_all_ran(timeout=180)
+    area = nbp.cells().nth(1).locator(".jp-Cell-outputArea")
+    assert "Running" in area.locator(".tjm-status-head").inner_text()
+    kernel = nbp.lab.wait_kernel_ready("restart.ipynb")
+    nbp.lab.api(f"/api/kernels/{kernel['id']}/restart", method="POST")
+    area.locator(".tjm-status-head", has_text="Closed at kernel exit").wait_for(timeout=60_000)
+    assert area.locator(".jupyter-widgets").count() == 0
+    head = area.locator(".tjm-status-head").inner_text()
+    assert "Running" not in head and "deleted" in area.inner_text(), head
+    nbp.screenshot_cell(1, screenshot_path("many_pods", "closed-at-kernel-exit"))
