@@ -135,11 +135,18 @@ def test_32_pods_one_failing_in_a_900px_window(
         fold = status.locator("summary.tjm-pods-summary")
         assert fold.inner_text().startswith(f"{PODS} pods: {PODS} Running")
         assert status.locator("table.tjm-pods").is_visible() is False
-        assert status.bounding_box()["height"] < 200
+        folded_height = status.bounding_box()["height"]
+        assert folded_height < 200
         shots.append(nbp.screenshot_cell(2, shot("status-folded")))
         fold.click()  # the table on demand
         status.locator("table.tjm-pods tbody tr").nth(PODS - 1).wait_for()
-        assert status.bounding_box()["height"] < 40 * 18  # 32 rows at a compact line height
+        open_height = status.bounding_box()["height"]
+        assert open_height < 40 * 18  # 32 rows at a compact line height
+        with capsys.disabled():
+            print(
+                f"\nstatus panel, {PODS} pods: {folded_height:.0f} px folded, "
+                f"{open_height:.0f} px open"
+            )
         shots.append(nbp.screenshot_cell(2, shot("status-table-open")))
 
         go.touch()

@@ -21,7 +21,7 @@ from .pod_summary import (
     summary_text,
 )
 from .styles import FAIL_STYLE, OK_STYLE
-from .text import echoes_ctrl_c, strip_ansi
+from .text import Throttle, echoes_ctrl_c, strip_ansi
 
 
 def pod_footer(result: Any, error: BaseException | None) -> str:
@@ -166,6 +166,8 @@ class MultiPodWidgetView:
         self.code = {pod: "running" for pod in self.views}
         self.duration: dict[str, float | None] = {pod: None for pod in self.views}
         self._renders = -1
+        # the summary compares every pod's lines: redrawn at most twice a second while running
+        self._overview_throttle = Throttle(max(interval, 0.5))
         self._chose_failed = False
         self._outcomes = False
         self.overview = w.HTML(value="")
@@ -180,7 +182,7 @@ class MultiPodWidgetView:
                 options=self._options(), description="Pod output:", layout=w.Layout(width="auto")
             )
             self.selector.style.description_width = "initial"
-            self.shown = w.Box(children=[self._view_of(self.selector.value).widget])
+            self.shown = w.Box(children=[self.views[self.selector.value].widget])
             self.shown.layout.display = "block"
             self.selector.observe(self._on_select, names="value")
             self.picker = w.VBox([self.selector, self.shown])
@@ -212,9 +214,6 @@ class MultiPodWidgetView:
             for pod, view in self.views.items()
         ]
 
-    def _view_of(self, pod: str) -> Any:
-        return self.views[pod]
-
     def _title(self, pod: str) -> str:
         return f"{self.labels[pod]} {self.state[pod]}".strip()
 
@@ -233,8 +232,9 @@ class MultiPodWidgetView:
             self.tabs.titles = tuple(self._title(p) for p in self.views)
         else:
             current = self.selector.value
-            self.selector.options = self._options()
-            self.selector.value = current
+            with self.selector.hold_trait_notifications():
+                self.selector.options = self._options()
+                self.selector.value = current
 
     def _select(self, pod: str) -> None:
         if self.tabs is not None:
@@ -269,7 +269,7 @@ class MultiPodWidgetView:
         for view in self.views.values():
             view.tick()
             renders += view.renders
-        if renders != self._renders:
+        if renders != self._renders and self._overview_throttle.ready():
             self._renders = renders
             self._render_overview()
 
