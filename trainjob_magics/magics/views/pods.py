@@ -293,8 +293,9 @@ class MultiPodWidgetView:
         for pod, view in self.views.items():
             view.tick()
             view._render()
-            if self.state[pod] == RUNNING:
-                self.state[pod], self.code[pod] = ENDED, "interrupted" if interrupted else "ended"
+            if self.state[pod] == RUNNING:  # the cell ended before this pod did
+                ending = "interrupted" if interrupted else "ended" if ok else "stopped"
+                self.state[pod], self.code[pod] = ENDED, ending
         self._outcomes = self._outcomes or interrupted
         self._set_titles()
         self._render_overview()
