@@ -284,3 +284,13 @@ def test_progress_counts_per_pod_and_freezes(published: list[dict[str, Any]]) ->
     bundle = last_bundle(published)
     assert set(bundle) == {"text/html", "text/plain"}
     assert "100.0%" in bundle["text/plain"] and "trainjob-progress" in bundle["text/html"]
+
+
+def test_sessions_table_is_static_output(published: list[dict[str, Any]]) -> None:
+    from trainjob_magics.magics.views.sessions import show_sessions
+    from trainjob_magics.magics.views.status_text import SessionRow
+
+    show_sessions([SessionRow("a", "j", "ns", "mpi", "Running", True)])
+    bundle = last_bundle(published)
+    assert set(bundle) == {"text/html", "text/plain"}  # no widget model to lose
+    assert "a (default)" in bundle["text/html"] and bundle["text/plain"].startswith("ALIAS")
