@@ -294,3 +294,14 @@ def test_sessions_table_is_static_output(published: list[dict[str, Any]]) -> Non
     bundle = last_bundle(published)
     assert set(bundle) == {"text/html", "text/plain"}  # no widget model to lose
     assert "a (default)" in bundle["text/html"] and bundle["text/plain"].startswith("ALIAS")
+
+
+def test_frozen_html_keeps_failed_outputs_and_says_where_the_rest_is() -> None:
+    view = MultiPodWidgetView(pods(20), interval=0.0, show=False, where="_trainjob[pod].stdout")
+    for i, (pod, _) in enumerate(pods(20)):
+        view.write(pod, "stdout", f"only on pod {i}\n")
+        view.pod_done(pod, res(3 if i == 19 else 0), None)
+    page = view.static_html()
+    assert page.count("<details") == MultiPodWidgetView.STATIC_GROUPS
+    assert "only on pod 19" in page.split("<details", 2)[1]  # the failed one first, kept
+    assert "the output of 12 more pods is not kept here; it is in _trainjob[pod].stdout" in page

@@ -20,7 +20,7 @@ from .pod_summary import (
     summary_html,
     summary_text,
 )
-from .styles import FAIL_STYLE, OK_STYLE
+from .styles import FAIL_STYLE, NOTE_STYLE, OK_STYLE
 from .text import Throttle, echoes_ctrl_c, strip_ansi
 
 
@@ -136,6 +136,7 @@ class MultiPodWidgetView:
     """
 
     TAB_LIMIT = 8
+    STATIC_GROUPS = 8  # outputs kept in the frozen HTML (failed ones always), bounding its size
 
     def __init__(
         self,
@@ -312,14 +313,19 @@ class MultiPodWidgetView:
 
     def static_html(self, summary: str = "", ok: bool = True) -> str:
         """What the widget shows, as HTML that needs no kernel: the summary, then each group of
-        identical output in a ``<details>`` (failed ones, or all when short, open)."""
+        identical output in a ``<details>`` (failed ones, or all when short, open); beyond
+        ``STATIC_GROUPS`` groups a note says where the rest is."""
         from .output import render_lines_html
 
         outcomes = self.outcomes()
         groups = group_outcomes(outcomes)
         short = sum(len(g.first.lines) for g in groups) <= 40
         parts = [summary_html(outcomes)] if self.has_outcomes else []
+        kept = [g for g in groups if g.failed]  # failed outputs always, then the largest groups
+        kept += [g for g in groups if not g.failed][: max(0, self.STATIC_GROUPS - len(kept))]
         for g in groups:
+            if g not in kept:
+                continue
             pod = g.first.pod
             view = self.views[pod]
             body = render_lines_html(view.buffer.view(), view.buffer.hidden, self.where)
@@ -329,6 +335,10 @@ class MultiPodWidgetView:
                 f'<summary style="cursor:pointer;font-size:12px">{html.escape(g.title())}</summary>'
                 f"{body}{view.footer.value}</details>"
             )
+        left = sum(len(g.members) for g in groups if g not in kept)
+        if left:
+            note = f"[… the output of {left} more pods is not kept here; it is in {self.where}]"
+            parts.append(f'<div class="tjm-note" style="{NOTE_STYLE}">{html.escape(note)}</div>')
         if summary:
             style = OK_STYLE if ok else FAIL_STYLE
             parts.append(
