@@ -49,23 +49,31 @@ def executed(tmp_path_factory: pytest.TempPathFactory, local_cluster: Any) -> tu
 
 @pytest.fixture(scope="module")
 def job_name(executed: tuple[Any, Path, Any]) -> str:
-    """The TrainJob name, as the connect cell's status widget shows it."""
+    """The TrainJob name, as the connect cell's status panel shows it (frozen at the close)."""
     nb, _, _ = executed
     connect = _cell_index(nb, "%trainjob_connect")
-    text = "\n".join(widget_texts_of_cell(nb, connect))
+    text = cell_texts(nb)[connect]
     match = re.search(r"TrainJob ([a-z][a-z0-9-]*)", text)
     assert match, f"no TrainJob name in the connect widget: {text!r}"
     return match.group(1)
 
 
-def test_connect_widget_shows_the_trainjob_running(
+def test_connect_panel_ends_frozen_saying_the_trainjob_was_deleted(
     executed: tuple[Any, Path, Any], job_name: str
 ) -> None:
+    """The connect cell's panel stays live until %trainjob_close, then shows "Deleted" as
+    static output (no widget view left), the pods only as last seen."""
     nb, _, _ = executed
-    text = "\n".join(widget_texts_of_cell(nb, _cell_index(nb, "%trainjob_connect")))
-    assert "mpi-interactive" in text
-    assert "Running" in text
-    assert "namespace default" in text
+    index = _cell_index(nb, "%trainjob_connect")
+    outputs = nb.cells[index]["outputs"]
+    assert not [o for o in outputs if WIDGET_VIEW_MIME in o.get("data", {})]
+    text = cell_texts(nb)[index]
+    assert "mpi-interactive" in text and "namespace default" in text
+    head = text.split("as last seen")[0]
+    assert "Deleted" in head and "Running" not in head, text
+    assert f"TrainJob {job_name} deleted" in head
+    streams = [o for o in outputs if o.get("output_type") == "stream"]
+    assert not streams, streams  # the panel says it all: no long print under the widget
 
 
 def test_mpirun_hostname_shows_four_hostnames(
@@ -119,8 +127,8 @@ def test_failing_command_shows_its_exit_code(executed: tuple[Any, Path, Any]) ->
 
 def test_status_shows_every_pod_running(executed: tuple[Any, Path, Any], job_name: str) -> None:
     nb, _, _ = executed
-    text = "\n".join(widget_texts_of_cell(nb, _cell_index(nb, "%trainjob_status")))
-    assert f"TrainJob {job_name}" in text
+    text = cell_texts(nb)[_cell_index(nb, "%trainjob_status")]  # frozen at the close
+    assert f"TrainJob {job_name}" in text and "4 pods as last seen" in text
     rows = [line for line in text.splitlines() if line.startswith(f"{job_name}-")]
     roles = sorted(row.split()[0].removeprefix(f"{job_name}-").split("-")[0] for row in rows)
     assert roles == ["launcher", "node", "node", "node"], text

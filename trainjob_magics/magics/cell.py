@@ -55,12 +55,13 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> None:
     except Exception as exc:
         raise as_one_line(exc) from None
     view = _view(host, run, args)
-    result, error = follow(run, pump, view)
+    raises = bool(host.settings.raise_on_error and not args.no_raise_error)
+    result, error = follow(run, pump, view, raises=raises)
     if result is not None:
         store(host, result, args)
     if error is not None:
         raise error
-    if host.settings.raise_on_error and not args.no_raise_error:
+    if raises:
         failure = failure_line(result)
         if failure:
             raise TrainJobCellError(failure, result)
@@ -102,8 +103,14 @@ class SinglePodView:
         self.view.finish(footer, ok=ok, interrupted=interrupted)
 
 
-def follow(run: CommandRun, pump: Pump, view: Any) -> tuple[Any, BaseException | None]:
-    """Show the run's events until it ends; returns (result or partial, error to raise)."""
+def follow(
+    run: CommandRun, pump: Pump, view: Any, raises: bool = False
+) -> tuple[Any, BaseException | None]:
+    """Show the run's events until it ends; returns (result or partial, error to raise).
+
+    ``raises``: a failed multi-pod result will fail the cell, whose error names the failed
+    pods, so the view does not say it a second time.
+    """
 
     def handle(kind: str, pod: str, *rest: Any) -> None:
         if kind == "out":
@@ -125,18 +132,21 @@ def follow(run: CommandRun, pump: Pump, view: Any) -> tuple[Any, BaseException |
         if isinstance(exc, CommandInterruptedError):
             return partial, TrainJobCellError(str(exc), partial)
         return partial, as_one_line(exc)
-    _finish(view, result)
+    _finish(view, result, raises=raises)
     return result, None
 
 
-def _finish(view: Any, result: Any, extra: str = "", interrupted: bool = False) -> None:
+def _finish(
+    view: Any, result: Any, extra: str = "", interrupted: bool = False, raises: bool = False
+) -> None:
     if isinstance(view, SinglePodView):
         if result is not None:
             view.finish_result(result, extra, interrupted)
         else:
             view.view.finish(extra, ok=False, interrupted=interrupted)
     elif isinstance(result, MultiExecResult) and not extra:
-        view.finish(result.summary(), ok=result.ok)
+        said_by_the_error = raises and not result.ok
+        view.finish("" if said_by_the_error else result.summary(), ok=result.ok)
     else:
         view.finish(extra or "failed", ok=False, interrupted=interrupted)
 

@@ -7,13 +7,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..engine import NotFoundError, QueuedTimeoutError, SessionClosedError
+from ..engine import ConnectTimeoutError, NotFoundError, QueuedTimeoutError, SessionClosedError
 from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, cluster_settings, parse_env
 from .queued import QueuedJob, queued_message
 from .registry import session_name
 from .sessions import render_status
+from .views.status_text import duration_seconds
 from .worker import Pump
 
 # Options that create something new; --attach takes the existing TrainJob as it is.
@@ -87,16 +88,24 @@ def connect(host: MagicsHost, args: Any) -> None:
             host.registry.remove(alias)
     timeout = args.timeout if args.timeout is not None else host.settings.connect_timeout
     try:
-        session = run_connect(host, settings, timeout)
+        session, view = run_connect(host, settings, timeout, alias)
     except StillQueued as still:
         if queued is None:
             host.registry.add(alias, still.job, settings)
         raise TrainJobMagicError(str(still)) from None
-    host.registry.add(alias, session, queued.settings if queued is not None else settings)
-    print(
+    entry = host.registry.add(alias, session, queued.settings if queued is not None else settings)
+    widget = getattr(view, "widget_view", None)
+    entry.status_widget = widget
+    entry.watch(widget)
+    if not getattr(view, "widgets", False):  # the widget says it; text front ends get a line
+        print(ready_line(alias, session))
+
+
+def ready_line(alias: str, session: Any) -> str:
+    """``Session 'a' ready: TrainJob x in namespace ns, trainer pod p. Run ...``."""
+    return (
         f"Session {alias!r} ready: TrainJob {session_name(session)} in namespace "
-        f"{session.namespace}, trainer pod {session.pod}. "
-        "Run commands in %%trainjob cells."
+        f"{session.namespace}, trainer pod {session.pod}. Run commands in %%trainjob cells."
     )
 
 
@@ -163,9 +172,15 @@ def connect_settings(host: MagicsHost, args: Any) -> dict[str, Any]:
     }
 
 
-def run_connect(host: MagicsHost, settings: dict[str, Any], timeout: float) -> Any:
-    """connect()/attach() in a worker thread with the live status shown here; the session."""
-    view = host.views.connect_status(host.use_widgets())
+def run_connect(
+    host: MagicsHost, settings: dict[str, Any], timeout: float, alias: str = "default"
+) -> tuple[Any, Any]:
+    """connect()/attach() in a worker thread with the live status shown here; the session and
+    its status view. An interrupted, timed-out or failed connect leaves the view frozen in
+    that final state."""
+    view = host.views.connect_status(
+        host.use_widgets(), max_runtime=duration_seconds(settings.get("max_runtime"))
+    )
     seen: dict[str, Any] = {}
     common = {k: settings[k] for k in ("namespace", "context", "config_file")}
     common["timeout"] = timeout
@@ -189,26 +204,27 @@ def run_connect(host: MagicsHost, settings: dict[str, Any], timeout: float) -> A
         session = pump.run(work, handle, view.tick)
     except KeyboardInterrupt:
         pump.cancel()
-        view.finish(None)
         deleted = abandon_connect(host, pump, settings, job_name)
-        raise TrainJobMagicError(
-            interrupt_message(settings, job_name, seen.get("status"), deleted)
-        ) from None
+        message = interrupt_message(settings, job_name, seen.get("status"), deleted)
+        view.final("Interrupted", message.removeprefix("interrupted: "))
+        raise TrainJobMagicError(message) from None
     except QueuedTimeoutError as exc:
-        view.finish(None)
         name = exc.job or settings["attach"] or job_name or "NAME"
         namespace = exc.namespace or settings["namespace"]
+        message = queued_message(exc, name)
+        view.final("Timed out", " ".join(message.split()))
         job = QueuedJob(host, name, namespace, settings["runtime"] or "", common)
-        raise StillQueued(queued_message(exc, name), job) from None
+        raise StillQueued(message, job) from None
     except Exception as exc:
-        view.finish(None)
+        timed_out = isinstance(exc, (ConnectTimeoutError, QueuedTimeoutError))
+        view.final("Timed out" if timed_out else "Failed", " ".join(str(exc).split()))
         raise as_one_line(exc) from None
     try:
         final = session.status()
     except Exception:
         final = seen.get("status")
-    view.finish(final, refresh=session.status)
-    return session
+    view.finish(final, refresh=session.status, note=ready_line(alias, session))
+    return session, view
 
 
 def abandon_connect(

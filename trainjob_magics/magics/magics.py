@@ -47,7 +47,10 @@ class TrainJobMagics(Magics, TrainJobConfig):
 
     def close_all(self, reason: str = "") -> None:
         """Close every session (kernel shutdown/restart, %reset, %unload_ext) and report."""
-        for report in self.host.registry.close_all(timeout=self.exit_close_timeout):
+        final = "Closed at kernel exit" if reason == "shutdown" else "Deleted"
+        for report in self.host.registry.close_all(
+            timeout=self.exit_close_timeout, final_state=final
+        ):
             print(report.line())
 
     def unload(self) -> None:

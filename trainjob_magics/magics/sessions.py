@@ -14,7 +14,7 @@ from .host import MagicsHost
 from .options import chosen_session, cluster_settings
 from .registry import Entry, session_name
 from .views.jobs_table import format_trainjobs
-from .views.status_text import SessionRow, format_sessions, format_status
+from .views.status_text import SessionRow, duration_seconds, format_sessions, format_status
 
 # ------------------------------------------------------------------ %trainjob_sessions
 
@@ -110,9 +110,12 @@ def render_status(host: MagicsHost, entry: Entry, quiet_errors: bool = False) ->
     if host.use_widgets():
         from .views.status import StatusWidget
 
-        StatusWidget(status, refresh=entry.session.status)
+        limit = duration_seconds(entry.settings.get("max_runtime"))
+        entry.watch(StatusWidget(status, refresh=entry.session.status, max_runtime=limit))
     else:
-        print(format_status(status))
+        print(
+            format_status(status, max_runtime=duration_seconds(entry.settings.get("max_runtime")))
+        )
 
 
 # ------------------------------------------------------------------ %trainjob_close
