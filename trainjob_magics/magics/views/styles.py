@@ -1,16 +1,23 @@
-"""Inline styles and colours shared by the widget views (HTML in ipywidgets)."""
+"""Inline styles and colours shared by the widget views (HTML in ipywidgets).
+
+Colours come from JupyterLab's CSS variables (also defined by Notebook 7), so the views follow
+the theme; the value after the comma is the fallback where the variables are missing (nbviewer,
+exported HTML). Every text colour reaches 4.5:1 (WCAG AA) on JupyterLab Light and Dark
+(tests/browser/test_live_output.py measures it from the rendered colours).
+"""
 
 from __future__ import annotations
 
 import html
 
+# Badge backgrounds (white text on them: at least 4.5:1 whatever the theme).
 STATE_COLOURS = {
     "Running": "#1e7b34",
     "Complete": "#1e7b34",
     "Failed": "#b3261e",
-    "Deleted": "#777",
-    "Suspended": "#a66300",
-    "Queued": "#a66300",
+    "Deleted": "#616161",
+    "Suspended": "#8a5300",
+    "Queued": "#8a5300",
     "Preempted": "#b3261e",
 }
 
@@ -29,24 +36,56 @@ def state_badge(state: str) -> str:
     )
 
 
+TEXT_COLOUR = "var(--jp-content-font-color1,rgba(0,0,0,0.87))"
+MUTED_COLOUR = "var(--jp-content-font-color2,#595959)"
+OK_COLOUR = "var(--jp-success-color0,#1e7b34)"
+FAIL_COLOUR = "var(--jp-error-color1,#b3261e)"
+RULE_COLOUR = "var(--jp-brand-color2,#8aa4c8)"
+STDERR_BACKGROUND = "var(--jp-rendermime-error-background,rgba(179,38,30,0.07))"
+SCROLL_MAX_HEIGHT = "28rem"
+
+# The scroll box of a finished (static) output: ``column-reverse`` starts it at the bottom.
 BOX_STYLE = (
-    "display:flex;flex-direction:column-reverse;max-height:32em;overflow:auto;"
-    "border-left:3px solid #8aa4c8;padding-left:6px"
+    f"display:flex;flex-direction:column-reverse;max-height:{SCROLL_MAX_HEIGHT};overflow:auto"
 )
 
 
+# The ``<pre>`` never scrolls itself (JupyterLab gives ``.jp-OutputArea-output pre`` an
+# ``overflow:auto``, which would make it the scroll container and defeat following the tail).
 PRE_STYLE = (
-    "margin:0;font-family:var(--jp-code-font-family,monospace);font-size:12px;white-space:pre-wrap"
+    "margin:0;font-family:var(--jp-code-font-family,monospace);font-size:12px;"
+    "line-height:1.4;white-space:pre-wrap;overflow:visible;max-height:none;"
+    f"color:{TEXT_COLOUR};background:transparent;border:none;padding:0"
 )
 
 
-STDERR_STYLE = "color:#b3261e;background:rgba(179,38,30,0.07)"
+# stderr as JupyterLab shows it: the normal text colour on a faint red background. Red text is
+# kept for failures.
+STDERR_STYLE = f"color:{TEXT_COLOUR};background:{STDERR_BACKGROUND}"
 
 
-NOTE_STYLE = "color:#777;font-style:italic"
+NOTE_STYLE = f"color:{MUTED_COLOUR};font-style:italic"
 
 
-OK_STYLE = "color:#1e7b34"
+OK_STYLE = f"color:{OK_COLOUR}"
 
 
-FAIL_STYLE = "color:#b3261e;font-weight:bold"
+FAIL_STYLE = f"color:{FAIL_COLOUR};font-weight:bold"
+
+
+# The output lines: a rule on the left, inside the scroll box.
+LINES_STYLE = f"border-left:3px solid {RULE_COLOUR};padding-left:6px"
+
+
+# Secondary text (status messages, Kueue lines, "no pods yet").
+MUTED_STYLE = f"color:{MUTED_COLOUR}"
+
+
+# A warning that is not a failure: normal text, marked by an orange rule.
+WARN_STYLE = (
+    f"color:{TEXT_COLOUR};border-left:3px solid var(--jp-warn-color1,#a66300);padding-left:4px"
+)
+
+
+# A failure in running text (not bold): ``FAIL_STYLE`` without the weight.
+ERROR_TEXT_STYLE = f"color:{FAIL_COLOUR}"
