@@ -15,9 +15,9 @@ STATE_COLOURS = {
     "Running": "#1e7b34",
     "Complete": "#1e7b34",
     "Failed": "#b3261e",
-    "Deleted": "#616161",
-    "Suspended": "#8a5300",
-    "Queued": "#8a5300",
+    "Deleted": "#707070",
+    "Suspended": "#a66300",
+    "Queued": "#a66300",
     "Preempted": "#b3261e",
 }
 
@@ -76,16 +76,3 @@ FAIL_STYLE = f"color:{FAIL_COLOUR};font-weight:bold"
 # The output lines: a rule on the left, inside the scroll box.
 LINES_STYLE = f"border-left:3px solid {RULE_COLOUR};padding-left:6px"
 
-
-# Secondary text (status messages, Kueue lines, "no pods yet").
-MUTED_STYLE = f"color:{MUTED_COLOUR}"
-
-
-# A warning that is not a failure: normal text, marked by an orange rule.
-WARN_STYLE = (
-    f"color:{TEXT_COLOUR};border-left:3px solid var(--jp-warn-color1,#a66300);padding-left:4px"
-)
-
-
-# A failure in running text (not bold): ``FAIL_STYLE`` without the weight.
-ERROR_TEXT_STYLE = f"color:{FAIL_COLOUR}"
