@@ -278,6 +278,10 @@ def test_results_survive_a_restart_and_read_in_light_and_dark(
         cells.nth(success).locator(".tjm-footer").wait_for()
         panel = nbp.page.locator(".jp-NotebookPanel").inner_text()
         assert "Error displaying widget" not in panel and "model not found" not in panel
+        # every %%trainjob cell is static: no widget left to load
+        for index in (seq, mixed, success):
+            assert cells.nth(index).locator(".jp-OutputArea-output .tjm-static").count() == 1
+            assert "Loading widget" not in nbp.output_text(index)
         state = _state(nbp, seq)
         assert state is not None and state["visible"][-1] == "5000" and _follows(state), state
         assert "[… 4,000 lines hidden; the full output is in _trainjob.stdout" in panel
@@ -290,6 +294,7 @@ def test_results_survive_a_restart_and_read_in_light_and_dark(
         assert stderr.count() == 1 and stderr.inner_text() == "a warning on stderr"
         assert "all good" in nbp.output_text(success)
         shots.append(nbp.screenshot_cell(mixed, screenshot_path(f"reopened-{frontend}", "mixed")))
+        shots.append(nbp.screenshot_cell(1, screenshot_path(f"reopened-{frontend}", "connect")))
 
     for theme, label in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
         lab.set_theme(theme)

@@ -75,4 +75,3 @@ FAIL_STYLE = f"color:{FAIL_COLOUR};font-weight:bold"
 
 # The output lines: a rule on the left, inside the scroll box.
 LINES_STYLE = f"border-left:3px solid {RULE_COLOUR};padding-left:6px"
-
