@@ -296,23 +296,45 @@ def test_results_survive_a_restart_and_read_in_light_and_dark(
         shots.append(nbp.screenshot_cell(mixed, screenshot_path(f"reopened-{frontend}", "mixed")))
         shots.append(nbp.screenshot_cell(1, screenshot_path(f"reopened-{frontend}", "connect")))
 
+    # the same notebook from someone else: untrusted, its HTML sanitized (style values kept
+    # only where the sanitizer allows them)
+    shared = nbformat.read(str(root / "saved.ipynb"), as_version=4)
+    shared.metadata["shared_by"] = "a colleague"
+    nbformat.write(shared, str(root / "shared.ipynb"))
     for theme, label in (("JupyterLab Light", "light"), ("JupyterLab Dark", "dark")):
         lab.set_theme(theme)
-        nbp = open_notebook(lab, "saved.ipynb")
-        nbp.cells().nth(success).locator(".tjm-footer").wait_for()
-        measured = _contrast(nbp)
-        assert measured["light"] == ("true" if label == "light" else "false"), measured["light"]
-        found = measured["found"]
-        classes = {cls for item in found for cls in item["cls"].split()}
-        for needed in ("tjm-stdout", "tjm-stderr", "tjm-note", "tjm-footer"):
-            assert needed in classes, (needed, found)
-        low = [item for item in found if item["ratio"] < 4.5]
-        assert not low, f"{label}: texts under 4.5:1: {low}"
-        # stderr is not red: it keeps the text colour of stdout, on its own background
-        by_class = {item["cls"]: item for item in found}
-        assert by_class["tjm-stderr"]["color"] == by_class["tjm-stdout"]["color"], by_class
-        assert by_class["tjm-stderr"]["bg"] != by_class["tjm-stdout"]["bg"], by_class
-        shots.append(nbp.screenshot_cell(mixed, screenshot_path(f"theme-{label}", "mixed")))
-        shots.append(nbp.screenshot_cell(success, screenshot_path(f"theme-{label}", "success")))
+        for name, trusted in (("saved.ipynb", True), ("shared.ipynb", False)):
+            nbp = open_notebook(lab, name)
+            _check_theme(nbp, label, trusted, mixed, success)
+            tag = f"{label}-untrusted" if not trusted else label
+            shots.append(nbp.screenshot_cell(mixed, screenshot_path(f"theme-{tag}", "mixed")))
+            if trusted:
+                shots.append(
+                    nbp.screenshot_cell(success, screenshot_path(f"theme-{tag}", "success"))
+                )
     with capsys.disabled():
         print("\nscreenshots:\n  " + "\n  ".join(str(s) for s in shots))
+
+
+def _check_theme(nbp: Any, label: str, trusted: bool, mixed: int, success: int) -> None:
+    """Every output text at 4.5:1 or more; stderr apart from stdout but not red."""
+    nbp.cells().nth(success).locator(".tjm-footer").wait_for()
+    pre_style = nbp.cells().nth(mixed).locator("pre").first.get_attribute("style") or ""
+    # the sanitizer drops var() font families: the witness that the notebook is untrusted
+    assert ("font-family" in pre_style) == trusted, pre_style
+    measured = _contrast(nbp)
+    assert measured["light"] == ("true" if label == "light" else "false"), measured["light"]
+    found = measured["found"]
+    classes = {cls for item in found for cls in item["cls"].split()}
+    for needed in ("tjm-stdout", "tjm-stderr", "tjm-note", "tjm-footer"):
+        assert needed in classes, (needed, found)
+    low = [item for item in found if item["ratio"] < 4.5]
+    assert not low, f"{label}: texts under 4.5:1: {low}"
+    # stderr is not red: it keeps the text colour of stdout, on its own background
+    by_class = {item["cls"]: item for item in found}
+    assert by_class["tjm-stderr"]["color"] == by_class["tjm-stdout"]["color"], by_class
+    assert by_class["tjm-stderr"]["bg"] != by_class["tjm-stdout"]["bg"], by_class
+    # the footers keep their colours: green for success, red for the failure
+    footers = [item for item in found if item["cls"] == "tjm-footer"]
+    assert len({tuple(item["fg"]) for item in footers}) == 2, footers
+    assert all(tuple(item["fg"]) != tuple(by_class["tjm-stdout"]["fg"]) for item in footers)

@@ -111,9 +111,9 @@ def test_state_badges_reach_4_5_to_1_with_white_text() -> None:
 
 def test_fallback_colours_reach_4_5_to_1_on_white() -> None:
     def fallback(var: str) -> str:
-        match = re.search(r",(#[0-9a-f]{6})\)$", var)
+        match = re.search(r",rgb\((\d+),(\d+),(\d+)\)\)$", var)
         assert match, var
-        return match.group(1)
+        return "#" + "".join(f"{int(c):02x}" for c in match.groups())
 
     white = _luminance("#ffffff")
     for var in (styles.MUTED_COLOUR, styles.OK_COLOUR, styles.FAIL_COLOUR):

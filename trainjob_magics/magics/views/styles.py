@@ -2,8 +2,10 @@
 
 Colours come from JupyterLab's CSS variables (also defined by Notebook 7), so the views follow
 the theme; the value after the comma is the fallback where the variables are missing (nbviewer,
-exported HTML). Every text colour reaches 4.5:1 (WCAG AA) on JupyterLab Light and Dark
-(tests/browser/test_live_output.py measures it from the rendered colours).
+exported HTML). Fallbacks are ``rgb()`` and borders longhands: JupyterLab's sanitizer of
+untrusted HTML keeps those and drops hex values and shorthands. Every text colour reaches 4.5:1
+(WCAG AA) on JupyterLab Light and Dark (tests/browser/test_live_output.py measures it from the
+rendered colours, also in an untrusted notebook).
 """
 
 from __future__ import annotations
@@ -37,10 +39,10 @@ def state_badge(state: str) -> str:
 
 
 TEXT_COLOUR = "var(--jp-content-font-color1,rgba(0,0,0,0.87))"
-MUTED_COLOUR = "var(--jp-content-font-color2,#595959)"
-OK_COLOUR = "var(--jp-success-color0,#1e7b34)"
-FAIL_COLOUR = "var(--jp-error-color1,#b3261e)"
-RULE_COLOUR = "var(--jp-brand-color2,#8aa4c8)"
+MUTED_COLOUR = "var(--jp-content-font-color2,rgb(89,89,89))"
+OK_COLOUR = "var(--jp-success-color0,rgb(30,123,52))"
+FAIL_COLOUR = "var(--jp-error-color1,rgb(179,38,30))"
+RULE_COLOUR = "var(--jp-brand-color2,rgb(138,164,200))"
 STDERR_BACKGROUND = "var(--jp-rendermime-error-background,rgba(179,38,30,0.07))"
 SCROLL_MAX_HEIGHT = "28rem"
 
@@ -61,7 +63,7 @@ PRE_STYLE = (
 
 # stderr as JupyterLab shows it: the normal text colour on a faint red background. Red text is
 # kept for failures.
-STDERR_STYLE = f"color:{TEXT_COLOUR};background:{STDERR_BACKGROUND}"
+STDERR_STYLE = f"color:{TEXT_COLOUR};background-color:{STDERR_BACKGROUND}"
 
 
 NOTE_STYLE = f"color:{MUTED_COLOUR};font-style:italic"
@@ -74,4 +76,7 @@ FAIL_STYLE = f"color:{FAIL_COLOUR};font-weight:bold"
 
 
 # The output lines: a rule on the left, inside the scroll box.
-LINES_STYLE = f"border-left:3px solid {RULE_COLOUR};padding-left:6px"
+LINES_STYLE = (
+    f"border-left-width:3px;border-left-style:solid;border-left-color:{RULE_COLOUR};"
+    "padding-left:6px"
+)
