@@ -24,7 +24,8 @@ STREAMED_5000 = (
     "%%trainjob\nfor i in $(seq 1 50); do seq $((i * 100 - 99)) $((i * 100)); sleep 0.1; done"
 )
 SLOW_200 = "%%trainjob\nfor i in $(seq 1 200); do echo line $i; sleep 0.02; done"
-SCROLLED = "%%trainjob\nfor i in $(seq 1 300); do echo tick $i; sleep 0.05; done"
+SCROLLED = "%%trainjob\nfor i in $(seq 1 600); do echo tick $i; sleep 0.05; done"
+PER_POD = '%%trainjob --pod all\nfor i in $(seq 1 150); do echo "pod line $i"; sleep 0.03; done'
 MIXED = (
     "%%trainjob --no-raise-error\n"
     "echo on stdout\n"
@@ -37,7 +38,8 @@ SUCCESS = "%%trainjob\necho all good"
 # What a box shows: the lines whose rectangle is inside the box's, and the scroll position
 # (``column-reverse``: 0 at the bottom, negative when scrolled up).
 BOX_STATE = """(cell) => {
-  const box = cell.querySelector('.tjm-scroll');
+  // the first box shown (with --pod, the selected pod's)
+  const box = [...cell.querySelectorAll('.tjm-scroll')].find(b => b.offsetParent !== null);
   if (!box) return null;
   const r = box.getBoundingClientRect();
   const spans = [...box.querySelectorAll('pre > span')];
@@ -101,21 +103,37 @@ def _wait_state(nbp: Any, index: int, condition: Any, what: str, timeout: float 
 
 
 def _watch_streaming(nbp: Any, index: int, shot: Path) -> list[dict[str, Any]]:
-    """Sample a live box until it is frozen; every live sample must follow the tail."""
+    """Sample a live box until it is frozen or has its footer; every live sample must follow
+    the tail."""
     cell = nbp.cells().nth(index)
     _wait_state(nbp, index, lambda s: s["count"] > 0, "first output")
     cell.scroll_into_view_if_needed()
     live: list[dict[str, Any]] = []
+    shot.unlink(missing_ok=True)
     while True:
         state = _state(nbp, index)
         assert state is not None
-        if state["frozen"]:
+        if state["frozen"] or state["footer"]:
+            assert shot.exists(), f"cell {index}: never more lines than fit while live: {live}"
             return live
         live.append(state)
         assert _follows(state), f"cell {index} does not follow its tail while streaming: {state}"
-        if len(live) == 3:
-            cell.screenshot(path=str(shot))
+        if not shot.exists() and state["scrollHeight"] > state["clientHeight"] + 200:
+            cell.screenshot(path=str(shot))  # live, with more lines than fit
         nbp.page.wait_for_timeout(150)
+
+
+def _scroll_to_bottom(nbp: Any, index: int, box: Any) -> dict[str, Any]:
+    """Turn the mouse wheel down over ``box`` until it is at the bottom, while still live."""
+    box.hover()
+    for _ in range(50):
+        nbp.page.mouse.wheel(0, 1000)
+        nbp.page.wait_for_timeout(100)
+        state = _state(nbp, index)
+        assert state is not None and not state["frozen"], f"cell {index} ended first: {state}"
+        if _at_bottom(state):
+            return state
+    raise AssertionError(f"cell {index}: the wheel did not reach the bottom: {state}")
 
 
 def _line_number(text: str) -> int:
@@ -138,9 +156,9 @@ def test_live_output_follows_the_tail(
     end; scrolled up, the view stays; back at the bottom, it follows again."""
     root = tmp_path / "root"
     root.mkdir()
-    bodies = [SEQ_5000, STREAMED_5000, SLOW_200, SCROLLED]
+    bodies = [SEQ_5000, STREAMED_5000, SLOW_200, SCROLLED, PER_POD]
     _notebook(root / "live.ipynb", bodies)
-    seq, streamed, slow, scrolled = range(2, 2 + len(bodies))
+    seq, streamed, slow, scrolled, per_pod = range(2, 2 + len(bodies))
     lab = jupyterlab_factory(root, {"KUBECONFIG": str(own_cluster.kubeconfig_path)})
     nbp = open_notebook(lab, "live.ipynb", frontend)
     nbp.run_all()
@@ -174,18 +192,26 @@ def test_live_output_follows_the_tail(
     shot = screenshot_path(f"live-{frontend}", "scrolled-up")
     cell.screenshot(path=str(shot))
     shots.append(shot)
-    box.hover()
-    nbp.page.mouse.wheel(0, 100_000)
-    back = _wait_state(nbp, scrolled, _at_bottom, "back at the bottom")
+    back = _scroll_to_bottom(nbp, scrolled, box)
     _wait_state(
         nbp,
         scrolled,
-        lambda s: _line_number(s["last"]) >= _line_number(back["last"]) + 10 and _follows(s),
+        lambda s: (
+            _line_number(s["last"]) >= _line_number(back["last"]) + 10
+            and _follows(s)
+            and not s["frozen"]
+        ),
         "following again after 10 more lines",
     )
 
+    # --pod all: the shown pod's box follows its tail too
+    shot = screenshot_path(f"live-{frontend}", "per-pod-streaming")
+    live = _watch_streaming(nbp, per_pod, shot)
+    assert len(live) >= 3 and len({s["last"] for s in live}) >= 3, live
+    shots.append(shot)
+
     nbp.wait_all_ran(timeout=240)
-    expected = {seq: "5000", streamed: "5000", slow: "line 200", scrolled: "tick 300"}
+    expected = {seq: "5000", streamed: "5000", slow: "line 200", scrolled: "tick 600"}
     for index, last in expected.items():
         state = _wait_state(nbp, index, lambda s: s["frozen"] and s["footer"], "the final view")
         assert state["visible"][-1] == last and _follows(state), state
