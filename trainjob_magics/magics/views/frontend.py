@@ -67,7 +67,7 @@ class WidgetDisplay:
 
 
 def close_tree(widget: Any) -> None:
-    """Close ``widget`` and every widget below it (``children``, a Box's layout is shared)."""
+    """Close ``widget`` and every widget below it (through ``children``)."""
     todo = [widget]
     while todo:
         item = todo.pop()
