@@ -315,7 +315,7 @@ class MultiPodWidgetView:
         """What the widget shows, as HTML that needs no kernel: the summary, then each group of
         identical output in a ``<details>`` (failed ones, or all when short, open); beyond
         ``STATIC_GROUPS`` groups a note says where the rest is."""
-        from .output import render_lines_html
+        from .output import render_lines_html, scroll_box_html
 
         outcomes = self.outcomes()
         groups = group_outcomes(outcomes)
@@ -328,7 +328,9 @@ class MultiPodWidgetView:
                 continue
             pod = g.first.pod
             view = self.views[pod]
-            body = render_lines_html(view.buffer.view(), view.buffer.hidden, self.where)
+            body = scroll_box_html(
+                render_lines_html(view.buffer.view(), view.buffer.hidden, self.where)
+            )
             opened = " open" if g.failed or short or len(groups) == 1 else ""
             parts.append(
                 f'<details class="tjm-pod-output"{opened} style="margin:2px 0">'
