@@ -105,7 +105,8 @@ def test_selector_shows_the_chosen_pod() -> None:
     view.tick()
     view.selector.value = "job-node-0-4-x"
     (shown,) = view.shown.children
-    assert "four" in shown.children[0].value
+    assert shown is view.views["job-node-0-4-x"].widget
+    assert "four" in view.views["job-node-0-4-x"].body.value
 
 
 def test_up_to_8_pods_tabs_and_the_failed_tab_is_selected() -> None:
