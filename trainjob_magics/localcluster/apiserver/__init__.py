@@ -9,7 +9,16 @@ Imports ``core/`` and ``kubelet/`` from the rest of the local cluster; it reache
 only through the callbacks in :class:`ServerContext`.
 """
 
+from .listener import Listener
 from .server import ApiServer
 from .server_context import AdmissionHook, ServerContext, SubresourceGetter, User, new_token
 
-__all__ = ["AdmissionHook", "ApiServer", "ServerContext", "SubresourceGetter", "User", "new_token"]
+__all__ = [
+    "AdmissionHook",
+    "ApiServer",
+    "Listener",
+    "ServerContext",
+    "SubresourceGetter",
+    "User",
+    "new_token",
+]

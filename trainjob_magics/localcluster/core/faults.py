@@ -1,4 +1,5 @@
-"""Fault injection for tests: failing requests, held/delayed/failed pods, dropped execs, 403s.
+"""Fault injection for tests: failing requests, held/delayed/failed pods, dropped execs, 403s,
+API server restarts.
 
 Thread-safe: tests call these from their own thread while the server runs in its loop.
 """
@@ -39,6 +40,7 @@ class Faults:
         self._drops: list[tuple[re.Pattern[str], int]] = []
         self._denies: list[tuple[str, str, str]] = []  # (token, verb, resource)
         self._pod_failer: Callable[[str, str, int, str], None] | None = None
+        self._restarter: Callable[[float], threading.Event] | None = None
         self.request_count = 0
 
     # -- requests --------------------------------------------------------------------------
@@ -112,6 +114,23 @@ class Faults:
 
     def set_pod_failer(self, fn: Callable[[str, str, int, str], None] | None) -> None:
         self._pod_failer = fn
+
+    # -- API server ------------------------------------------------------------------------
+
+    def restart_apiserver(self, downtime: float = 5.0) -> threading.Event:
+        """Restart the API server as a control-plane upgrade does: drop every connection (REST,
+        watches, exec WebSockets, logs) and refuse new ones for ``downtime`` seconds. The
+        cluster's state (objects, resourceVersions) and the pods' processes stay.
+
+        Returns once the server is down; the returned event is set when it listens again."""
+        if downtime < 0:
+            raise ValueError(f"downtime must not be negative, got {downtime}")
+        if self._restarter is None:
+            raise RuntimeError("the local cluster is not running")
+        return self._restarter(downtime)
+
+    def set_apiserver_restarter(self, fn: Callable[[float], threading.Event] | None) -> None:
+        self._restarter = fn
 
     # -- exec ------------------------------------------------------------------------------
 
