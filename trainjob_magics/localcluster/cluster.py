@@ -16,8 +16,8 @@ from aiohttp import web
 
 from .apiserver import (
     AdmissionHook,
-    Listener,
     ApiServer,
+    Listener,
     ServerContext,
     SubresourceGetter,
     User,

@@ -56,7 +56,7 @@ from ..errors import (
     TrainJobError,
 )
 from ..kube.requests import connection_failure, map_http_failure, parse_status_body
-from ..kube.retry import with_retries
+from ..kube.retry import window_of, with_retries
 from ..result import ExecResult
 from .frames import (
     OP_CLOSE,
@@ -314,7 +314,11 @@ class ExecClient:
             stdin=stdin is not None,
         )
         # A handshake that failed (5xx, connection error) started nothing: safe to retry.
-        ws = with_retries(lambda: self._connect(url, namespace, pod), what=f"exec in pod {pod}")
+        ws = with_retries(
+            lambda: self._connect(url, namespace, pod),
+            what=f"exec in pod {pod}",
+            window=window_of(self.configuration),
+        )
         collector = Collector(
             on_output,
             pod=pod,

@@ -25,7 +25,7 @@ from ..errors import (
     PermissionDeniedError,
     TrainJobError,
 )
-from .retry import ATTEMPTS, with_retries
+from .retry import ATTEMPTS, window_of, with_retries
 
 RBAC_DOC = "docs/rbac.md"
 
@@ -222,8 +222,9 @@ def request(
 
     Failures raise engine errors: HTTP errors through :func:`map_http_failure`, transport
     errors as :class:`ApiServerError`. GET and DELETE (idempotent) are retried with backoff on
-    5xx/429 and connection errors (``attempts`` calls in all); other methods are sent once
-    unless ``attempts`` says otherwise.
+    5xx/429 and connection errors (``attempts`` calls in all, or for as long as the client's
+    :class:`~.retry.RetryWindow` waits for a server that answered before); other methods are
+    sent once unless ``attempts`` says otherwise.
     """
     if attempts is None:
         attempts = ATTEMPTS if method.upper() in ("GET", "DELETE") else 1
@@ -243,6 +244,7 @@ def request(
         ),
         what=f"{verb} {resource}",
         attempts=max(1, attempts),
+        window=window_of(api_client),
     )
 
 

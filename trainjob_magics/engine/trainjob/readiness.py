@@ -1,8 +1,9 @@
 """Watch-driven waits: the trainer pod turning Running, and a TrainJob's pods going away.
 
-List first (for a resourceVersion), then watch from it with ``timeoutSeconds``; a 410 Expired
-ERROR event or a dropped stream relists. Every decision is made as soon as an event arrives: no
-sleeps, no polling.
+List first (for a resourceVersion), then watch from it with ``timeoutSeconds``; a dropped
+stream resumes from the last resourceVersion (waiting for a restarting API server, see
+``kube/retry.py``), a 410 Expired ERROR event relists. Every decision is made as soon as an
+event arrives: no sleeps, no polling.
 """
 
 from __future__ import annotations

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+
+
+JOURNAL_SIZE = 2000  # requests remembered by Faults.requests_seen()
 
 
 @dataclass
@@ -42,6 +46,7 @@ class Faults:
         self._pod_failer: Callable[[str, str, int, str], None] | None = None
         self._restarter: Callable[[float], threading.Event] | None = None
         self.request_count = 0
+        self._journal: deque[tuple[str, str]] = deque(maxlen=JOURNAL_SIZE)
 
     # -- requests --------------------------------------------------------------------------
 
@@ -65,6 +70,7 @@ class Faults:
         """Consume and return the first matching request fault, if any."""
         with self._lock:
             self.request_count += 1
+            self._journal.append((method.upper(), path))
             for f in self._requests:
                 if f.remaining > 0 and f.method in ("*", method.upper()) and f.path.search(path):
                     f.remaining -= 1
@@ -72,6 +78,11 @@ class Faults:
                         self._requests.remove(f)
                     return f
         return None
+
+    def requests_seen(self) -> list[tuple[str, str]]:
+        """The last JOURNAL_SIZE requests as (method, path with query), oldest first."""
+        with self._lock:
+            return list(self._journal)
 
     # -- pods ------------------------------------------------------------------------------
 
