@@ -45,10 +45,10 @@ def lost_message(message: str, pod: str, reports: list[StopReport]) -> str:
     head = message.split("; the command may still be running")[0]
     if reports and all(r.stopped for r in reports):
         return f"{head}; {stop_summary(f'in pod {pod}', reports)}"
-    why = "; ".join(r.message for r in reports if not r.stopped) or "no stopper ran"
+    why = "; ".join(r.message.split(";")[0] for r in reports if not r.stopped)
     return (
-        f"{head}; the command may still be running in pod {pod} (stopping it failed: {why}): "
-        f"stop it with session.interrupt(), or {LOST_HINT}"
+        f"{head}; the command may still be running in pod {pod} (stopping it failed: "
+        f"{why or 'no stopper ran'}): stop it with session.interrupt(), or {LOST_HINT}"
     )
 
 

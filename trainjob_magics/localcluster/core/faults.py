@@ -12,7 +12,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-
 JOURNAL_SIZE = 2000  # requests remembered by Faults.requests_seen()
 
 
