@@ -26,7 +26,7 @@ from tests.helpers.polling import wait_until
 from tests.integration.proctools import marker_processes, wait_dead
 from trainjob_magics import TrainJobSession, connect
 from trainjob_magics.engine import errors as E
-from trainjob_magics.engine.kube.retry import DEFAULT_RETRY_SECONDS
+from trainjob_magics.engine.kube.retry import DEFAULT_RETRY_SECONDS as RETRY
 from trainjob_magics.localcluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(120)
@@ -34,7 +34,7 @@ RUNTIME = "mpi-interactive"
 DOWNTIME = 2.0
 # Generous bound for anything that waits out an outage: the retry window plus slack for a
 # loaded machine. It proves "bounded", not "fast".
-BOUND = DEFAULT_RETRY_SECONDS + 30
+BOUND = RETRY + 30
 
 
 def new_marker() -> str:
@@ -179,8 +179,7 @@ def test_cell_started_during_outage_waits_then_runs(cluster, restarts, sessions)
     assert time.monotonic() - t0 < BOUND
     assert result.stdout == "after the restart\n" and result.returncode == 0
     assert notes[0] == (
-        f"API server unreachable (connection refused), retrying for up to "
-        f"{DEFAULT_RETRY_SECONDS:g}s"
+        f"API server unreachable (connection refused), retrying for up to {RETRY:g}s"
     )
     assert notes[-1].startswith("API server reachable again after ")
     assert len(notes) == 2
@@ -221,10 +220,13 @@ def test_connect_whose_watch_is_cut_resumes_from_its_resource_version(
     cluster.faults.hold_pods(name, reason="ContainerCreating", message="held by the test")
     since = len(cluster.faults.requests_seen())
     box: dict = {}
+    statuses: list = []
 
     def run() -> None:
         try:
-            box["s"] = connect(RUNTIME, name=name, config_file=kc(cluster), timeout=60)
+            box["s"] = connect(
+                RUNTIME, name=name, config_file=kc(cluster), timeout=60, on_status=statuses.append
+            )
         except BaseException as exc:  # reported below
             box["e"] = exc
 
@@ -241,6 +243,11 @@ def test_connect_whose_watch_is_cut_resumes_from_its_resource_version(
     sessions.append(box["s"])
     kind, query = after[0]
     assert kind == "watch" and query.get("resourceVersion")  # resumed, no relist
+    # the connect status showed the outage while it lasted
+    problems = [st.problem for st in statuses]
+    line = f"API server unreachable (connection refused), retrying for up to {RETRY:g}s"
+    assert line in problems
+    assert statuses[-1].problem != line
     assert box["s"].execute("echo resumed").stdout == "resumed\n"
 
 

@@ -16,6 +16,9 @@ from aiohttp import web
 
 log = logging.getLogger(__name__)
 
+SWEEP_EVERY = 0.05  # seconds between two cuts of late connections while down
+
+
 REBIND_RETRY = 0.2  # seconds between two tries to listen again (the port may be in TIME_WAIT)
 
 
@@ -30,6 +33,7 @@ class Listener:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._generation = 0  # a newer restart supersedes the pending come-back of an older one
         self._up_events: list[threading.Event] = []
+        self._sweeper: asyncio.Future[None] | None = None
 
     async def start(self) -> int:
         """Listen; returns the port (the one chosen when ``port`` was 0)."""
@@ -69,11 +73,28 @@ class Listener:
         site, self._site = self._site, None
         if site is not None:
             await site.stop()
+        self._cut_connections()
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.ensure_future(self._sweep())
+
+    def _cut_connections(self) -> int:
         server = self.runner.server
+        cut = 0
         for handler in list(server.connections) if server is not None else []:
             transport = handler.transport
-            if transport is not None:
+            if transport is not None and not transport.is_closing():
                 transport.abort()  # no TLS close_notify: the peer sees the connection reset
+                cut += 1
+        return cut
+
+    async def _sweep(self) -> None:
+        """While down, also cut connections accepted just before (their TLS handshake ended
+        after the first cut): a stopped server answers nothing."""
+        while self._site is None:
+            late = self._cut_connections()
+            if late:
+                log.warning("API server down: cut %d late connection(s)", late)
+            await asyncio.sleep(SWEEP_EVERY)
 
     async def _come_up(self, generation: int) -> None:
         if generation != self._generation or self._site is not None:
@@ -89,6 +110,8 @@ class Listener:
                     await site.stop()
                 await asyncio.sleep(REBIND_RETRY)
         self._site = site
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         log.warning("API server listening again on port %d", self.port)
         events, self._up_events = self._up_events, []
         for event in events:
