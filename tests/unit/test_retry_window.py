@@ -124,3 +124,24 @@ def test_api_retry_seconds_must_be_seconds(bad) -> None:
     with pytest.raises(InvalidInputError, match="api_retry_seconds must be a number"):
         validate_retry_seconds(bad)
     assert validate_retry_seconds(0) == 0.0
+
+
+def test_connect_status_shows_the_outage_as_its_problem_and_then_clears_it() -> None:
+    """readiness.outage_reporter: the last status again, with the notice as its problem."""
+    from trainjob_magics.engine.result import JobStatus
+    from trainjob_magics.engine.trainjob.readiness import outage_reporter
+
+    shown: list[JobStatus] = []
+    on_status, on_notice = outage_reporter(shown.append)
+    on_notice("API server unreachable (connection refused), retrying for up to 30s")
+    assert shown == []  # nothing to show yet
+    status = JobStatus("j", "default", "mpi-interactive", "Pending", "waiting for pods")
+    on_status(status)
+    on_notice("API server unreachable (connection refused), retrying for up to 30s")
+    on_notice("API server reachable again after 2s")
+    assert [s.problem for s in shown] == [
+        "",
+        "API server unreachable (connection refused), retrying for up to 30s",
+        "",
+    ]
+    assert all(s.message == "waiting for pods" for s in shown)

@@ -209,17 +209,10 @@ class TrainJobSession:
         retrying".
         """
         _refs, _multi, work = self._prepare(
-            command,
-            container,
-            stdin,
-            timeout,
-            on_output,
-            pods,
-            max_memory_output,
-            on_done,
-            on_notice,
+            command, container, stdin, timeout, on_output, pods, max_memory_output, on_done
         )
-        return work(CommandGroup(self._commands))
+        with window_of(self.api_client).listening(on_notice):
+            return work(CommandGroup(self._commands))
 
     def start(
         self,
@@ -238,16 +231,9 @@ class TrainJobSession:
         pods it runs on; ``.result()`` waits; ``.interrupt()`` stops it and returns the error
         to raise). Bad input and unknown pods raise here, before anything runs."""
         refs, multi, work = self._prepare(
-            command,
-            container,
-            stdin,
-            timeout,
-            on_output,
-            pods,
-            max_memory_output,
-            on_done,
-            on_notice,
+            command, container, stdin, timeout, on_output, pods, max_memory_output, on_done
         )
+        work = window_of(self.api_client).heard_by(work, on_notice)
         return CommandRun(work, CommandGroup(self._commands), refs, multi=multi).start()
 
     def _prepare(
@@ -260,7 +246,6 @@ class TrainJobSession:
         pods: TargetSpec,
         max_memory_output: int | None,
         on_done: OnPodDone | None,
-        on_notice: OnNotice | None = None,
     ) -> tuple[list[PodRef], bool, Callable[[CommandGroup], Any]]:
         self._check_open()
         limit = validate_max_memory_output(max_memory_output)
@@ -273,8 +258,7 @@ class TrainJobSession:
 
         def work(group: CommandGroup) -> ExecResult | MultiExecResult:
             try:
-                with window_of(self.api_client).listening(on_notice):
-                    return run(group)
+                return run(group)
             except TrainJobError as exc:
                 if exc.partial is None:  # every error carries the output so far
                     exc.partial = (

@@ -163,6 +163,19 @@ class RetryWindow:
             with self._lock:
                 self._listeners.pop(key, None)
 
+    def heard_by(
+        self, fn: Callable[..., T], callback: Callable[[str], Any] | None
+    ) -> Callable[..., T]:
+        """``fn`` running inside :meth:`listening` (for work done in another thread)."""
+        if callback is None:
+            return fn
+
+        def listened(*args: Any, **kwargs: Any) -> T:
+            with self.listening(callback):
+                return fn(*args, **kwargs)
+
+        return listened
+
     def _announce(self, line: str) -> None:
         with self._lock:
             listeners = list(self._listeners.values())
