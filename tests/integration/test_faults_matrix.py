@@ -202,10 +202,11 @@ def test_watch_410_relists(cluster, unique_name, sessions) -> None:
     t = threading.Thread(target=run)
     t.start()
     wait_until(lambda: any(k == "watch" for k, _ in pod_requests(cluster, since, name)))
-    up = cluster.faults.restart_apiserver(downtime=1.0)
+    up = cluster.faults.restart_apiserver(downtime=3.0)
     cut = len(cluster.faults.requests_seen())
     cluster.store.create(NAMESPACES, {"metadata": {"name": unique_name("rv")}})  # history moves
     compacted = cluster.compact()  # a watch from an older resourceVersion now gets 410
+    assert not up.is_set(), "compacted after the server came back: the watch may not resume"
     assert up.wait(30)
     # the resumed watch (from the old resourceVersion: a real 410), then a relist, then a
     # watch from the relist's resourceVersion
