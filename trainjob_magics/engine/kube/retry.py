@@ -233,9 +233,9 @@ def with_retries(
             outage = window.outage_deadline(exc) if window is not None else None
             now = time.monotonic()
             if outage is not None and attempts > 1:
-                delay = min(OUTAGE_MAX_DELAY, backoff(attempt))
-                if now + delay >= outage:
+                if now >= outage:
                     raise window.gave_up(exc) from None  # type: ignore[union-attr]
+                delay = min(OUTAGE_MAX_DELAY, backoff(attempt), outage - now)  # last try at the end
                 if deadline is not None and now + delay >= deadline:
                     raise
             else:
