@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -63,6 +64,14 @@ def _parser() -> argparse.ArgumentParser:
         help="the node's allocatable memory, e.g. 16Gi (default: the machine's memory)",
     )
     lc.add_argument(
+        "--restart-downtime",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds the API server stays down when the process gets SIGUSR1 (a simulated "
+        "API server restart; default: %(default)s)",
+    )
+    lc.add_argument(
         "--gpus",
         type=int,
         metavar="N",
@@ -90,6 +99,9 @@ def run_local_cluster(args: argparse.Namespace) -> int:
     from .localcluster import LocalCluster
     from .localcluster.kubelet.node import NODE_NAME
 
+    if args.restart_downtime < 0:
+        print("error: --restart-downtime must not be negative", file=sys.stderr)
+        return 2
     for path in args.runtime_file:
         if not path.is_file():
             print(f"error: runtime file {path} does not exist", file=sys.stderr)
@@ -145,8 +157,12 @@ def run_local_cluster(args: argparse.Namespace) -> int:
         print(f"warning: {line}", flush=True)
     print("point kubectl and trainjob_magics at it with:", flush=True)
     print(f"export KUBECONFIG={shlex.quote(str(cluster.kubeconfig_path))}", flush=True)
+    print(
+        f"kill -USR1 {os.getpid()} restarts the API server (down {args.restart_downtime:g}s)",
+        flush=True,
+    )
     print("press Ctrl-C to stop", flush=True)
-    cluster.run_forever()
+    cluster.run_forever(restart_downtime=args.restart_downtime)
     print("local cluster stopped", flush=True)
     return 0
 

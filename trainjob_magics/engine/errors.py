@@ -93,11 +93,15 @@ class PermissionDeniedError(TrainJobError, PermissionError):
 
 
 class ConnectionLostError(TrainJobError):
-    """The exec WebSocket dropped before the exit status; ``partial`` holds the output so far."""
+    """The exec WebSocket dropped before the exit status; ``partial`` holds the output so far,
+    ``reports`` what stopping the remote command did afterwards, and ``stopped`` is True when
+    nothing of it is left running (False: it may still run)."""
 
-    def __init__(self, message: str, *, partial: Any = None) -> None:
+    def __init__(self, message: str, *, partial: Any = None, reports: list | None = None) -> None:
         super().__init__(message)
         self.partial = partial
+        self.reports = list(reports or [])
+        self.stopped = bool(self.reports) and all(r.stopped for r in self.reports)
 
 
 class ApiServerError(TrainJobError):

@@ -39,6 +39,7 @@ from .files.logs import OnLog, PodLogs, read_log, read_logs
 from .files.transfer import TransferProgress, TransferResult, download, upload, write_file
 from .kube.names import jobset_selector
 from .kube.objects import is_running, pod_name, pod_phase
+from .kube.retry import OnNotice, validate_retry_seconds, window_of
 from .kueue.admission import detect_preemption, preempted_message, with_queue
 from .kueue.api import Visibility, queue_status
 from .result import ExecResult, JobStatus, MultiExecResult, PodRef, StopReport
@@ -146,6 +147,16 @@ class TrainJobSession:
         self._exec.max_memory_output = MAX_MEMORY_OUTPUT if limit is None else limit
 
     @property
+    def api_retry_seconds(self) -> float:
+        """How long calls wait for an API server that answered before and is now unreachable
+        (a restart, a control-plane upgrade), from the outage's first failure."""
+        return window_of(self.api_client).seconds
+
+    @api_retry_seconds.setter
+    def api_retry_seconds(self, value: float) -> None:
+        window_of(self.api_client).seconds = validate_retry_seconds(value)
+
+    @property
     def closed(self) -> bool:
         """True once ``close()`` deleted the TrainJob."""
         return self._closed
@@ -187,6 +198,7 @@ class TrainJobSession:
         pods: TargetSpec = None,
         max_memory_output: int | None = None,
         on_done: OnPodDone | None = None,
+        on_notice: OnNotice | None = None,
     ) -> ExecResult | MultiExecResult:
         """Run ``command`` in the trainer pod (a str runs with ``sh -c``, a list as argv).
 
@@ -197,12 +209,15 @@ class TrainJobSession:
         cases. A timeout or Ctrl-C stops the remote command (on every pod). Each output stream
         keeps at most ``max_memory_output`` bytes in memory (default: :attr:`max_memory_output`),
         the rest is spilled to a temporary file. Every error carries the output so far in
-        ``.partial``.
+        ``.partial``. While the API server is unreachable the command waits for it (up to
+        :attr:`api_retry_seconds`) and ``on_notice(line)`` hears "API server unreachable,
+        retrying".
         """
         _refs, _multi, work = self._prepare(
             command, container, stdin, timeout, on_output, pods, max_memory_output, on_done
         )
-        return work(CommandGroup(self._commands))
+        with window_of(self.api_client).listening(on_notice):
+            return work(CommandGroup(self._commands))
 
     def start(
         self,
@@ -215,6 +230,7 @@ class TrainJobSession:
         pods: TargetSpec = None,
         max_memory_output: int | None = None,
         on_done: OnPodDone | None = None,
+        on_notice: OnNotice | None = None,
     ) -> CommandRun:
         """``execute`` in a background thread: returns a :class:`CommandRun` (``.pods`` are the
         pods it runs on; ``.result()`` waits; ``.interrupt()`` stops it and returns the error
@@ -222,6 +238,7 @@ class TrainJobSession:
         refs, multi, work = self._prepare(
             command, container, stdin, timeout, on_output, pods, max_memory_output, on_done
         )
+        work = window_of(self.api_client).heard_by(work, on_notice)
         return CommandRun(work, CommandGroup(self._commands), refs, multi=multi).start()
 
     def _prepare(

@@ -20,6 +20,7 @@ from .apiserver import (
     AdmissionHook,
     ApiServer,
     AuthStats,
+    Listener,
     ServerContext,
     SubresourceGetter,
     User,
@@ -232,12 +233,9 @@ class LocalCluster:
         app = ApiServer(ctx).make_app()
         self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=2.0)
         await self._runner.setup()
-        site = web.TCPSite(
-            self._runner, "127.0.0.1", self.port, ssl_context=self._tls.server_context()
-        )
-        await site.start()
-        sock = site._server.sockets[0]  # type: ignore[union-attr]
-        self.port = sock.getsockname()[1]
+        listener = Listener(self._runner, self.port, self._tls.server_context())
+        self.port = await listener.start()
+        self.faults.set_apiserver_restarter(listener.restart)
         self.url = f"https://127.0.0.1:{self.port}"
         ctx.address = f"127.0.0.1:{self.port}"
         self.controller.start(asyncio.get_running_loop())
@@ -245,6 +243,7 @@ class LocalCluster:
             self.kueue.start(asyncio.get_running_loop())
         self._ready.set()
         await self._stop_event.wait()
+        self.faults.set_apiserver_restarter(None)
         ctx.stopping.set()
         self.store.close_all()
         if self.kueue is not None:
@@ -272,18 +271,26 @@ class LocalCluster:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def run_forever(self) -> None:
-        """Start (if needed) and block until Ctrl-C or SIGTERM, then stop."""
+    def run_forever(self, restart_downtime: float = 5.0) -> None:
+        """Start (if needed) and block until Ctrl-C or SIGTERM, then stop. SIGUSR1 restarts the
+        API server (``faults.restart_apiserver(restart_downtime)``)."""
         self.start()
         done = threading.Event()
+        restarts = threading.Event()
 
         def on_signal(signum: int, frame: Any) -> None:
             done.set()
 
+        def on_restart(signum: int, frame: Any) -> None:
+            restarts.set()  # handled by the loop below, outside the signal handler
+
         old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        old[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_restart)
         try:
-            while not done.wait(0.5):
-                pass
+            while not done.wait(0.2):
+                if restarts.is_set():
+                    restarts.clear()
+                    self.faults.restart_apiserver(restart_downtime)
         finally:
             for s, h in old.items():
                 signal.signal(s, h)

@@ -7,6 +7,7 @@ The engine does the work and owns interrupts and partial output: ``session.start
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from ..engine import CommandInterruptedError, CommandRun, MultiExecResult, PodGoneError
@@ -44,6 +45,7 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> None:
     pump = Pump()
     pods = args.pod.strip() if args.pod and args.pod.strip() != "trainer" else None
     try:
+        session.api_retry_seconds = host.settings.api_retry_seconds
         run = session.start(
             ["sh", "-c", cell],
             pods=pods,
@@ -51,6 +53,7 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> None:
             timeout=args.timeout,
             on_output=lambda pod, stream, text: pump.emit("out", pod, stream, text),
             on_done=lambda pod, result, error: pump.emit("done", pod, result, error),
+            on_notice=lambda line: pump.emit("note", "", line),
         )
     except Exception as exc:
         raise as_one_line(exc) from None
@@ -115,6 +118,8 @@ def follow(
     def handle(kind: str, pod: str, *rest: Any) -> None:
         if kind == "out":
             view.write(pod, *rest)
+        elif kind == "note":  # e.g. "API server unreachable, retrying": shown, not output
+            print(rest[0], file=sys.stderr, flush=True)
         else:
             view.pod_done(pod, *rest)
 

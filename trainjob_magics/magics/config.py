@@ -43,6 +43,13 @@ class TrainJobConfig(Configurable):
         "Failed image pulls of the trainer pod after which %trainjob_connect gives up (and deletes "
         "the new TrainJob); an invalid image name gives up at once.",
     )
+    api_retry_seconds = _setting(
+        Float,
+        30.0,
+        "Seconds a cell or %trainjob_connect waits for an API server that answered before and "
+        "is now unreachable (a restart, a control-plane upgrade), printing 'API server "
+        "unreachable, retrying'; 0 fails at once.",
+    )
     context = _setting(Unicode, "", "Kubeconfig context to use; empty: the current one.")
     kubeconfig = _setting(Unicode, "", "Kubeconfig file; empty: $KUBECONFIG or ~/.kube/config.")
     display_max_lines = _setting(

@@ -184,6 +184,7 @@ def run_connect(
     seen: dict[str, Any] = {}
     common = {k: settings[k] for k in ("namespace", "context", "config_file")}
     common["timeout"] = timeout
+    common["api_retry_seconds"] = host.settings.api_retry_seconds
     job_name = None if settings["attach"] else settings["name"] or host.engine.new_name()
 
     def work(emit: Callable[..., None]) -> Any:

@@ -57,7 +57,7 @@ from ..errors import (
 )
 from ..kube.credentials import with_fresh_credentials
 from ..kube.requests import connection_failure, map_http_failure, parse_status_body
-from ..kube.retry import with_retries
+from ..kube.retry import window_of, with_retries
 from ..result import ExecResult
 from .frames import (
     OP_CLOSE,
@@ -319,7 +319,9 @@ class ExecClient:
         ws = with_fresh_credentials(
             self.configuration,
             lambda: with_retries(
-                lambda: self._connect(url, namespace, pod), what=f"exec in pod {pod}"
+                lambda: self._connect(url, namespace, pod),
+                what=f"exec in pod {pod}",
+                window=window_of(self.configuration),
             ),
         )
         collector = Collector(

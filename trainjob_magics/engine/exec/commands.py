@@ -48,6 +48,18 @@ def pod_gone_message(what: str, ended: str) -> str:
     return f"{what} while the command ran ({ended}); the output so far is kept"
 
 
+def lost_message(message: str, pod: str, reports: list[StopReport]) -> str:
+    """The lost-connection line, saying what stopping the remote command did."""
+    head = message.split("; the command may still be running")[0]
+    if reports and all(r.stopped for r in reports):
+        return f"{head}; {stop_summary(f'in pod {pod}', reports)}"
+    why = "; ".join(r.message.split(";")[0] for r in reports if not r.stopped)
+    return (
+        f"{head}; the command may still be running in pod {pod} (stopping it failed: "
+        f"{why or 'no stopper ran'}): stop it with session.interrupt(), or {LOST_HINT}"
+    )
+
+
 class CommandGroup:
     """The commands of one ``execute`` (one per pod): :meth:`interrupt` stops those running and
     keeps the group from starting more; :meth:`output_so_far` is what each pod sent so far."""
@@ -186,10 +198,12 @@ class CommandRunner:
                 raise gone from None
             if not exec_id:
                 raise
-            keep_registered = True  # it may still run: interrupt() can stop it
+            # Its output is lost from here on: stop it (waiting for a restarting API server,
+            # within the retry window); if that fails it stays registered for interrupt().
+            reports = self.interrupt(only=[key])
+            keep_registered = not all(r.stopped for r in reports)
             raise ConnectionLostError(
-                str(exc).replace(LOST_HINT, f"stop it with session.interrupt(), or {LOST_HINT}"),
-                partial=exc.partial,
+                lost_message(str(exc), pod, reports), partial=exc.partial, reports=reports
             ) from None
         finally:
             if not keep_registered:

@@ -26,7 +26,7 @@ from ..errors import (
     TrainJobError,
 )
 from .credentials import with_fresh_credentials
-from .retry import ATTEMPTS, with_retries
+from .retry import ATTEMPTS, window_of, with_retries
 
 RBAC_DOC = "docs/rbac.md"
 
@@ -231,9 +231,10 @@ def request(
 
     Failures raise engine errors: HTTP errors through :func:`map_http_failure`, transport
     errors as :class:`ApiServerError`. GET and DELETE (idempotent) are retried with backoff on
-    5xx/429 and connection errors (``attempts`` calls in all); other methods are sent once
-    unless ``attempts`` says otherwise. A 401 gets a fresh credential and one more try
-    (``credentials.py``).
+    5xx/429 and connection errors (``attempts`` calls in all, or for as long as the client's
+    :class:`~.retry.RetryWindow` waits for a server that answered before); other methods are
+    sent once unless ``attempts`` says otherwise. A 401 gets a fresh credential and one more
+    try (``credentials.py``).
     """
     if attempts is None:
         attempts = ATTEMPTS if method.upper() in ("GET", "DELETE") else 1
@@ -255,6 +256,7 @@ def request(
             ),
             what=f"{verb} {resource}",
             attempts=max(1, attempts),
+            window=window_of(api_client),
         ),
     )
 

@@ -10,6 +10,7 @@ only through the callbacks in :class:`ServerContext`.
 """
 
 from .authn import AuthStats, User
+from .listener import Listener
 from .server import ApiServer
 from .server_context import AdmissionHook, ServerContext, SubresourceGetter, new_token
 
@@ -17,6 +18,7 @@ __all__ = [
     "AdmissionHook",
     "ApiServer",
     "AuthStats",
+    "Listener",
     "ServerContext",
     "SubresourceGetter",
     "User",
