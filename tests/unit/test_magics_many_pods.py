@@ -167,10 +167,10 @@ def _status(n: int, state: str = "Running", queue: QueueStatus | None = None) ->
 
 def test_status_table_folds_beyond_8_pods_and_is_compact() -> None:
     w = StatusWidget(_status(32), show=False)
-    value = w.html.value
+    value = w.html
     assert "line-height:1.35" in value and "<details" in value
     assert "32 pods: 32 Running · 32 ready" in value
-    small = StatusWidget(_status(4), show=False).html.value
+    small = StatusWidget(_status(4), show=False).html
     assert "<details" not in small and small.count("<tr>") == 5
 
 
@@ -179,7 +179,7 @@ def test_max_runtime_and_time_left_while_running() -> None:
     w = StatusWidget(_status(1), show=False, clock=clock, max_runtime=3600)
     clock.t = 55
     w.tick()
-    assert "max runtime 1h00m (59m00s left)" in w.html.value
+    assert "max runtime 1h00m (59m00s left)" in w.html
     queued = format_status(_status(0, state="Queued"), max_runtime=90)
     assert "max runtime 1m30s" in queued and "left" not in queued
 
@@ -220,9 +220,9 @@ def test_final_state_freezes_with_the_wall_clock_elapsed(published: list[dict[st
     head_text, _table = text.split("2 pods as last seen", 1)
     assert "Deleted" in head_text and "Running" not in head_text
     assert "TrainJob j deleted" in head_text
-    assert w.button.layout.display == "none"
     w.update(_status(2))  # a late snapshot does not bring "Running" back
-    assert "Running" not in w.html.value.split("<details", 1)[0]
+    assert "Running" not in w.html.split("<details", 1)[0]
+    assert "Running" not in last_bundle(published)["text/html"].split("<details", 1)[0]
 
 
 def test_interrupted_queued_connect_does_not_stay_queued(

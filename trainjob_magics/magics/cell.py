@@ -14,6 +14,7 @@ from ..engine import CommandInterruptedError, CommandRun, MultiExecResult, PodGo
 from .failures import TrainJobCellError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, check_var, chosen_session
+from .outcomes import learn_from_cell, learn_from_cell_error
 from .views.text import NullOutputView, footer_text
 from .worker import Pump, join_text
 
@@ -41,7 +42,8 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> None:
     check_positive(args.timeout, "--timeout")
     if not cell.strip():
         raise TrainJobUsageError("the cell is empty: write the shell commands below %%trainjob")
-    session = host.entry(chosen_session(args)).session
+    entry = host.entry(chosen_session(args))
+    session = entry.session
     pump = Pump()
     pods = args.pod.strip() if args.pod and args.pod.strip() != "trainer" else None
     try:
@@ -56,10 +58,12 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> None:
             on_notice=lambda line: pump.emit("note", "", line),
         )
     except Exception as exc:
+        learn_from_cell_error(entry, exc)  # e.g. preempted, or the job ended
         raise as_one_line(exc) from None
     view = _view(host, run, args)
     raises = bool(host.settings.raise_on_error and not args.no_raise_error)
     result, error = follow(run, pump, view, raises=raises)
+    learn_from_cell(entry, result, _engine_error(error))
     if result is not None:
         store(host, result, args)
     if error is not None:
@@ -68,6 +72,12 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> None:
         failure = failure_line(result)
         if failure:
             raise TrainJobCellError(failure, result)
+
+
+def _engine_error(error: BaseException | None) -> BaseException | None:
+    """The engine's error behind what the cell raises (a user's interrupt or a non-zero exit
+    say nothing about the job)."""
+    return None if isinstance(error, TrainJobCellError) else error
 
 
 def _view(host: MagicsHost, run: CommandRun, args: Any) -> Any:

@@ -97,7 +97,7 @@ def connect(host: MagicsHost, args: Any) -> None:
     widget = getattr(view, "widget_view", None)
     entry.status_widget = widget
     entry.watch(widget)
-    if not getattr(view, "widgets", False):  # the widget says it; text front ends get a line
+    if not getattr(view, "widgets", False):  # the panel says it; text front ends get a line
         print(ready_line(alias, session))
 
 

@@ -106,7 +106,8 @@ class TrainJobMagics(Magics, TrainJobConfig):
     @cluster_args
     @line_magic
     def trainjob_status(self, line: str = "") -> None:
-        """Show a session's TrainJob and pods (a widget with a Refresh button, or a text table).
+        """Show a session's TrainJob and pods (a status panel, or a text table); the session's
+        earlier panels (e.g. the connect cell's) show the new status too.
 
         ALIAS may also name any TrainJob trainjob-magics created (see %trainjob_sessions --all);
         the cluster options say where to look for it.

@@ -22,16 +22,23 @@ class Entry:
     session: Any
     settings: dict[str, Any] = field(default_factory=dict)
     status_widget: Any = None
-    views: list[Any] = field(default_factory=list)  # live widgets showing this session
+    views: list[Any] = field(default_factory=list)  # status panels showing this session
 
     def watch(self, view: Any) -> None:
         """Let ``view`` (anything with ``final(state)``) show how the session ends."""
         if view is not None:
             self.views.append(view)
 
+    def push_status(self, status: Any) -> None:
+        """Show a newer status of the session in each of its panels (``update(status)``); a
+        panel that fails is skipped."""
+        for view in list(self.views):
+            with contextlib.suppress(Exception):
+                view.update(status)
+
     def push_final(self, state: str, note: str = "") -> None:
         """Show the session's final state ("Deleted", "Closed at kernel exit", ...) in every
-        live widget of it; a widget that fails is skipped."""
+        panel of it (which then ignores later updates); a panel that fails is skipped."""
         views, self.views = self.views, []
         for view in views:
             with contextlib.suppress(Exception):

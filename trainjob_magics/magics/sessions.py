@@ -100,7 +100,8 @@ def _status_by_name(host: MagicsHost, args: Any, name: str) -> None:
 
 
 def render_status(host: MagicsHost, entry: Entry, quiet_errors: bool = False) -> None:
-    """Show ``entry``'s status: a widget with a Refresh button, or a text table."""
+    """Show ``entry``'s status: a new status panel (and the newer status in the session's
+    other panels, e.g. the connect cell's), or a text table."""
     try:
         status = entry.session.status()
     except Exception as exc:
@@ -111,6 +112,7 @@ def render_status(host: MagicsHost, entry: Entry, quiet_errors: bool = False) ->
         from .views.status import StatusWidget
 
         limit = duration_seconds(entry.settings.get("max_runtime"))
+        entry.push_status(status)
         entry.watch(StatusWidget(status, refresh=entry.session.status, max_runtime=limit))
     else:
         print(

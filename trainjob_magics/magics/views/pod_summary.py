@@ -92,8 +92,13 @@ class PodGroup:
         return " · ".join(p for p in parts if p)
 
 
+TIMED_OUT = "timed out"
+
+
 def outcome_of(result: Any, error: BaseException | None) -> tuple[str, str]:
     """(mark, code) of a finished pod: ``(✓, exit 0)``, ``(✗, exit 3)``, ``(✗, ErrorName)``."""
+    if isinstance(error, TimeoutError):  # the cell's --timeout: the pod was still running
+        return FAILED, TIMED_OUT
     if error is not None:
         return FAILED, type(error).__name__
     if result is None:

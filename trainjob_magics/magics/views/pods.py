@@ -14,6 +14,7 @@ from .pod_summary import (
     FAILED,
     OK,
     RUNNING,
+    TIMED_OUT,
     PodOutcome,
     group_outcomes,
     outcome_of,
@@ -296,6 +297,8 @@ class MultiPodWidgetView:
             view._render()
             if self.state[pod] == RUNNING:  # the cell ended before this pod did
                 ending = "interrupted" if interrupted else "ended" if ok else "stopped"
+                if not interrupted and TIMED_OUT in self.code.values():  # the same --timeout
+                    ending = TIMED_OUT
                 self.state[pod], self.code[pod] = ENDED, ending
         self._outcomes = self._outcomes or interrupted
         self._set_titles()

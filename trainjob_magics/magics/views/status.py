@@ -1,13 +1,18 @@
-"""Live status widget of a session: TrainJob headline, pod table, refresh button.
+"""Status panel of a session: TrainJob headline, pod table; static HTML kept current.
 
-The panel stays live (Refresh) while its session lives; when the session ends (closed,
-interrupted, timed out, kernel exit) :meth:`StatusWidget.final` shows that final state with
-the wall-clock elapsed time and turns the display into static HTML.
+The panel is HTML + text/plain in a display with a ``display_id``: connect's status callbacks,
+``%trainjob_status`` and what cells learn update it through its handle; when the session ends
+(closed, interrupted, timed out, preempted, kernel exit) :meth:`StatusWidget.final` shows that
+final state with the wall-clock elapsed time. No widget model is involved, so it survives a
+notebook saved without widget state.
 """
 
 from __future__ import annotations
 
+import contextlib
 import html
+import math
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -37,6 +42,7 @@ from .styles import (
     state_badge,
 )
 
+PUSH_INTERVAL = 0.25  # seconds between two updates of a panel's display, at least
 COMPACT_CELL = CELL_STYLE + ";padding-top:0;padding-bottom:0;line-height:1.35"
 
 
@@ -112,9 +118,15 @@ def render_status_html(
 
 
 class StatusWidget:
-    """Shows a ``JobStatus`` live; the refresh button (when given ``refresh``) fetches a new one.
+    """A session's status panel: static HTML (+ ``text/plain``) in one display with a
+    ``display_id``, kept current through that display handle.
 
-    ``max_runtime``: the session's ``--max-runtime`` in seconds (shown with the time left).
+    It needs no widget model, so a notebook saved without widget state shows the panel as it
+    was last updated, in JupyterLab, Notebook 7, VS Code, nbviewer and GitHub. ``update`` may be
+    called from any thread (e.g. ``connect(on_status=...)``); pushes to the display are
+    throttled to one per ``interval`` seconds, the last one always sent. ``refresh`` (or
+    ``%trainjob_status``) fetches a new status. ``max_runtime``: the session's
+    ``--max-runtime`` in seconds (shown with the time left).
     """
 
     def __init__(
@@ -124,52 +136,104 @@ class StatusWidget:
         show: bool = True,
         clock: Callable[[], float] = time.monotonic,
         max_runtime: float | None = None,
+        interval: float = PUSH_INTERVAL,
     ) -> None:
-        import ipywidgets as w
-
         self.clock = clock
         self.status = status
         self.max_runtime = max_runtime
+        self.interval = interval
         self.note = ""
+        self.error = ""  # why the last refresh failed, one line
         self.final_state = ""
+        self.html = ""  # the panel's HTML as last rendered
+        self.pushes = 0  # updates sent to the display
         self._refresh = refresh
         self._base: tuple[float, float] | None = None  # (status.elapsed, clock at update)
-        self.html = w.HTML(value="")
-        self.error = w.HTML(value="")
-        self.button = w.Button(description="Refresh", icon="refresh", tooltip="Fetch the status")
-        self.button.layout.display = "" if refresh else "none"
-        self.button.on_click(lambda _b: self.refresh())
-        self.widget = w.VBox([self.html, self.button, self.error])
-        self.widget.add_class("trainjob-status")
-        self.display: Any = None
+        self._lock = threading.RLock()
+        self._last_push = -math.inf
+        self._timer: threading.Timer | None = None
+        self.handle: Any = None
         if status is not None:
-            self.update(status)
+            self._set(status)
         if show:
-            from .frontend import WidgetDisplay
+            from IPython.display import display
 
-            self.display = WidgetDisplay(self.widget, self.text())
+            self.handle = display(self.bundle(), raw=True, display_id=True)
+
+    # ------------------------------------------------------------ rendering
+
+    def _render(self, elapsed: float | None = None) -> None:
+        with self._lock:
+            if self.status is None:
+                self.html = ""
+                return
+            self.html = render_status_html(
+                self.status,
+                elapsed=elapsed,
+                max_runtime=self.max_runtime,
+                state=self.final_state,
+                note=self.note,
+            )
+            if self.error:
+                self.html += (
+                    f'<div class="tjm-refresh-error" style="{FAIL_STYLE}">'
+                    f"{html.escape(self.error)}</div>"
+                )
+
+    def bundle(self) -> dict[str, str]:
+        """What the display shows: the panel's HTML and its plain-text twin."""
+        with self._lock:
+            inner = self.html or f'<div style="{NOTE_STYLE}">{html.escape(self.text())}</div>'
+            return {
+                "text/html": f'<div class="trainjob-status">{inner}</div>',
+                "text/plain": self.text(),
+            }
+
+    def _push(self, now: bool = False) -> None:
+        """Send the panel to its display: at once when ``now``, else at most once per
+        ``interval`` (a later push is scheduled, so the last state is never lost)."""
+        if self.handle is None:
+            return
+        with self._lock:
+            wait = self.interval - (time.monotonic() - self._last_push)
+            if not now and wait > 0:
+                if self._timer is None:
+                    self._timer = threading.Timer(wait, self._scheduled)
+                    self._timer.daemon = True
+                    self._timer.start()
+                return
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._last_push = time.monotonic()
+            bundle = self.bundle()
+            self.pushes += 1
+            with contextlib.suppress(Exception):  # a display that is gone loses the update only
+                self.handle.update(bundle, raw=True)
+
+    def _scheduled(self) -> None:
+        with self._lock:
+            self._timer = None
+        self._push(now=True)
+
+    # ------------------------------------------------------------ changes
+
+    def _set(self, status: Any) -> None:
+        with self._lock:
+            self.status = status
+            self._base = (float(status.elapsed), self.clock())
+            self._render()
 
     def set_refresh(self, refresh: Callable[[], Any] | None) -> None:
-        """Enable (or hide) the refresh button."""
+        """What :meth:`refresh` calls to fetch a new status."""
         self._refresh = refresh
-        self.button.layout.display = "" if refresh and not self.final_state else "none"
-
-    def _render(self, elapsed: float | None = None) -> str:
-        return render_status_html(
-            self.status,
-            elapsed=elapsed,
-            max_runtime=self.max_runtime,
-            state=self.final_state,
-            note=self.note,
-        )
 
     def update(self, status: Any) -> None:
         """Show a new status snapshot (ignored once the panel shows a final state)."""
         if self.final_state:
             return
-        self.status = status
-        self._base = (float(status.elapsed), self.clock())
-        self.html.value = self._render()
+        self._set(status)
+        self._push()
 
     def elapsed(self) -> float:
         """Elapsed seconds, ticking between snapshots."""
@@ -180,13 +244,12 @@ class StatusWidget:
     def tick(self) -> None:
         """Advance the elapsed time shown (called while waiting)."""
         if self.status is not None and not self.final_state:
-            self.html.value = self._render(elapsed=self.elapsed())
+            self._render(elapsed=self.elapsed())
+            self._push()
 
     def set_note(self, note: str) -> None:
         """One more line under the headline (e.g. that the session is ready)."""
         self.note = note
-        if self.status is not None:
-            self.html.value = self._render(elapsed=self.elapsed())
         self.settle()
 
     def freeze(self) -> None:
@@ -194,37 +257,34 @@ class StatusWidget:
         self.settle()
 
     def settle(self) -> None:
-        """The wait is over: show the elapsed time now and update the text fallback; the panel
-        stays live (Refresh) while its session lives."""
+        """The wait is over: show the elapsed time now, at once."""
         if self.status is not None:
-            self.html.value = self._render(elapsed=self.elapsed())
-        if self.display is not None:
-            self.display.update_text(self.text())
+            self._render(elapsed=self.elapsed())
+        self._push(now=True)
 
     def final(self, state: str, note: str = "") -> None:
         """The session ended: show ``state`` ("Deleted", "Interrupted", "Timed out", "Closed at
-        kernel exit") with the wall-clock elapsed time, and turn the display static."""
-        if self.final_state:
-            return
-        elapsed = self.elapsed()
-        self.final_state = state
-        if note:
-            self.note = note
-        self._refresh = None
-        self.button.layout.display = "none"
-        if self.status is not None:
-            self._base = (elapsed, self.clock())
-            self.html.value = self._render(elapsed=elapsed)
-        else:
-            line = f"{state}" + (f": {self.note}" if self.note else "")
-            self.html.value = (
-                f'<div class="tjm-status" style="{COMPACT_STYLE}">'
-                f"{state_badge(state)} {html.escape(line)}</div>"
-            )
-        if self.display is not None:
-            self.display.freeze(
-                f'<div class="trainjob-status">{self.html.value}</div>', self.text()
-            )
+        kernel exit", "Preempted", ...) with the wall-clock elapsed time; later updates are
+        ignored."""
+        with self._lock:
+            if self.final_state:
+                return
+            elapsed = self.elapsed()
+            self.final_state = state
+            if note:
+                self.note = note
+            self._refresh = None
+            self.error = ""
+            if self.status is not None:
+                self._base = (elapsed, self.clock())
+                self._render(elapsed=elapsed)
+            else:
+                line = f"{state}" + (f": {self.note}" if self.note else "")
+                self.html = (
+                    f'<div class="tjm-status" style="{COMPACT_STYLE}">'
+                    f"{state_badge(state)} {html.escape(line)}</div>"
+                )
+        self._push(now=True)
 
     def text(self) -> str:
         """The status as plain text."""
@@ -241,21 +301,21 @@ class StatusWidget:
         )
 
     def refresh(self) -> None:
-        """Fetch and show the current status; errors are shown in one line below."""
+        """Fetch and show the current status; an error is shown in one line below."""
         if self._refresh is None or self.final_state:
             return
         try:
-            self.update(self._refresh())
-            self.error.value = ""
-        except Exception as exc:  # shown in the widget, never raised into the comm handler
-            self.error.value = (
-                f'<span style="{FAIL_STYLE}">{html.escape(type(exc).__name__)}: '
-                f"{html.escape(str(exc))}</span>"
-            )
+            status = self._refresh()
+            self.error = ""
+            self._set(status)
+        except Exception as exc:  # shown in the panel, never raised
+            self.error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+            self._render(elapsed=self.elapsed())
+        self._push(now=True)
 
 
 class ConnectStatusView:
-    """Status while connecting: a live widget, or one text line per change."""
+    """Status while connecting: the status panel (kept current), or one text line per change."""
 
     def __init__(self, widgets: bool, max_runtime: float | None = None) -> None:
         self.widget_view: Any = None
@@ -266,7 +326,7 @@ class ConnectStatusView:
 
     @property
     def widgets(self) -> bool:
-        """True when the status is a widget (then the connect cell prints nothing more)."""
+        """True when the status is a panel (then the connect cell prints nothing more)."""
         return self._widgets
 
     def _widget(self, status: Any) -> Any:
@@ -285,14 +345,15 @@ class ConnectStatusView:
         self._last_line = line
 
     def tick(self) -> None:
-        """Advance the widget's elapsed time once a second."""
+        """Advance the panel's elapsed time once a second."""
         now = time.monotonic()
         if self.widget_view is not None and now - self._last_tick >= 1.0:
             self._last_tick = now
             self.widget_view.tick()
 
     def finish(self, status: Any, refresh: Callable[[], Any] | None = None, note: str = "") -> None:
-        """Connected: the widget stays live with a Refresh button (and ``note``), or the text
+        """Connected: the panel shows the status now (and ``note``), sent at once, and stays
+        current through its display handle (``%trainjob_status``, cells, close); or the text
         table is printed."""
         if self._widgets:
             if status is not None:
@@ -308,7 +369,7 @@ class ConnectStatusView:
             print(format_status(status, max_runtime=self.max_runtime), flush=True)
 
     def final(self, state: str, note: str = "") -> None:
-        """The connect did not give a session (interrupted, timed out, failed): the widget
-        shows ``state`` and turns static; in text mode the error line says it."""
+        """The connect did not give a session (interrupted, timed out, failed): the panel
+        shows ``state``; in text mode the error line says it."""
         if self._widgets and self.widget_view is not None:
             self.widget_view.final(state, note)

@@ -31,7 +31,7 @@ CELL_STYLE = "padding:2px 10px 2px 0;text-align:left;white-space:nowrap"
 
 
 def state_badge(state: str) -> str:
-    colour = STATE_COLOURS.get(state, "#1a5fb4")
+    colour = STATE_COLOURS.get(state.split(" (")[0], "#1a5fb4")  # "Deleted (idle)": Deleted
     return (
         f'<span class="tjm-state" style="color:#fff;background:{colour};border-radius:3px;'
         f'padding:0 6px">{html.escape(state)}</span>'
