@@ -1,11 +1,13 @@
-"""States that stay true, in a real ipykernel against the local cluster: when a session ends
-(close, interrupted or timed-out connect, kernel restart) every live widget of it is replaced by
-static HTML saying so, with the wall-clock elapsed time."""
+"""States that stay true, in a real ipykernel against the local cluster: a session's status
+panels are static HTML (no widget model) kept current through their display handles; when the
+session ends (close, interrupted or timed-out connect, kernel restart, the job ending by itself)
+every panel of it says so, with the wall-clock elapsed time."""
 
 from __future__ import annotations
 
 import queue
 import re
+import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,13 +16,18 @@ from typing import Any
 import pytest
 
 from tests.helpers.kernels import Kernel, load_magics_code
+from tests.helpers.polling import wait_until
+from tests.integration.proctools import marker_processes
 from trainjob_magics.localcluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(240)
 
 
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
+
+
 def display_ids(msgs: list[dict[str, Any]]) -> list[str]:
-    """Display ids of the cell's displays (widgets shown through a display handle)."""
+    """Display ids of the cell's displays (shown through a display handle)."""
     return [
         m["content"]["transient"]["display_id"]
         for m in msgs
@@ -29,7 +36,7 @@ def display_ids(msgs: list[dict[str, Any]]) -> list[str]:
 
 
 def frozen(msgs: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
-    """display id -> the last static bundle (text/html + text/plain) it was updated to."""
+    """display id -> the last bundle (text/html + text/plain) it was updated to."""
     out = {}
     for m in msgs:
         data = m["content"].get("data", {})
@@ -58,7 +65,14 @@ def setup(k: Kernel, kubeconfig: Path) -> None:
     assert reply["status"] == "ok", reply
 
 
-def test_close_freezes_the_connect_panel_and_status_widget(
+def no_widgets(msgs: list[dict[str, Any]]) -> None:
+    """Nothing displayed needs a widget model: no comm opened, no widget view shown."""
+    assert not [m for m in msgs if m["msg_type"].startswith("comm_")]
+    for m in msgs:
+        assert WIDGET_VIEW_MIME not in m["content"].get("data", {}), m
+
+
+def test_close_says_deleted_in_the_connect_panel_and_the_status_panel(
     kernel: Kernel, cluster: LocalCluster
 ) -> None:
     setup(kernel, cluster.kubeconfig_path)
@@ -67,8 +81,14 @@ def test_close_freezes_the_connect_panel_and_status_widget(
     (panel,) = display_ids(connect_msgs)
     prints = [m for m in connect_msgs if m["msg_type"] == "stream"]
     assert not prints, prints  # the panel says the session is ready; nothing is printed under it
+    no_widgets(connect_msgs)
+    ready = [m for m in connect_msgs if m["content"].get("data")][-1]["content"]["data"]
+    assert set(ready) == {"text/html", "text/plain"}
+    assert "Running" in headline(ready) and "ready: TrainJob" in ready["text/plain"]
     reply, status_msgs = kernel.run("%trainjob_status")
+    no_widgets(status_msgs)
     (status,) = display_ids(status_msgs)
+    assert panel in frozen(status_msgs)  # %trainjob_status brings the connect panel up to date
     reply, close_msgs = kernel.run("%trainjob_close")
     assert reply["status"] == "ok", reply
     final = frozen(close_msgs)
@@ -79,8 +99,7 @@ def test_close_freezes_the_connect_panel_and_status_widget(
         assert "deleted; session 'default' closed" in head
         assert "max runtime 1h00m" in head and "left" not in head
         assert "Deleted" in bundle["text/html"].split("<details")[0]
-    # the panels' models are closed: a saved notebook keeps the static HTML, not a widget
-    assert any(m["msg_type"] == "comm_close" for m in close_msgs)
+    no_widgets(close_msgs)
 
 
 def test_kernel_restart_freezes_panels_closed_at_kernel_exit(
@@ -115,7 +134,7 @@ def test_interrupted_and_timed_out_queued_connects_say_so(kueue_cluster: LocalCl
         msg_id = k.kc.execute("%trainjob_connect torch-distributed --cpu 4 --queue user-queue")
         msgs: list[dict[str, Any]] = []
         deadline = time.monotonic() + 60
-        while not any("Queued" in str(m["content"]) for m in msgs if m["msg_type"] == "comm_msg"):
+        while not any("Queued" in str(m["content"].get("data")) for m in msgs):
             assert time.monotonic() < deadline, "the second connect never showed Queued"
             msgs.append(k.kc.get_iopub_msg(timeout=60))
         time.sleep(1.5)  # a queued wait of a second or more: its elapsed time must not read 0s
@@ -139,3 +158,39 @@ def test_interrupted_and_timed_out_queued_connects_say_so(kueue_cluster: LocalCl
         assert " · Timed out · " in bundle["text/plain"], bundle["text/plain"]
         reply, _ = k.run("%trainjob_close --all")
         assert reply["status"] == "ok", reply
+
+
+def test_a_job_that_ended_by_itself_reads_failed_in_its_panel(
+    kernel: Kernel, cluster: LocalCluster
+) -> None:
+    """The kubelet evicts the trainer pod mid-command: the job fails (backoffLimit 0); the
+    cells say so, and the connect panel reads Failed instead of Running."""
+    setup(kernel, cluster.kubeconfig_path)
+    reply, connect_msgs = kernel.run("%trainjob_connect torch-distributed")
+    assert reply["status"] == "ok", reply
+    (panel,) = display_ids(connect_msgs)
+    reply, text = kernel.run_text(
+        "from trainjob_magics.magics.extension import loaded_magics\n"
+        "print(loaded_magics(get_ipython()).host.registry.get('default').session.pod)"
+    )
+    pod = text.strip().splitlines()[-1]
+    marker = f"{4000 + secrets.randbelow(5000)}.7"
+    msg_id = kernel.kc.execute(f"%%trainjob\necho before; sleep {marker}")
+    wait_until(lambda: marker_processes(f"sleep {marker}"), timeout=30)
+    cluster.faults.evict_pod("default", pod, "The node was low on resource: memory.")
+    msgs = []
+    while True:
+        msg = kernel.kc.get_iopub_msg(timeout=60)
+        msgs.append(msg)
+        state = msg["content"].get("execution_state")
+        if msg["parent_header"].get("msg_id") == msg_id and state == "idle":
+            break
+    assert kernel.kc.get_shell_msg(timeout=30)["content"]["ename"] == "PodGoneError"
+    reply, again = kernel.run("%%trainjob\necho again")  # the next cell says the job ended
+    assert reply["status"] == "error" and "is Failed" in reply["evalue"], reply
+    final = frozen(msgs + again)
+    assert panel in final, final
+    head = headline(final[panel])
+    assert " · Failed · " in head and "Running" not in head, head
+    reply, _ = kernel.run("%trainjob_close")
+    assert reply["status"] == "ok", reply

@@ -30,11 +30,11 @@ class Entry:
             self.views.append(view)
 
     def push_status(self, status: Any) -> None:
-        """Show a newer status of the session in each of its panels (``update(status)``); a
-        panel that fails is skipped."""
+        """Show a newer status of the session in each of its panels at once
+        (``update(status, now=True)``); a panel that fails is skipped."""
         for view in list(self.views):
             with contextlib.suppress(Exception):
-                view.update(status)
+                view.update(status, now=True)
 
     def push_final(self, state: str, note: str = "") -> None:
         """Show the session's final state ("Deleted", "Closed at kernel exit", ...) in every

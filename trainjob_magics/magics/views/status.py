@@ -228,12 +228,13 @@ class StatusWidget:
         """What :meth:`refresh` calls to fetch a new status."""
         self._refresh = refresh
 
-    def update(self, status: Any) -> None:
-        """Show a new status snapshot (ignored once the panel shows a final state)."""
+    def update(self, status: Any, now: bool = False) -> None:
+        """Show a new status snapshot (ignored once the panel shows a final state); ``now``:
+        sent at once, not throttled."""
         if self.final_state:
             return
         self._set(status)
-        self._push()
+        self._push(now)
 
     def elapsed(self) -> float:
         """Elapsed seconds, ticking between snapshots."""
