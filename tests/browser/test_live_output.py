@@ -61,11 +61,13 @@ BOX_STATE = """(cell) => {
 }"""
 
 
-def _notebook(path: Path, bodies: list[str]) -> None:
+def _notebook(path: Path, bodies: list[str], status: bool = False) -> None:
+    """load, connect, the ``bodies``, (``status``: ``%trainjob_status``), close."""
     cells = [
         nbformat.v4.new_code_cell("%load_ext trainjob_magics"),
         nbformat.v4.new_code_cell("%trainjob_connect mpi-interactive --nodes 2"),
         *(nbformat.v4.new_code_cell(body) for body in bodies),
+        *([nbformat.v4.new_code_cell("%trainjob_status")] if status else []),
         nbformat.v4.new_code_cell("%trainjob_close"),
     ]
     nb = nbformat.v4.new_notebook(
@@ -277,13 +279,15 @@ def test_results_survive_a_restart_and_read_in_light_and_dark(
     capsys: Any,
 ) -> None:
     """Saved without widget state, the server restarted, the notebook reopened in JupyterLab
-    and Notebook 7 shows every output tail and footer; every text reaches 4.5:1 in Light and
-    Dark, computed from the rendered colours."""
+    and Notebook 7 shows every result: every cell's output (the connect and status panels
+    included, saying how the session ended), no widget left to load; every text reaches 4.5:1
+    in Light and Dark, computed from the rendered colours."""
     root = tmp_path / "root"
     root.mkdir()
     bodies = [SEQ_5000, MIXED, SUCCESS]
-    _notebook(root / "saved.ipynb", bodies)
+    _notebook(root / "saved.ipynb", bodies, status=True)
     seq, mixed, success = range(2, 2 + len(bodies))
+    connect, status, close = 1, success + 1, success + 2
     env = {"KUBECONFIG": str(own_cluster.kubeconfig_path)}
     lab = jupyterlab_factory(root, env)
     nbp = open_notebook(lab, "saved.ipynb")
@@ -295,6 +299,18 @@ def test_results_survive_a_restart_and_read_in_light_and_dark(
     lab.stop()
     saved = nbformat.read(str(root / "saved.ipynb"), as_version=4)
     assert "widgets" not in saved.metadata
+    # what was saved needs no widget model: every display is HTML and text
+    for index, cell in enumerate(saved.cells):
+        for output in cell.get("outputs", []):
+            data = output.get("data") or {}
+            assert not [m for m in data if "widget" in m], (index, list(data))
+    for index in (connect, status):  # the panels as last updated: the session was closed
+        (panel,) = [
+            o.data["text/plain"]
+            for o in saved.cells[index].outputs
+            if 'class="trainjob-status"' in (o.get("data") or {}).get("text/html", "")
+        ]
+        assert "Deleted" in panel and "Running" not in panel.split("as last seen")[0], panel
 
     lab = jupyterlab_factory(root, env)
     shots = []
@@ -304,10 +320,22 @@ def test_results_survive_a_restart_and_read_in_light_and_dark(
         cells.nth(success).locator(".tjm-footer").wait_for()
         panel = nbp.page.locator(".jp-NotebookPanel").inner_text()
         assert "Error displaying widget" not in panel and "model not found" not in panel
-        # every %%trainjob cell is static: no widget left to load
+        # every cell's result is there: no widget left to load, none missing its model
+        assert cells.count() == close + 1
+        for index in range(cells.count()):
+            text = nbp.output_text(index)
+            for broken in ("Loading widget", "model not found", "Error displaying widget"):
+                assert broken not in text, (index, text)
         for index in (seq, mixed, success):
             assert cells.nth(index).locator(".jp-OutputArea-output .tjm-static").count() == 1
-            assert "Loading widget" not in nbp.output_text(index)
+        # the connect and status panels: static, and they say the session was closed
+        for index in (connect, status):
+            panel_of = cells.nth(index).locator(".jp-OutputArea-output .trainjob-status")
+            assert panel_of.count() == 1, index
+            head = panel_of.locator(".tjm-status-head").inner_text()
+            assert "Deleted" in head and "Running" not in head, (index, head)
+            assert "session 'default' closed" in panel_of.inner_text()
+        assert "Closed session 'default'" in nbp.output_text(close)
         state = _state(nbp, seq)
         assert state is not None and state["visible"][-1] == "5000" and _follows(state), state
         assert "[… 4,000 lines hidden; the full output is in _trainjob.stdout" in panel
@@ -320,7 +348,10 @@ def test_results_survive_a_restart_and_read_in_light_and_dark(
         assert stderr.count() == 1 and stderr.inner_text() == "a warning on stderr"
         assert "all good" in nbp.output_text(success)
         shots.append(nbp.screenshot_cell(mixed, screenshot_path(f"reopened-{frontend}", "mixed")))
-        shots.append(nbp.screenshot_cell(1, screenshot_path(f"reopened-{frontend}", "connect")))
+        shots.append(
+            nbp.screenshot_cell(connect, screenshot_path(f"reopened-{frontend}", "connect"))
+        )
+        shots.append(nbp.screenshot_cell(status, screenshot_path(f"reopened-{frontend}", "status")))
 
     # the same notebook from someone else: untrusted, its HTML sanitized (style values kept
     # only where the sanitizer allows them)
@@ -337,6 +368,9 @@ def test_results_survive_a_restart_and_read_in_light_and_dark(
             if trusted:
                 shots.append(
                     nbp.screenshot_cell(success, screenshot_path(f"theme-{tag}", "success"))
+                )
+                shots.append(
+                    nbp.screenshot_cell(connect, screenshot_path(f"theme-{tag}", "connect"))
                 )
     with capsys.disabled():
         print("\nscreenshots:\n  " + "\n  ".join(str(s) for s in shots))

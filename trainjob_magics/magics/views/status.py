@@ -42,7 +42,7 @@ from .styles import (
     state_badge,
 )
 
-PUSH_INTERVAL = 0.25  # seconds between two updates of a panel's display, at least
+PUSH_INTERVAL = 0.25  # seconds between two updates of the connect panel's display, at least
 COMPACT_CELL = CELL_STYLE + ";padding-top:0;padding-bottom:0;line-height:1.35"
 
 
@@ -123,8 +123,9 @@ class StatusWidget:
 
     It needs no widget model, so a notebook saved without widget state shows the panel as it
     was last updated, in JupyterLab, Notebook 7, VS Code, nbviewer and GitHub. ``update`` may be
-    called from any thread (e.g. ``connect(on_status=...)``); pushes to the display are
-    throttled to one per ``interval`` seconds, the last one always sent. ``refresh`` (or
+    called from any thread (e.g. ``connect(on_status=...)``). With ``interval`` (the
+    connect's wait) pushes to the display are throttled to one per ``interval`` seconds, the
+    last one sent later, by a timer, or by :meth:`settle`. ``refresh`` (or
     ``%trainjob_status``) fetches a new status. ``max_runtime``: the session's
     ``--max-runtime`` in seconds (shown with the time left).
     """
@@ -136,7 +137,7 @@ class StatusWidget:
         show: bool = True,
         clock: Callable[[], float] = time.monotonic,
         max_runtime: float | None = None,
-        interval: float = PUSH_INTERVAL,
+        interval: float = 0.0,
     ) -> None:
         self.clock = clock
         self.status = status
@@ -332,7 +333,9 @@ class ConnectStatusView:
 
     def _widget(self, status: Any) -> Any:
         if self.widget_view is None:
-            self.widget_view = StatusWidget(status, max_runtime=self.max_runtime)
+            self.widget_view = StatusWidget(
+                status, max_runtime=self.max_runtime, interval=PUSH_INTERVAL
+            )
         return self.widget_view
 
     def update(self, status: Any) -> None:
