@@ -59,8 +59,12 @@ def test_second_session_shows_position_and_message(executed: Any) -> None:
 
 
 def test_second_session_admitted_after_close(executed: Any) -> None:
-    live = "\n".join(widget_texts_of_cell(executed, _cell(executed, "live = StatusWidget()")))
+    index = _cell(executed, "live = StatusWidget()")
+    live = "\n".join(widget_texts_of_cell(executed, index))
     assert "Running" in live and "Admitted by ClusterQueue cluster-queue" in live
+    # kept current from a background thread through its display id: no widget model
+    for output in executed.cells[index].outputs:
+        assert set(output.get("data", {})) == {"text/html", "text/plain"}, output
     final = _cell(executed, "session2 = second.result")
     text = "\n".join(widget_texts_of_cell(executed, final) + cell_texts(executed))
     assert "Admitted by ClusterQueue cluster-queue" in text

@@ -54,15 +54,15 @@ def job_name(executed: tuple[Any, Path, Any]) -> str:
     connect = _cell_index(nb, "%trainjob_connect")
     text = cell_texts(nb)[connect]
     match = re.search(r"TrainJob ([a-z][a-z0-9-]*)", text)
-    assert match, f"no TrainJob name in the connect widget: {text!r}"
+    assert match, f"no TrainJob name in the connect panel: {text!r}"
     return match.group(1)
 
 
 def test_connect_panel_ends_frozen_saying_the_trainjob_was_deleted(
     executed: tuple[Any, Path, Any], job_name: str
 ) -> None:
-    """The connect cell's panel stays live until %trainjob_close, then shows "Deleted" as
-    static output (no widget view left), the pods only as last seen."""
+    """The connect cell's panel is static output kept current (no widget view at any time);
+    after %trainjob_close it shows "Deleted", the pods only as last seen."""
     nb, _, _ = executed
     index = _cell_index(nb, "%trainjob_connect")
     outputs = nb.cells[index]["outputs"]
@@ -73,7 +73,16 @@ def test_connect_panel_ends_frozen_saying_the_trainjob_was_deleted(
     assert "Deleted" in head and "Running" not in head, text
     assert f"TrainJob {job_name} deleted" in head
     streams = [o for o in outputs if o.get("output_type") == "stream"]
-    assert not streams, streams  # the panel says it all: no long print under the widget
+    assert not streams, streams  # the panel says it all: no long print under it
+
+
+def test_every_saved_output_needs_no_widget_model(executed: tuple[Any, Path, Any]) -> None:
+    """Each cell's result is static once it ran (the status panels from the start): the
+    notebook reads the same with its widget state dropped."""
+    nb, _, _ = executed
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []):
+            assert WIDGET_VIEW_MIME not in output.get("data", {}), (index, cell.source)
 
 
 def test_mpirun_hostname_shows_four_hostnames(
