@@ -130,8 +130,10 @@ def test_32_pods_one_failing_in_a_900px_window(
         assert f"{PODS - 1} pods: identical output" in rows.nth(1).inner_text()
         shots.append(nbp.screenshot_cell(3, shot("live-failed-pod")))
 
-        # the status panels fold 32 pods under one line, compact
+        # the status panels fold 32 pods under one line, compact; static HTML while live
         status = cells.nth(2).locator(".trainjob-status")
+        for index in (1, 2):
+            assert cells.nth(index).locator(".jupyter-widgets").count() == 0, index
         fold = status.locator("summary.tjm-pods-summary")
         assert fold.inner_text().startswith(f"{PODS} pods: {PODS} Running")
         assert status.locator("table.tjm-pods").is_visible() is False
@@ -217,6 +219,7 @@ def test_kernel_restart_leaves_the_panel_saying_closed_at_kernel_exit(
     nbp.wait_all_ran(timeout=180)
     area = nbp.cells().nth(1).locator(".jp-Cell-outputArea")
     assert "Running" in area.locator(".tjm-status-head").inner_text()
+    assert area.locator(".jupyter-widgets").count() == 0  # static while live, too
     kernel = nbp.lab.wait_kernel_ready("restart.ipynb")
     nbp.lab.api(f"/api/kernels/{kernel['id']}/restart", method="POST")
     area.locator(".tjm-status-head", has_text="Closed at kernel exit").wait_for(timeout=60_000)
