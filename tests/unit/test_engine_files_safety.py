@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from trainjob_magics.engine.errors import InvalidInputError, UnsafeArchiveError
-from trainjob_magics.engine.files.archive import build_tar, extract, scan_archive
-from trainjob_magics.engine.files.manifest import FileInfo, compare, parse_manifest
+from trainjob_magics.engine.errors import InvalidInputError, TransferError, UnsafeArchiveError
+from trainjob_magics.engine.files.archive import TarStream, place, unpack
+from trainjob_magics.engine.files.manifest import (
+    FileInfo,
+    StreamCheck,
+    compare,
+    parse_hash,
+    parse_sizes,
+    stream_problem,
+)
 from trainjob_magics.engine.files.transfer import split_remote
 
 
@@ -57,12 +65,15 @@ def make_tar(*members: tuple[str, str, str]) -> io.BytesIO:
 def test_unsafe_members_refused_before_writing(
     tmp_path: Path, members: tuple[tuple[str, str, str], ...], why: str
 ) -> None:
-    dest = tmp_path / "target" / "out"
+    staging = tmp_path / "staging"
+    staging.mkdir()
     with pytest.raises(UnsafeArchiveError, match=why) as info:
-        scan_archive(make_tar(*members), "out")
+        unpack(make_tar(*members), "out", staging)
     assert "nothing was written" in str(info.value)
     assert "\n" not in str(info.value)
-    assert not dest.exists() and not (tmp_path / "x").exists()
+    assert not (tmp_path / "x").exists() and not (tmp_path / "evil").exists()
+    written = {p.relative_to(staging).as_posix() for p in staging.rglob("*")}
+    assert written <= {"out", "out/sub"}  # only what came before the bad member, in staging
 
 
 def test_safe_archive_with_inner_links_extracts(tmp_path: Path) -> None:
@@ -73,40 +84,65 @@ def test_safe_archive_with_inner_links_extracts(tmp_path: Path) -> None:
         ("sym", "out/link", "sub/a.txt"),
         ("hard", "out/hard", "out/sub/a.txt"),
     )
-    members, manifest = scan_archive(archive, "out")
-    assert manifest["out/sub/a.txt"].size == 5
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    files = unpack(archive, "out", staging)
+    assert files["out/sub/a.txt"].size == 5
     dest = tmp_path / "copy"
-    extract(archive, members, "out", dest)
+    place(staging, "out", dest)
     assert (dest / "sub" / "a.txt").read_text() == "alpha"
     assert (dest / "link").is_symlink() and (dest / "link").read_text() == "alpha"
     assert (dest / "hard").read_text() == "alpha"
-    assert [p.name for p in tmp_path.iterdir()] == ["copy"]  # staging dir cleaned up
 
 
-def test_build_tar_manifest_matches_scan(tmp_path: Path) -> None:
+def test_tar_stream_is_a_tar_with_its_hash_and_size(tmp_path: Path) -> None:
     src = tmp_path / "src"
     (src / "d").mkdir(parents=True)
-    (src / "d" / "f.bin").write_bytes(bytes(range(256)) * 10)
+    (src / "d" / "f.bin").write_bytes(bytes(range(256)) * 1000)
     (src / "top.txt").write_text("top")
+    (src / "empty").write_bytes(b"")
     (src / "ln").symlink_to("top.txt")
-    buf = io.BytesIO()
-    built = build_tar(src, "data", buf)
-    _, scanned = scan_archive(buf, "data")
-    assert built == scanned and set(built) == {"data/d/f.bin", "data/top.txt"}
-    assert compare(built, scanned, "sha256") == []
-    scanned["data/top.txt"] = FileInfo(3, "0" * 64)
-    assert compare(built, scanned, "sha256") == ["data/top.txt differs (sha256)"]
+    (src / "z-hard").hardlink_to(src / "top.txt")  # after top.txt: the link
+    stream = TarStream(src, "data")
+    parts = []
+    while chunk := stream.read(1000):  # small reads cross member boundaries
+        parts.append(chunk)
+    data = b"".join(parts)
+    assert len(data) == stream.size == stream.produced
+    assert stream.sha.hexdigest() == hashlib.sha256(data).hexdigest()
+    assert set(stream.files) == {"data/d/f.bin", "data/top.txt", "data/empty"}
+    assert stream.files["data/d/f.bin"] == FileInfo(256000)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    got = unpack(io.BytesIO(data), "data", staging)
+    assert got == stream.files
+    assert (staging / "data" / "d" / "f.bin").read_bytes() == bytes(range(256)) * 1000
+    assert (staging / "data" / "ln").readlink() == Path("top.txt")
+    assert (staging / "data" / "z-hard").read_text() == "top"
 
 
-def test_manifest_parsing_fallbacks() -> None:
-    kind, files, method = parse_manifest(
-        '{"kind": "dir"}\n{"path": "d/a", "size": 3, "sha256": "ab"}\n'
-    )
-    assert (kind, method, files["d/a"]) == ("dir", "sha256", FileInfo(3, "ab"))
-    kind, files, method = parse_manifest("dir\n#sha256sum\nabc  d/a\n\\def  d/new\\nline\n")
-    assert method == "sha256" and files["d/new\nline"].sha256 == "def"
-    kind, files, method = parse_manifest("file\n#wc\n 12 f\n 12 total\n")
-    assert (kind, method, files) == ("file", "size", {"f": FileInfo(12)})
+def test_tar_stream_refuses_a_file_that_shrinks(tmp_path: Path) -> None:
+    src = tmp_path / "f.bin"
+    src.write_bytes(b"x" * 5000)
+    stream = TarStream(src, "f.bin")
+    src.write_bytes(b"x" * 10)
+    with pytest.raises(TransferError, match="changed size"):
+        stream.read()
+
+
+def test_pod_reports_parsed() -> None:
+    digest = hashlib.sha256(b"abc").hexdigest()
+    assert parse_hash(f" {digest}") == StreamCheck("sha256", digest)
+    assert parse_hash("1234") == StreamCheck("size", "1234")
+    with pytest.raises(TransferError, match="verify=False"):
+        parse_hash("")
+    assert stream_problem(StreamCheck("sha256", digest), digest, 3) is None
+    assert "sha256 differs" in (stream_problem(StreamCheck("sha256", "0" * 64), digest, 3) or "")
+    assert "7 bytes in the pod, 3 sent" in (stream_problem(StreamCheck("size", "7"), "", 3) or "")
+    sizes = parse_sizes([" 12 d/a", "3 d/b c", " 15 total"])
+    assert sizes == {"d/a": FileInfo(12), "d/b c": FileInfo(3)}
+    assert compare({"d/a": FileInfo(12), "d/x": FileInfo(1)}, sizes) == ["d/x is missing"]
+    assert compare({"d/a": FileInfo(13)}, sizes) == ["d/a has 12 bytes, expected 13"]
 
 
 def test_split_remote() -> None:

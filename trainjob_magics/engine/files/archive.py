@@ -1,36 +1,19 @@
-"""Tar archives of local trees (hashed while written) and the safe unpack of downloaded ones:
-no member may land outside the destination."""
+"""Tar streams of local trees (produced as they are sent, and hashed) and the safe unpack of
+downloaded ones: no member may land outside the destination."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import posixpath
-import shutil
-import stat
 import tarfile
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import TransferError, UnsafeArchiveError
 from .manifest import FileInfo
-
-
-class _HashingReader:
-    """Reads a file for tarfile while hashing it."""
-
-    def __init__(self, fh: BinaryIO) -> None:
-        self.fh = fh
-        self.sha = hashlib.sha256()
-        self.size = 0
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.fh.read(n)
-        self.sha.update(data)
-        self.size += len(data)
-        return data
 
 
 def _walk(local: Path) -> Iterator[Path]:
@@ -51,28 +34,88 @@ def _walk(local: Path) -> Iterator[Path]:
                     yield p
 
 
-def build_tar(local: Path, arcname: str, out: BinaryIO) -> dict[str, FileInfo]:
-    """Write ``local`` (file or directory) as ``arcname`` to ``out``; return its manifest."""
-    manifest: dict[str, FileInfo] = {}
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+STREAM_CHUNK = 1 << 20  # bytes of a file read at once
+BLOCK = tarfile.BLOCKSIZE
+
+
+class TarStream:
+    """A tar archive (PAX) of a local file or tree, produced as it is read: ``read(n)`` returns
+    the next bytes, reading each file once. :attr:`size` is known up front (headers from
+    ``lstat``); :attr:`sha` hashes every byte produced; :attr:`files` is each regular file's
+    size. A file that shrinks while it is read raises :class:`TransferError`."""
+
+    def __init__(self, local: Path, arcname: str) -> None:
+        self.files: dict[str, FileInfo] = {}
+        self.sha = hashlib.sha256()
+        self.produced = 0
+        self._members: list[tuple[bytes, Path | None, int]] = []
+        with tarfile.open(fileobj=io.BytesIO(), mode="w", format=tarfile.PAX_FORMAT) as namer:
+            size = self._add_members(namer, local, arcname)
+        self.size = size + 2 * BLOCK
+        self._pieces = self._generate()
+        self._left = b""
+
+    def _add_members(self, namer: tarfile.TarFile, local: Path, arcname: str) -> int:
+        """Headers of every member (``namer`` only names them: hard links, PAX fields)."""
+        size = 0
         for path in _walk(local):
             rel = path.relative_to(local).as_posix()
             name = arcname if rel == "." else f"{arcname}/{rel}"
-            info = tar.gettarinfo(str(path), arcname=name)
-            if info is None or not (info.isreg() or info.isdir() or info.issym()):
+            info = namer.gettarinfo(str(path), arcname=name)
+            if info is None or not (info.isreg() or info.isdir() or info.issym() or info.islnk()):
                 continue  # sockets, fifos, devices: not copied
             info.uid = info.gid = 0
             info.uname = info.gname = "root"
+            header = info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+            data = info.size if info.isreg() else 0
+            self._members.append((header, path if info.isreg() else None, data))
             if info.isreg():
-                with open(path, "rb") as fh:
-                    reader = _HashingReader(fh)
-                    tar.addfile(info, reader)  # type: ignore[arg-type]
-                if reader.size != info.size:
-                    raise TransferError(f"{path} changed size while it was being read")
-                manifest[name] = FileInfo(reader.size, reader.sha.hexdigest())
-            else:
-                tar.addfile(info)
-    return manifest
+                self.files[name] = FileInfo(data)
+            size += len(header) + data + (-data % BLOCK)
+        return size
+
+    def _generate(self) -> Iterator[bytes]:
+        for header, path, size in self._members:
+            yield header
+            if path is None:
+                continue
+            with open(path, "rb") as fh:
+                left = size
+                while left:
+                    data = fh.read(min(STREAM_CHUNK, left))
+                    if not data:
+                        raise TransferError(f"{path} changed size while it was being read")
+                    left -= len(data)
+                    yield data
+            if size % BLOCK:
+                yield bytes(BLOCK - size % BLOCK)
+        yield bytes(2 * BLOCK)
+
+    def read(self, n: int = -1) -> bytes:
+        """Up to ``n`` bytes of the archive (all that is left for ``n < 0``); b"" at the end."""
+        want = self.size if n < 0 else n
+        parts: list[bytes] = []
+        got = 0
+        piece = self._left
+        while got < want:
+            if not piece:
+                piece = next(self._pieces, b"")
+                if not piece:
+                    break
+            take = want - got
+            if len(piece) > take:
+                parts.append(piece[:take])
+                piece = piece[take:]
+                got = want
+                break
+            parts.append(piece)
+            got += len(piece)
+            piece = b""
+        self._left = piece
+        out = parts[0] if len(parts) == 1 else b"".join(parts)
+        self.sha.update(out)
+        self.produced += len(out)
+        return out
 
 
 def _is_within(base: str, target: str) -> bool:
@@ -109,63 +152,52 @@ def check_member(member: tarfile.TarInfo, root: str, names: set[str]) -> str | N
     return None
 
 
-def scan_archive(archive: BinaryIO, root: str) -> tuple[list[tarfile.TarInfo], dict[str, FileInfo]]:
-    """Check every member (raise :class:`UnsafeArchiveError` on the first bad one) and hash the
-    regular files; nothing is written."""
-    archive.seek(0)
-    members: list[tarfile.TarInfo] = []
-    manifest: dict[str, FileInfo] = {}
+def _normalise(member: tarfile.TarInfo) -> None:
+    member.name = member.name.rstrip("/") or member.name
+    if member.name.startswith("./"):
+        member.name = member.name[2:]
+    if member.islnk() and member.linkname.startswith("./"):
+        member.linkname = member.linkname[2:]
+
+
+def unpack(archive: BinaryIO, root: str, staging: Path) -> dict[str, FileInfo]:
+    """Extract the tar stream ``archive`` (read once, in order) into the empty directory
+    ``staging``, checking every member before it is written: the first unsafe one raises
+    :class:`UnsafeArchiveError` (the caller removes ``staging``). Returns the size of each
+    regular file."""
+    files: dict[str, FileInfo] = {}
     names: set[str] = set()
+
+    def checked(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+        for member in tar:
+            _normalise(member)
+            why = check_member(member, root, names)
+            if why is not None:
+                raise UnsafeArchiveError(
+                    f"refused to unpack the download: member {member.name!r} is unsafe "
+                    f"({why}); nothing was written"
+                )
+            names.add(member.name)
+            if member.isreg():
+                files[member.name] = FileInfo(member.size)
+            yield member
+
     try:
-        with tarfile.open(fileobj=archive, mode="r:") as tar:
-            for member in tar:
-                member.name = member.name.rstrip("/") or member.name
-                if member.name.startswith("./"):
-                    member.name = member.name[2:]
-                why = check_member(member, root, names)
-                if why is not None:
-                    raise UnsafeArchiveError(
-                        f"refused to unpack the download: member {member.name!r} is unsafe "
-                        f"({why}); nothing was written"
-                    )
-                names.add(member.name)
-                members.append(member)
-                if member.isreg():
-                    sha = hashlib.sha256()
-                    fh = tar.extractfile(member)
-                    assert fh is not None
-                    for block in iter(lambda: fh.read(1 << 20), b""):  # noqa: B023
-                        sha.update(block)
-                    manifest[member.name] = FileInfo(member.size, sha.hexdigest())
+        with tarfile.open(fileobj=archive, mode="r|", bufsize=STREAM_CHUNK) as tar:
+            tar.extractall(staging, members=checked(tar), filter="data")
+    except UnsafeArchiveError:
+        raise
+    except tarfile.FilterError as exc:  # the data filter refused something our checks let by
+        raise UnsafeArchiveError(f"refused to unpack the download: {exc}") from None
     except tarfile.TarError as exc:
         raise TransferError(f"the pod sent a broken tar stream: {exc}") from None
-    return members, manifest
+    return files
 
 
-def extract(archive: BinaryIO, members: list[tarfile.TarInfo], root: str, dest: Path) -> None:
-    """Extract the checked ``members`` so archive root ``root`` becomes local path ``dest``."""
-    archive.seek(0)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".trainjob-download-", dir=dest.parent))
-    try:
-        with tarfile.open(fileobj=archive, mode="r:") as tar:
-            wanted = {m.name for m in members}
-            chosen = []
-            for member in tar:
-                name = member.name.rstrip("/") or member.name
-                if name.startswith("./"):
-                    name = name[2:]
-                if name in wanted:
-                    member.name = name
-                    if member.islnk() and member.linkname.startswith("./"):
-                        member.linkname = member.linkname[2:]
-                    chosen.append(member)
-            tar.extractall(staging, members=chosen, filter="data")
-        _place(staging / root, dest)
-    except tarfile.TarError as exc:  # the data filter refused something our checks let through
-        raise UnsafeArchiveError(f"refused to unpack the download: {exc}") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+def place(staging: Path, root: str, dest: Path) -> None:
+    """Move the unpacked archive root from ``staging`` to ``dest`` (a directory merges into
+    an existing one)."""
+    _place(staging / root, dest)
 
 
 def _place(src: Path, dest: Path) -> None:
@@ -177,19 +209,3 @@ def _place(src: Path, dest: Path) -> None:
     if dest.is_dir() and not dest.is_symlink():
         raise TransferError(f"cannot overwrite the directory {dest} with a file; remove it first")
     os.replace(src, dest)
-
-
-def local_manifest(path: Path, arcname: str) -> dict[str, FileInfo]:
-    """Size and sha256 of each regular file under ``path``, keyed like archive members."""
-    out: dict[str, FileInfo] = {}
-    for p in _walk(path):
-        st = p.lstat()
-        if stat.S_ISREG(st.st_mode):
-            rel = p.relative_to(path).as_posix()
-            key = arcname if rel == "." else f"{arcname}/{rel}"
-            sha = hashlib.sha256()
-            with open(p, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    sha.update(block)
-            out[key] = FileInfo(st.st_size, sha.hexdigest())
-    return out
