@@ -181,7 +181,7 @@ def test_corrupted_byte_in_transit_is_caught(
         return real_run(self, *args, **kw)
 
     monkeypatch.setattr(ExecClient, "run", corrupting_run)
-    failed = r"integrity check failed in pod .*sha256 differs"
+    failed = r"integrity check failed in pod .*integ/a.txt differs \(sha256\)"
     with pytest.raises(TransferError, match=failed) as up:
         session.upload(str(src), "integ")
     assert "\n" not in str(up.value) and wrapped[-1].done

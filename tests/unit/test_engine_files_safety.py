@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import tarfile
 from pathlib import Path
 
@@ -15,8 +16,8 @@ from trainjob_magics.engine.files.manifest import (
     FileInfo,
     StreamCheck,
     compare,
+    parse_files,
     parse_hash,
-    parse_sizes,
     stream_problem,
 )
 from trainjob_magics.engine.files.transfer import split_remote
@@ -109,13 +110,13 @@ def test_tar_stream_is_a_tar_with_its_hash_and_size(tmp_path: Path) -> None:
         parts.append(chunk)
     data = b"".join(parts)
     assert len(data) == stream.size == stream.produced
-    assert stream.sha.hexdigest() == hashlib.sha256(data).hexdigest()
     assert set(stream.files) == {"data/d/f.bin", "data/top.txt", "data/empty"}
-    assert stream.files["data/d/f.bin"] == FileInfo(256000)
+    digest = hashlib.sha256(bytes(range(256)) * 1000).hexdigest()
+    assert stream.files["data/d/f.bin"] == FileInfo(256000, digest)
     staging = tmp_path / "staging"
     staging.mkdir()
     got = unpack(io.BytesIO(data), "data", staging)
-    assert got == stream.files
+    assert {k: v.size for k, v in got.items()} == {k: v.size for k, v in stream.files.items()}
     assert (staging / "data" / "d" / "f.bin").read_bytes() == bytes(range(256)) * 1000
     assert (staging / "data" / "ln").readlink() == Path("top.txt")
     assert (staging / "data" / "z-hard").read_text() == "top"
@@ -139,10 +140,23 @@ def test_pod_reports_parsed() -> None:
     assert stream_problem(StreamCheck("sha256", digest), digest, 3) is None
     assert "sha256 differs" in (stream_problem(StreamCheck("sha256", "0" * 64), digest, 3) or "")
     assert "7 bytes in the pod, 3 sent" in (stream_problem(StreamCheck("size", "7"), "", 3) or "")
-    sizes = parse_sizes([" 12 d/a", "3 d/b c", " 15 total"])
-    assert sizes == {"d/a": FileInfo(12), "d/b c": FileInfo(3)}
+    method, sizes = parse_files("#trainjob-wc\n 12 d/a\n3 d/b c\n 15 total\n")
+    assert method == "size" and sizes == {"d/a": FileInfo(12), "d/b c": FileInfo(3)}
     assert compare({"d/a": FileInfo(12), "d/x": FileInfo(1)}, sizes) == ["d/x is missing"]
     assert compare({"d/a": FileInfo(13)}, sizes) == ["d/a has 12 bytes, expected 13"]
+    a, b = "a" * 64, "b" * 64
+    method, files = parse_files(f"#trainjob-openssl\n{a} *d/x y\n{b} *d/new\nline\n")
+    assert method == "sha256" and files == {
+        "d/x y": FileInfo(-1, a),
+        "d/new\nline": FileInfo(-1, b),
+    }
+    method, files = parse_files(f"#trainjob-sha256sum\n{a}  d/x\n\\{b}  d/new\\nline\n")
+    assert files == {"d/x": FileInfo(-1, a), "d/new\nline": FileInfo(-1, b)}
+    line = json.dumps({"path": "d/a", "sha256": a})
+    assert parse_files(f"#trainjob-python\n{line}\n") == ("sha256", {"d/a": FileInfo(-1, a)})
+    assert compare({"d/a": FileInfo(3, b)}, {"d/a": FileInfo(-1, a)}) == ["d/a differs (sha256)"]
+    with pytest.raises(TransferError, match="did not list"):
+        parse_files("tar: something went wrong\n")
 
 
 def test_split_remote() -> None:

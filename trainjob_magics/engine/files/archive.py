@@ -7,7 +7,9 @@ import hashlib
 import io
 import os
 import posixpath
+import queue
 import tarfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -34,26 +36,31 @@ def _walk(local: Path) -> Iterator[Path]:
                     yield p
 
 
-STREAM_CHUNK = 1 << 20  # bytes of a file read at once
+STREAM_CHUNK = 1 << 18  # bytes of a file read at once (one stdin frame)
 BLOCK = tarfile.BLOCKSIZE
+AHEAD = 16  # chunks read ahead of the sender at most
 
 
 class TarStream:
     """A tar archive (PAX) of a local file or tree, produced as it is read: ``read(n)`` returns
     the next bytes, reading each file once. :attr:`size` is known up front (headers from
-    ``lstat``); :attr:`sha` hashes every byte produced; :attr:`files` is each regular file's
-    size. A file that shrinks while it is read raises :class:`TransferError`."""
+    ``lstat``); :attr:`files` is each regular file's size and sha256 (complete once ``read``
+    returned b""): one helper thread reads the files ahead and hashes them, off the sender's
+    thread. A file that shrinks while it is read raises :class:`TransferError`;
+    :meth:`close` stops the reader early."""
 
     def __init__(self, local: Path, arcname: str) -> None:
         self.files: dict[str, FileInfo] = {}
-        self.sha = hashlib.sha256()
         self.produced = 0
-        self._members: list[tuple[bytes, Path | None, int]] = []
+        self._members: list[tuple[bytes, Path | None, int, str]] = []
         with tarfile.open(fileobj=io.BytesIO(), mode="w", format=tarfile.PAX_FORMAT) as namer:
             size = self._add_members(namer, local, arcname)
         self.size = size + 2 * BLOCK
-        self._pieces = self._generate()
-        self._left = b""
+        self._queue: queue.Queue[bytes | BaseException | None] = queue.Queue(AHEAD)
+        self._reader: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._left: memoryview | None = None
+        self._done = False
 
     def _add_members(self, namer: tarfile.TarFile, local: Path, arcname: str) -> int:
         """Headers of every member (``namer`` only names them: hard links, PAX fields)."""
@@ -68,54 +75,96 @@ class TarStream:
             info.uname = info.gname = "root"
             header = info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
             data = info.size if info.isreg() else 0
-            self._members.append((header, path if info.isreg() else None, data))
+            self._members.append((header, path if info.isreg() else None, data, name))
             if info.isreg():
                 self.files[name] = FileInfo(data)
             size += len(header) + data + (-data % BLOCK)
         return size
 
-    def _generate(self) -> Iterator[bytes]:
-        for header, path, size in self._members:
-            yield header
+    def _pieces(self) -> Iterator[bytes]:
+        small = bytearray()  # headers and small files go out together
+        for header, path, size, name in self._members:
+            small += header
             if path is None:
                 continue
+            sha = hashlib.sha256()
             with open(path, "rb") as fh:
                 left = size
                 while left:
                     data = fh.read(min(STREAM_CHUNK, left))
                     if not data:
                         raise TransferError(f"{path} changed size while it was being read")
+                    sha.update(data)
                     left -= len(data)
+                    if len(small) + len(data) <= STREAM_CHUNK:
+                        small += data
+                        continue
+                    if small:
+                        yield bytes(small)
+                        small.clear()
                     yield data
-            if size % BLOCK:
-                yield bytes(BLOCK - size % BLOCK)
-        yield bytes(2 * BLOCK)
+            self.files[name].sha256 = sha.hexdigest()
+            small += bytes(-size % BLOCK)
+        yield bytes(small) + bytes(2 * BLOCK)
+
+    def _read_ahead(self) -> None:
+        try:
+            for piece in self._pieces():
+                if not self._put(piece):
+                    return
+            self._put(None)
+        except BaseException as exc:  # handed to the sender by read()
+            self._put(exc)
+
+    def _put(self, item: bytes | BaseException | None) -> bool:
+        while not self._closed.is_set():
+            try:
+                self._queue.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _next(self) -> memoryview | None:
+        if self._done:
+            return None
+        item = self._queue.get()
+        if item is None:
+            self._done = True
+            return None
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        return memoryview(item)
 
     def read(self, n: int = -1) -> bytes:
         """Up to ``n`` bytes of the archive (all that is left for ``n < 0``); b"" at the end."""
+        if self._reader is None:
+            self._reader = threading.Thread(
+                target=self._read_ahead, daemon=True, name="trainjob-tar"
+            )
+            self._reader.start()
         want = self.size if n < 0 else n
-        parts: list[bytes] = []
+        parts: list[memoryview] = []
         got = 0
-        piece = self._left
         while got < want:
-            if not piece:
-                piece = next(self._pieces, b"")
-                if not piece:
-                    break
+            piece = self._left if self._left is not None else self._next()
+            self._left = None
+            if piece is None:
+                break
             take = want - got
             if len(piece) > take:
-                parts.append(piece[:take])
-                piece = piece[take:]
-                got = want
-                break
+                self._left = piece[take:]
+                piece = piece[:take]
             parts.append(piece)
             got += len(piece)
-            piece = b""
-        self._left = piece
-        out = parts[0] if len(parts) == 1 else b"".join(parts)
-        self.sha.update(out)
+        out = b"".join(parts)
         self.produced += len(out)
         return out
+
+    def close(self) -> None:
+        """Stop reading ahead (the transfer ended early)."""
+        self._closed.set()
 
 
 def _is_within(base: str, target: str) -> bool:

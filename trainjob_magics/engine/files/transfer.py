@@ -40,8 +40,8 @@ from .manifest import (
     FileInfo,
     compare,
     download_argv,
+    parse_files,
     parse_hash,
-    parse_sizes,
     stream_problem,
     upload_argv,
 )
@@ -192,6 +192,7 @@ def upload(
     argv = upload_argv(parent, name, verify)
     methods: dict[str, str] = {}
     with contextlib.ExitStack() as stack:
+        stack.callback(stream.close)
         if len(targets) == 1:
             sources: Callable[[], Any] = lambda: stream  # noqa: E731
         else:
@@ -232,24 +233,13 @@ def upload(
 
 
 def _verify_upload(stdout: str, stream: TarStream, pod: str) -> str:
-    """Compare the pod's report (stream hash, or file sizes) with what was sent."""
-    lines = stdout.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("#trainjob-hash"):
-            check = parse_hash(line[len("#trainjob-hash") :])
-            problem = stream_problem(check, stream.sha.hexdigest(), stream.produced)
-            if problem:
-                raise TransferError(f"integrity check failed in pod {pod}: {problem}")
-            return check.method
-        if line == "#trainjob-sizes":
-            problems = compare(stream.files, parse_sizes(lines[i + 1 :]))
-            if problems:
-                more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-                raise TransferError(
-                    f"integrity check failed in pod {pod}: {'; '.join(problems[:3])}{more}"
-                )
-            return "size"
-    raise TransferError(f"the pod {pod} did not report what it unpacked: {_one_line(stdout)}")
+    """Compare the files that landed (sha256, or sizes) with those sent; return the method."""
+    method, landed = parse_files(stdout)
+    problems = compare(stream.files, landed)
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise TransferError(f"integrity check failed in pod {pod}: {'; '.join(problems[:3])}{more}")
+    return method
 
 
 def _weakest(methods: Any) -> str:
