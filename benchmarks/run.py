@@ -35,6 +35,7 @@ BENCHMARKS: dict[str, str] = {
     "fanout": "benchmarks.bench_fanout",
     "widgets": "benchmarks.bench_widgets",
     "transfer": "benchmarks.bench_transfer",
+    "fanout-stub": "benchmarks.bench_fanout_stub",
 }
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results.md"
 
