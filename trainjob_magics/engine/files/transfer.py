@@ -1,12 +1,14 @@
 """Copy files and directories to and from pods as tar streams over exec, like ``kubectl cp``.
 
-Upload: the tar is built locally (hashing each file as it is read), sent on stdin to
-``sh -c 'mkdir -p -- "$1" && exec tar xf - -C "$1"' sh DIR`` (paths only ever as argv), then the
-pod reports size + sha256 of what landed (``python3``, else ``sha256sum``, else byte counts).
-Download: the pod's manifest first, then ``tar cf - -C DIR -- NAME`` streamed into a temporary
-file, every member checked before anything is written (no absolute names, no ``..``, nothing
-outside the target, no links escaping it, no devices: the ``kubectl cp`` CVE-2019-1002101
-family), then extracted with ``tarfile``'s ``data`` filter and compared with the manifest.
+One exec per pod each way (the scripts are in ``manifest.py``; paths only ever as argv).
+Upload: the tar stream is produced while it is sent (one pod) or once into a temporary file that
+every pod reads (several pods), each file hashed as it is read; the pod runs ``tar xf -`` and
+then reports the sha256 of every file that landed, which must match. Download: the pod runs
+``tar cf - -- NAME`` and, next to it, a second tar of the same files into a hasher; the stream is
+unpacked here as it arrives into a staging directory, every member checked before it is
+written (no absolute names, no ``..``, nothing outside the target, no links escaping it, no
+devices: the ``kubectl cp`` CVE-2019-1002101 family; then ``tarfile``'s ``data`` filter), and
+hashed; it is moved into place only when its sha256 equals the pod's.
 
 Destinations: ``dest`` is the path of the copy; a ``dest`` ending in ``/`` (or, on download, an
 existing local directory when the source is a file) means "inside it, under the source's name".
