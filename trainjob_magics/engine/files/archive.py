@@ -232,7 +232,10 @@ def unpack(archive: BinaryIO, root: str, staging: Path) -> dict[str, FileInfo]:
             yield member
 
     try:
-        with tarfile.open(fileobj=archive, mode="r|", bufsize=STREAM_CHUNK) as tar:
+        # copybufsize: tarfile's default (16 KiB reads) re-slices its stream buffer per read
+        with tarfile.open(
+            fileobj=archive, mode="r|", bufsize=STREAM_CHUNK, copybufsize=4 * STREAM_CHUNK
+        ) as tar:
             tar.extractall(staging, members=checked(tar), filter="data")
     except UnsafeArchiveError:
         raise
