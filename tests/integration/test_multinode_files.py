@@ -188,7 +188,7 @@ def test_corrupted_byte_in_transit_is_caught(
     monkeypatch.setattr(ExecClient, "run", real_run)
     session.upload(str(src), "integ")  # an intact copy to download
     monkeypatch.setattr(ExecClient, "run", corrupting_run)
-    with pytest.raises(TransferError, match=r"integrity check failed for integ .*sha256 differs"):
+    with pytest.raises(TransferError, match=r"integrity check failed for integ .*a.txt differs"):
         session.download("integ", str(tmp_path / "back"))
     assert wrapped[-1].done
     assert not (tmp_path / "back").exists()
@@ -220,3 +220,16 @@ def test_errors_are_one_line(session: Any, tmp_path: Path) -> None:
         with pytest.raises(TransferError, match="unpacking into ro/sub failed") as info:
             session.upload(str(src), "ro/sub/f.txt")
         assert "\n" not in str(info.value)
+
+
+def test_odd_names_round_trip_verified(session: Any, tmp_path: Path) -> None:
+    """A name starting with '-', spaces, quotes and a newline: hashed on both sides by name."""
+    src = tmp_path / "-odd"
+    (src / "sub dir").mkdir(parents=True)
+    (src / "sub dir" / "it's $x.txt").write_text("one")
+    (src / "new\nline").write_text("two")
+    up = session.upload(str(src), "odd/")
+    assert up.verified == "sha256" and up.files == 2
+    back = session.download("odd/-odd", str(tmp_path / "back"))
+    assert back.verified == "sha256" and back.files == 2
+    assert tree_digest(tmp_path / "back") == tree_digest(src)

@@ -212,31 +212,36 @@ def _normalise(member: tarfile.TarInfo) -> None:
 def unpack(archive: BinaryIO, root: str, staging: Path) -> dict[str, FileInfo]:
     """Extract the tar stream ``archive`` (read once, in order) into the empty directory
     ``staging``, checking every member before it is written: the first unsafe one raises
-    :class:`UnsafeArchiveError` (the caller removes ``staging``). Returns the size of each
-    regular file."""
+    :class:`UnsafeArchiveError` (the caller removes ``staging``). Returns the size and sha256 of
+    each regular file, hashed as it is written."""
     files: dict[str, FileInfo] = {}
     names: set[str] = set()
-
-    def checked(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
-        for member in tar:
-            _normalise(member)
-            why = check_member(member, root, names)
-            if why is not None:
-                raise UnsafeArchiveError(
-                    f"refused to unpack the download: member {member.name!r} is unsafe "
-                    f"({why}); nothing was written"
-                )
-            names.add(member.name)
-            if member.isreg():
-                files[member.name] = FileInfo(member.size)
-            yield member
-
+    directories: list[tuple[Path, tarfile.TarInfo]] = []
     try:
         # copybufsize: tarfile's default (16 KiB reads) re-slices its stream buffer per read
         with tarfile.open(
             fileobj=archive, mode="r|", bufsize=STREAM_CHUNK, copybufsize=4 * STREAM_CHUNK
         ) as tar:
-            tar.extractall(staging, members=checked(tar), filter="data")
+            for member in tar:
+                _normalise(member)
+                why = check_member(member, root, names)
+                if why is not None:
+                    raise UnsafeArchiveError(
+                        f"refused to unpack the download: member {member.name!r} is unsafe "
+                        f"({why}); nothing was written"
+                    )
+                names.add(member.name)
+                safe = tarfile.data_filter(member, str(staging))
+                target = staging / safe.name
+                if safe.isreg():
+                    files[member.name] = _write_file(tar, member, safe, target)
+                elif safe.isdir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    directories.append((target, safe))  # modes last: a read-only directory
+                else:
+                    tar.extract(safe, staging, set_attrs=False, filter="data")
+        for target, safe in reversed(directories):
+            _set_attrs(target, safe)
     except UnsafeArchiveError:
         raise
     except tarfile.FilterError as exc:  # the data filter refused something our checks let by
@@ -244,6 +249,29 @@ def unpack(archive: BinaryIO, root: str, staging: Path) -> dict[str, FileInfo]:
     except tarfile.TarError as exc:
         raise TransferError(f"the pod sent a broken tar stream: {exc}") from None
     return files
+
+
+def _write_file(
+    tar: tarfile.TarFile, member: tarfile.TarInfo, safe: tarfile.TarInfo, target: Path
+) -> FileInfo:
+    """Write one regular member to ``target``, hashing it on the way."""
+    source = tar.extractfile(member)
+    assert source is not None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    sha = hashlib.sha256()
+    with open(target, "wb") as out:
+        for chunk in iter(lambda: source.read(4 * STREAM_CHUNK), b""):
+            sha.update(chunk)
+            out.write(chunk)
+    _set_attrs(target, safe)
+    return FileInfo(member.size, sha.hexdigest())
+
+
+def _set_attrs(target: Path, safe: tarfile.TarInfo) -> None:
+    if safe.mode is not None:
+        os.chmod(target, safe.mode)
+    if safe.mtime is not None:
+        os.utime(target, (safe.mtime, safe.mtime))
 
 
 def place(staging: Path, root: str, dest: Path) -> None:

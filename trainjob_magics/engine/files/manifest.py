@@ -1,11 +1,11 @@
 """The pod side of a verified transfer: the constant ``sh`` scripts, one exec each way, and
 parsing what they report. Paths only ever travel as argv.
 
-Upload: ``tar xf -`` unpacks the stream, then the files that landed are hashed (from the page
-cache) by the first of ``openssl dgst -sha256``, ``python3`` (hashlib), ``sha256sum`` the image
-has; with none, ``wc -c`` gives their sizes. Download: ``tar cf -`` writes the stream to stdout
-while a second ``tar`` of the same files, piped into the same kind of hasher, runs next to it
-(no ``tee`` in the data's path), and reports the stream's sha256 on stderr.
+Both ways the pod hashes the files themselves (from the page cache) with the first of
+``openssl dgst -sha256``, ``python3`` (hashlib), ``sha256sum`` the image has; with none,
+``wc -c`` gives their sizes. Upload: after ``tar xf -``, the files that landed. Download: next
+to ``tar cf -``, which streams them (nothing extra in the data's path). Here each file is hashed
+as it is read (upload) or written (download), and the two lists must match.
 """
 
 from __future__ import annotations
@@ -16,18 +16,12 @@ from dataclasses import dataclass
 
 from ..errors import TransferError
 
-HASH_PY = (
-    "import hashlib, sys\n"
-    "h = hashlib.sha256()\n"
-    "for b in iter(lambda: sys.stdin.buffer.read(1 << 20), b''):\n"
-    "    h.update(b)\n"
-    "print(h.hexdigest())\n"
-)
-
 FILES_PY = (
     "import hashlib, json, os, sys\n"
-    "for root, dirs, files in os.walk(sys.argv[1]) if os.path.isdir(sys.argv[1]) else "
-    "[(os.path.dirname(sys.argv[1]), [], [os.path.basename(sys.argv[1])])]:\n"
+    "top = sys.argv[1]\n"
+    "walk = os.walk(top) if os.path.isdir(top) else [(os.path.dirname(top), [], "
+    "[os.path.basename(top)])]\n"
+    "for root, dirs, files in walk:\n"
     "    for f in files:\n"
     "        p = os.path.join(root, f)\n"
     "        if os.path.isfile(p) and not os.path.islink(p):\n"
@@ -38,42 +32,41 @@ FILES_PY = (
     "            print(json.dumps({'path': p, 'sha256': h.hexdigest()}))\n"
 )
 
-_HASH_IN = (
-    "hash_in() { "
-    "if command -v openssl >/dev/null 2>&1; then openssl dgst -sha256 -r; "
-    'elif command -v python3 >/dev/null 2>&1; then python3 -c "$hash_py"; '
-    "elif command -v sha256sum >/dev/null 2>&1; then sha256sum; "
-    "else wc -c; fi; }; "
-)
-
-# $1 parent directory (created), $2 entry name, $3 FILES_PY. After tar: "#trainjob-METHOD"
-# (openssl, python, sha256sum or wc), then one line per regular file that landed.
-UPLOAD_SH = (
-    'mkdir -p -- "$1" && cd -- "$1" && tar xf - || exit; '
+# hash_files PATH: "#trainjob-TOOL" (openssl, python, sha256sum or wc), then one line per
+# regular file under PATH (given as ./NAME: a name may start with "-").
+_HASH_FILES = (
+    "hash_files() { "
     "if command -v openssl >/dev/null 2>&1; then echo '#trainjob-openssl'; "
-    'exec find "$2" -type f -exec openssl dgst -sha256 -r {} +; fi; '
-    "if command -v python3 >/dev/null 2>&1; then echo '#trainjob-python'; "
-    'exec python3 -c "$3" "$2"; fi; '
-    "if command -v sha256sum >/dev/null 2>&1; then echo '#trainjob-sha256sum'; "
-    'exec find "$2" -type f -exec sha256sum -- {} +; fi; '
-    "echo '#trainjob-wc'; exec find \"$2\" -type f -exec wc -c -- {} +"
+    'find "$1" -type f -exec openssl dgst -sha256 -r {} +; '
+    "elif command -v python3 >/dev/null 2>&1; then echo '#trainjob-python'; "
+    'python3 -c "$files_py" "$1"; '
+    "elif command -v sha256sum >/dev/null 2>&1; then echo '#trainjob-sha256sum'; "
+    'find "$1" -type f -exec sha256sum -- {} +; '
+    "else echo '#trainjob-wc'; "
+    'find "$1" -type f -exec wc -c -- {} +; fi; }; '
 )
 
-# $1 parent directory, $2 entry name, $3 HASH_PY. The tar stream goes to stdout; stderr gets
-# "#trainjob-kind file|dir SIZE" first (or "#trainjob-missing" / "#trainjob-other", exit 2) and
-# "#trainjob-hash H" (the stream's sha256, or its byte count) when the second tar is done. The
-# exit status is tar's.
+# $1 parent directory (created), $2 entry name, $3 FILES_PY. After tar, the files that landed.
+UPLOAD_SH = (
+    'mkdir -p -- "$1" && cd -- "$1" && tar xf - || exit; files_py=$3; '
+    + _HASH_FILES
+    + 'hash_files "./$2"'
+)
+
+# $1 parent directory, $2 entry name, $3 FILES_PY. The tar stream goes to stdout; stderr gets
+# "#trainjob-kind file|dir SIZE" first (or "#trainjob-missing" / "#trainjob-other", exit 2),
+# then tar's messages, then the files' hashes (once tar is done). The exit status is tar's.
 DOWNLOAD_SH = (
-    'cd -- "$1" 2>/dev/null || { echo "#trainjob-missing" >&2; exit 2; }; hash_py=$3; '
+    'cd -- "$1" 2>/dev/null || { echo "#trainjob-missing" >&2; exit 2; }; files_py=$3; '
     'if [ ! -e "$2" ] && [ ! -L "$2" ]; then echo "#trainjob-missing" >&2; exit 2; fi; '
     'if [ -L "$2" ] || { [ ! -f "$2" ] && [ ! -d "$2" ]; }; then '
     'echo "#trainjob-other" >&2; exit 2; fi; '
     'if [ -d "$2" ]; then k=dir; s=$(du -sk -- "$2" 2>/dev/null); s=${s%%[!0-9]*}; '
     's=$(( ${s:-0} * 1024 )); else k=file; s=$(wc -c < "$2"); fi; '
     'echo "#trainjob-kind $k $s" >&2; '
-    + _HASH_IN
-    + '{ h=$(tar cf - -- "$2" 2>/dev/null | hash_in); echo "#trainjob-hash ${h%% *}" >&2; } & '
-    'tar cf - -- "$2"; rc=$?; wait; exit $rc'
+    + _HASH_FILES
+    + 'tar cf - -- "$2" & t=$!; h=$(hash_files "./$2" 2>/dev/null); wait $t; rc=$?; '
+    "printf '%s\\n' \"$h\" >&2; exit $rc"
 )
 
 # verify=False: plain tar, as kubectl cp does.
@@ -96,14 +89,6 @@ class FileInfo:
     sha256: str = ""
 
 
-@dataclass(frozen=True)
-class StreamCheck:
-    """What the pod measured of the stream: its sha256, or only its byte count."""
-
-    method: str  # "sha256" | "size"
-    value: str
-
-
 def upload_argv(parent: str, name: str, verify: bool) -> list[str]:
     """The pod-side command that unpacks a tar stream from stdin into ``parent``."""
     if not verify:
@@ -115,32 +100,7 @@ def download_argv(parent: str, name: str, verify: bool) -> list[str]:
     """The pod-side command that writes ``parent/name`` as a tar stream to stdout."""
     if not verify:
         return ["sh", "-c", PACK_SH, "sh", parent, name]
-    return ["sh", "-c", DOWNLOAD_SH, "sh", parent, name, HASH_PY]
-
-
-def parse_hash(value: str) -> StreamCheck:
-    """The hasher's answer: a sha256, or a byte count (``wc -c``); raise when it has none."""
-    value = value.strip().lower()
-    if _SHA256.fullmatch(value):
-        return StreamCheck("sha256", value)
-    if value.isdigit():
-        return StreamCheck("size", value)
-    raise TransferError(
-        "the pod could not hash the transfer (no openssl, python3, sha256sum or wc worked); "
-        "pass verify=False to copy without the check"
-    )
-
-
-def stream_problem(check: StreamCheck, sha256: str, size: int) -> str | None:
-    """Why the pod's view of the stream differs from ours; None when it matches."""
-    if check.method == "sha256" and check.value != sha256:
-        return (
-            f"the tar stream's sha256 differs ({check.value[:12]}... in the pod, "
-            f"{sha256[:12]}... received; did files change during the copy?)"
-        )
-    if check.method == "size" and int(check.value) != size:
-        return f"the tar stream has {check.value} bytes in the pod, {size} sent"
-    return None
+    return ["sh", "-c", DOWNLOAD_SH, "sh", parent, name, FILES_PY]
 
 
 def _unescape(line: str) -> tuple[str, str]:
@@ -154,16 +114,24 @@ def _unescape(line: str) -> tuple[str, str]:
     return digest, path
 
 
+TOOLS = ("openssl", "python", "sha256sum", "wc")
+
+
 def parse_files(text: str) -> tuple[str, dict[str, FileInfo]]:
-    """``(method, {path: FileInfo})`` from the upload script's report of the files that landed;
-    method is ``sha256`` or ``size``."""
+    """``(method, {path: FileInfo})`` from a script's list of hashed files (``hash_files``,
+    paths as ``./NAME/...``); method is ``sha256`` or ``size``."""
     lines = text.splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.startswith("#trainjob-")), None)
+    markers = {f"#trainjob-{tool}" for tool in TOOLS}
+    start = next((i for i, ln in enumerate(lines) if ln in markers), None)
     if start is None:
-        raise TransferError(
-            f"the pod did not list what it unpacked: {' '.join(text.split())[:200]}"
-        )
+        detail = " ".join(ln for ln in lines if not ln.startswith("#trainjob-"))[:200]
+        raise TransferError(f"the pod did not list the files it hashed: {detail or 'nothing'}")
     tool, rows = lines[start][len("#trainjob-") :], lines[start + 1 :]
+    method, files = _parse_rows(tool, rows)
+    return method, {(p[2:] if p.startswith("./") else p): f for p, f in files.items()}
+
+
+def _parse_rows(tool: str, rows: list[str]) -> tuple[str, dict[str, FileInfo]]:
     files: dict[str, FileInfo] = {}
     if tool == "wc":
         for line in rows:

@@ -4,11 +4,11 @@ One exec per pod each way (the scripts are in ``manifest.py``; paths only ever a
 Upload: the tar stream is produced while it is sent (one pod) or once into a temporary file that
 every pod reads (several pods), each file hashed as it is read; the pod runs ``tar xf -`` and
 then reports the sha256 of every file that landed, which must match. Download: the pod runs
-``tar cf - -- NAME`` and, next to it, a second tar of the same files into a hasher; the stream is
-unpacked here as it arrives into a staging directory, every member checked before it is
-written (no absolute names, no ``..``, nothing outside the target, no links escaping it, no
-devices: the ``kubectl cp`` CVE-2019-1002101 family; then ``tarfile``'s ``data`` filter), and
-hashed; it is moved into place only when its sha256 equals the pod's.
+``tar cf - -- NAME`` and, next to it, hashes the same files; the stream is unpacked here as it
+arrives into a staging directory, every member checked before it is written (no absolute names,
+no ``..``, nothing outside the target, no links escaping it, no devices: the ``kubectl cp``
+CVE-2019-1002101 family; then ``tarfile``'s ``data`` filter), each file hashed as it is written;
+it is moved into place only when every file's sha256 equals the pod's.
 
 Destinations: ``dest`` is the path of the copy; a ``dest`` ending in ``/`` (or, on download, an
 existing local directory when the source is a file) means "inside it, under the source's name".
@@ -18,7 +18,6 @@ Relative remote paths are relative to the container's working directory.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import posixpath
 import queue
@@ -43,8 +42,6 @@ from .manifest import (
     compare,
     download_argv,
     parse_files,
-    parse_hash,
-    stream_problem,
     upload_argv,
 )
 
@@ -327,8 +324,8 @@ class _PodReport:
 
 class _Unpacker:
     """The receiving end of a download: the tar stream is unpacked as it arrives, in one helper
-    thread, into a staging directory (created with the first byte), and hashed there, off the
-    socket's thread. Memory is bounded by the queue."""
+    thread, into a staging directory (created with the first byte), each file hashed as it is
+    written, off the socket's thread. Memory is bounded by the queue."""
 
     DEPTH = 32  # chunks queued at most
 
@@ -336,8 +333,6 @@ class _Unpacker:
         self.root = root
         self.staging_parent = staging_parent
         self.total = total
-        self.sha = hashlib.sha256()
-        self.received = 0
         self.files: dict[str, FileInfo] = {}
         self.staging: Path | None = None
         self.error: BaseException | None = None
@@ -358,14 +353,12 @@ class _Unpacker:
         self.total.add(len(data))
 
     def read(self, n: int = -1) -> bytes:
-        """tarfile's side: the next bytes of the stream, hashed as they are taken."""
+        """tarfile's side: the next bytes of the stream."""
         while not self._pending:
             chunk = self._queue.get()
             if chunk is None:
                 self._queue.put(None)  # stays at the end for every later read
                 return b""
-            self.sha.update(chunk)
-            self.received += len(chunk)
             self._pending = chunk
         if n < 0 or n >= len(self._pending):
             out, self._pending = self._pending, b""
@@ -379,11 +372,11 @@ class _Unpacker:
             self.files = unpack(self, self.root, self.staging)  # type: ignore[arg-type]
         except BaseException as exc:  # reported by finish()
             self.error = exc
-        while self.read(STREAM_CHUNK):  # the rest (tar's padding), hashed; or drained
+        while self.read(STREAM_CHUNK):  # the rest (tar's padding), or all of it after an error
             pass
 
     def finish(self) -> None:
-        """Wait until everything received is unpacked and hashed; raise its error."""
+        """Wait until everything received is unpacked; raise its error."""
         if self._thread is None:
             return
         self._queue.put(None)
@@ -441,13 +434,14 @@ def download(
             raise TransferError(f"the archive from pod {target.pod} does not contain {name!r}")
         method = "none"
         if verify:
-            check = parse_hash(report.marker("hash") or "")
-            problem = stream_problem(check, sink.sha.hexdigest(), sink.received)
-            if problem:
+            method, listed = parse_files("\n".join(report.lines()))
+            problems = compare(listed, sink.files)
+            if problems:
+                more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
                 raise TransferError(
-                    f"integrity check failed for {remote} from pod {target.pod}: {problem}"
+                    f"integrity check failed for {remote} from pod {target.pod}: "
+                    f"{'; '.join(problems[:3])}{more} (did files change during the copy?)"
                 )
-            method = check.method
         if into or (report.kind == "file" and dest.is_dir()):
             dest = dest / name
         assert sink.staging is not None
