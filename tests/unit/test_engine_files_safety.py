@@ -158,3 +158,26 @@ def test_split_remote() -> None:
     for bad in ("", "..", "a/..", "/", "x\0y"):
         with pytest.raises(InvalidInputError):
             split_remote(bad, "")
+
+
+def test_tar_stream_as_masked_frames_carries_the_same_bytes(tmp_path: Path) -> None:
+    src = tmp_path / "f.bin"
+    src.write_bytes(bytes(range(256)) * 3000)
+    plain = TarStream(src, "f.bin").read()
+    framed = TarStream(src, "f.bin")
+    got = bytearray()
+    while True:
+        frame, n = framed.read_frame()
+        if not n:
+            break
+        length, off = frame[1] & 0x7F, 2
+        if length == 126:
+            length, off = int.from_bytes(frame[2:4], "big"), 4
+        elif length == 127:
+            length, off = int.from_bytes(frame[2:10], "big"), 10
+        assert frame[0] == 0x82 and frame[1] & 0x80 and length == n + 1
+        key, body = frame[off : off + 4], frame[off + 4 :]
+        data = bytes(b ^ key[i % 4] for i, b in enumerate(body))
+        assert data[0] == 0  # channel 0: stdin
+        got += data[1:]
+    assert bytes(got) == plain and framed.produced == len(plain)

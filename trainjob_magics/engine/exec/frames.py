@@ -248,15 +248,18 @@ class StdinSender:
             stdin_frame = False
             frame = self.control.popleft()
         elif self.source is not None:
+            framed = getattr(self.source, "read_frame", None)  # frames built ahead
             try:
-                chunk = self.source.read(STDIN_CHUNK)
+                if framed is not None:
+                    frame, payload = framed()
+                else:
+                    chunk = self.source.read(STDIN_CHUNK)
+                    frame, payload = client_frame(b"\x00" + bytes(chunk)), len(chunk)
             except OSError as exc:
                 raise StdinError(exc) from exc
-            if not chunk:
+            if not payload:
                 self.source = None
                 return self._load()
-            frame = client_frame(b"\x00" + bytes(chunk))
-            payload = len(chunk)
         elif self.close_stdin:
             self.close_stdin = False
             frame = client_frame(bytes([CLOSE, STDIN]))

@@ -12,9 +12,10 @@ import tarfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ..errors import TransferError, UnsafeArchiveError
+from ..exec.frames import client_frame
 from .manifest import FileInfo
 
 
@@ -46,8 +47,9 @@ class TarStream:
     the next bytes, reading each file once. :attr:`size` is known up front (headers from
     ``lstat``); :attr:`files` is each regular file's size and sha256 (complete once ``read``
     returned b""): one helper thread reads the files ahead and hashes them, off the sender's
-    thread. A file that shrinks while it is read raises :class:`TransferError`;
-    :meth:`close` stops the reader early."""
+    thread. :meth:`read_frame` has that thread build the stdin frames too (the masking then
+    overlaps the sender's socket waits). A file that shrinks while it is read raises
+    :class:`TransferError`; :meth:`close` stops the reader early."""
 
     def __init__(self, local: Path, arcname: str) -> None:
         self.files: dict[str, FileInfo] = {}
@@ -56,7 +58,8 @@ class TarStream:
         with tarfile.open(fileobj=io.BytesIO(), mode="w", format=tarfile.PAX_FORMAT) as namer:
             size = self._add_members(namer, local, arcname)
         self.size = size + 2 * BLOCK
-        self._queue: queue.Queue[bytes | BaseException | None] = queue.Queue(AHEAD)
+        self._queue: queue.Queue[Any] = queue.Queue(AHEAD)
+        self._framed = False
         self._reader: threading.Thread | None = None
         self._closed = threading.Event()
         self._left: memoryview | None = None
@@ -110,13 +113,15 @@ class TarStream:
     def _read_ahead(self) -> None:
         try:
             for piece in self._pieces():
+                if self._framed:
+                    piece = (client_frame(b"\x00" + piece), len(piece))
                 if not self._put(piece):
                     return
             self._put(None)
         except BaseException as exc:  # handed to the sender by read()
             self._put(exc)
 
-    def _put(self, item: bytes | BaseException | None) -> bool:
+    def _put(self, item: Any) -> bool:
         while not self._closed.is_set():
             try:
                 self._queue.put(item, timeout=0.2)
@@ -137,13 +142,36 @@ class TarStream:
             raise item
         return memoryview(item)
 
-    def read(self, n: int = -1) -> bytes:
-        """Up to ``n`` bytes of the archive (all that is left for ``n < 0``); b"" at the end."""
+    def _start(self, framed: bool) -> None:
         if self._reader is None:
+            self._framed = framed
             self._reader = threading.Thread(
                 target=self._read_ahead, daemon=True, name="trainjob-tar"
             )
             self._reader.start()
+        elif self._framed != framed:
+            raise ValueError("a TarStream is read either as bytes or as frames")
+
+    def read_frame(self) -> tuple[bytes, int]:
+        """The next masked stdin frame (channel 0) and its payload size; ``(b"", 0)`` at the
+        end."""
+        self._start(framed=True)
+        if self._done:
+            return b"", 0
+        item = self._queue.get()
+        if item is None:
+            self._done = True
+            return b"", 0
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        frame, n = item
+        self.produced += n
+        return frame, n
+
+    def read(self, n: int = -1) -> bytes:
+        """Up to ``n`` bytes of the archive (all that is left for ``n < 0``); b"" at the end."""
+        self._start(framed=False)
         want = self.size if n < 0 else n
         parts: list[memoryview] = []
         got = 0
