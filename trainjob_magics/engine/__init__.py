@@ -21,8 +21,10 @@ from .errors import (
     PermissionDeniedError,
     PodNotRunningError,
     PodStartError,
+    PythonNotFoundError,
     QueuedTimeoutError,
     QueueUnavailableError,
+    RemotePythonError,
     SessionClosedError,
     SessionPreemptedError,
     TrainJobError,
@@ -34,6 +36,8 @@ from .exec.output import MAX_MEMORY_OUTPUT
 from .exec.runs import CommandRun
 from .files.logs import PodLogs
 from .files.transfer import TransferResult
+from .python.results import MultiPythonResult, PythonResult, RemoteError
+from .python.runs import PythonRun
 from .result import (
     ExecResult,
     JobStatus,
@@ -69,6 +73,7 @@ __all__ = [
     "JobStatus",
     "ManagedTrainJob",
     "MultiExecResult",
+    "MultiPythonResult",
     "NotFoundError",
     "PermissionDeniedError",
     "PodInfo",
@@ -76,9 +81,14 @@ __all__ = [
     "PodNotRunningError",
     "PodRef",
     "PodStartError",
+    "PythonNotFoundError",
+    "PythonResult",
+    "PythonRun",
     "QueueStatus",
     "QueueUnavailableError",
     "QueuedTimeoutError",
+    "RemoteError",
+    "RemotePythonError",
     "SessionClosedError",
     "SessionPreemptedError",
     "StopReport",
