@@ -4,6 +4,7 @@ interpreter, and no interpreter process left after ``%trainjob_close``."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -192,3 +193,57 @@ def test_interpreters_live_in_the_pods_process_groups(cluster: LocalCluster) -> 
         s.close(timeout=30)
     assert wait_dead(pids, 20) == []
     assert all(processes_with_env("POD_NAME", pod) == [] for pod in pods)
+
+
+def test_engine_streams_live_times_out_and_kills_code_that_ignores_sigint(
+    cluster: LocalCluster,
+) -> None:
+    from trainjob_magics import connect
+    from trainjob_magics.engine import errors as E
+
+    s = connect("mpi-interactive", config_file=str(cluster.kubeconfig_path))
+    try:
+        seen: list[tuple[str, str]] = []
+        first = threading.Event()
+
+        def on_output(pod: str, stream: str, text: str) -> None:
+            seen.append((stream, text))
+            first.set()
+
+        run = s.start_python(
+            "import sys, time\nkept = 7\nprint('10%\\r', end='', flush=True)\n"
+            "print('warn', file=sys.stderr)\ntime.sleep(1000)",
+            on_output=on_output,
+        )
+        assert first.wait(30), "no output streamed while the code ran"
+        assert not run.done
+        error = run.interrupt()
+        assert isinstance(error, E.CommandInterruptedError)
+        assert error.partial.error.type == "KeyboardInterrupt"
+        assert error.partial.stdout == "10%\r" and error.partial.stderr == "warn\n"
+        assert ("stdout", "10%\r") in seen
+
+        with pytest.raises(E.ExecTimeoutError) as info:
+            s.python("time.sleep(1000)", timeout=1)
+        assert "did not finish within 1s" in str(info.value) and "keeps its state" in str(
+            info.value
+        )
+        assert s.python("kept").value == "7"
+
+        pid = int(s.python("import os, signal\nos.getpid()").value)
+        ready = threading.Event()
+        run = s.start_python(
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('ready', flush=True)\n"
+            "time.sleep(1000)",
+            on_output=lambda pod, stream, text: ready.set(),
+        )
+        assert ready.wait(30)
+        t0 = time.monotonic()
+        error = run.interrupt()
+        assert time.monotonic() - t0 < 8
+        assert "was killed: its state is lost" in str(error)
+        assert wait_dead([pid], 5) == []
+        r = s.python("'kept' in dir()")
+        assert r.value == "False"  # a new interpreter
+    finally:
+        s.close(timeout=30)

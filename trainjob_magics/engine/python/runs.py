@@ -42,6 +42,7 @@ from .scripts import cell_argv, encode_request
 
 KILL_AFTER = 3.0  # seconds the code gets to stop after KeyboardInterrupt before it is killed
 WAIT_SLICE = 0.2
+RESIGNAL = 1.0  # seconds between two SIGINTs to code that has not stopped yet
 
 Start = Callable[..., CommandRun]  # the session's start(argv, stdin=, pods=, ...)
 OnPythonDone = Callable[[str, PythonResult, "BaseException | None"], None]
@@ -277,11 +278,14 @@ class PythonRun:
             while self._stop_error is None:
                 time.sleep(0.05)
             return self._stop_error
-        running = self._running()
-        self._interp.interrupt(running)
         stopped = False
+        deadline = time.monotonic() + KILL_AFTER
         try:
-            stopped = self._done.wait(KILL_AFTER)
+            while not stopped and time.monotonic() < deadline:
+                # again each second: a signal that lands just before a blocking call starts
+                # (between two bytecodes) is seen only when that call returns
+                self._interp.interrupt(self._running())
+                stopped = self._done.wait(min(RESIGNAL, max(0.0, deadline - time.monotonic())))
         except KeyboardInterrupt:  # a second Ctrl-C: kill at once
             stopped = False
         if not stopped:
