@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, str] = {
     "readiness": "benchmarks.bench_readiness",
     "fanout": "benchmarks.bench_fanout",
     "widgets": "benchmarks.bench_widgets",
+    "python": "benchmarks.bench_python",
 }
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results.md"
 

@@ -50,6 +50,15 @@ class Pod:
     def cell(self, code: str) -> tuple[str, str, dict[str, Any] | None]:
         return self.request({"op": "run", "code": code})
 
+    def fast_cell(self, code: str) -> tuple[str, str, dict[str, Any] | None]:
+        """The sh client (no interpreter per cell), as small cells use it."""
+        nonce = new_nonce()
+        stdin = scripts.encode_fast_request(nonce, {"op": "run", "code": code})
+        assert stdin is not None
+        done = self.run(scripts.fast_cell_argv(self.name), stdin)
+        outcome = read_outcome(ExecResult(done.stdout.decode(), pod="p"), nonce)
+        return outcome.stdout, done.stderr.decode(), outcome.frame
+
 
 @pytest.fixture
 def pod(tmp_path: Path) -> Any:
@@ -82,6 +91,17 @@ def test_agent_keeps_state_and_reports_values_and_errors(pod: Pod, tmp_path: Pat
     _out, _err, frame = pod.cell("x = = 1")
     assert frame is not None and frame["error"]["type"] == "SyntaxError"
     assert "x = = 1" in frame["error"]["traceback"]
+
+
+def test_the_sh_client_shares_the_interpreter(pod: Pod, tmp_path: Path) -> None:
+    assert pod.fast_cell("1")[2] == {"status": "no-agent"}
+    pod.boot()
+    out, err, frame = pod.fast_cell("import os, sys\nx = 5\nprint('a\\rb')\nos.system('echo sh')\n"
+                                    "print('e', file=sys.stderr)\nx * 2")  # fmt: skip
+    assert (out, err) == ("a\rb\nsh\n", "e\n")
+    assert frame is not None and frame["data"] == {"text/plain": "10"}
+    assert pod.cell("x")[2]["data"] == {"text/plain": "5"}  # type: ignore[index]
+    assert scripts.encode_fast_request(new_nonce(), {"code": "x" * 20000}) is None
 
 
 def test_push_pull_and_unpicklable(pod: Pod) -> None:

@@ -63,6 +63,7 @@ class Interpreters:
         self.client = client
         self.namespace = namespace
         self._known: dict[tuple[str, str], str] = {}
+        self.slow: set[str] = set()  # pods where only the Python client works (no /proc pipes)
         self._lock = threading.Lock()
 
     def _exec(self, target: Target, argv: list[str], timeout: float) -> ExecResult:

@@ -9,9 +9,16 @@ State lives in ``${TMPDIR:-/tmp}/trainjob-magics/NAME/`` (mode 0700): ``sock`` (
 the per-cell clients connect to), ``agent.pid`` (for the interrupt and the stopper), ``exe``
 (this interpreter, so clients skip PATH shims), ``lock`` (one agent per directory), ``log``.
 
-Frames on the socket: 1 kind byte + 4-byte big-endian length + payload. Client to agent: ``x``
-(a JSON request), ``i`` (interrupt). Agent to client: ``o``/``e`` (stdout/stderr bytes, as the
-code writes them, file descriptors 1 and 2 included), ``r`` (the JSON result, last).
+Two kinds of client. The fast one is a POSIX sh script (``scripts.CELL``, no interpreter to
+start): it writes its request to ``q.PID``, makes the FIFO ``c.PID``, writes its PID to the
+FIFO ``ctl`` and waits on ``c.PID``; the agent writes the output straight into the client's
+stdout and stderr (the exec's pipes, which the client copied to fds 7 and 8:
+``/proc/PID/fd/7``), ends stdout with ``NONCE + JSON result``, then writes ``done`` to
+``c.PID`` (``fallback`` when it cannot open those pipes: the engine then uses the other
+client). The other client (``remote_client.py``, for big requests) talks over ``sock``: frames
+of 1 kind byte + 4-byte big-endian length + payload. Client to agent: ``x`` (a JSON request),
+``i`` (interrupt). Agent to client: ``o``/``e`` (stdout/stderr bytes, file descriptors 1 and 2
+included), ``r`` (the JSON result).
 """
 
 from __future__ import annotations
@@ -109,6 +116,50 @@ class Conn:
         except OSError:
             self.alive = False  # the exec is gone: the code goes on, its output is dropped
 
+    def close(self) -> None:
+        try:  # noqa: SIM105 (no contextlib import in the pod)
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class PipeConn:
+    """A sh client: its stdout and stderr pipes, opened through /proc, and its FIFO."""
+
+    def __init__(self, pid: int, nonce: bytes, done_fd: int) -> None:
+        self.nonce = nonce
+        self.done_fd = done_fd
+        self.alive = True
+        self.out = os.open(f"/proc/{pid}/fd/7", os.O_WRONLY)
+        try:
+            self.err = os.open(f"/proc/{pid}/fd/8", os.O_WRONLY)
+        except OSError:
+            os.close(self.out)
+            raise
+
+    def send(self, kind: bytes, payload: bytes) -> None:
+        if not self.alive:
+            return
+        if kind == b"r":
+            kind, payload = b"o", self.nonce + payload + b"\n"
+        fd = self.out if kind == b"o" else self.err
+        try:
+            while payload:
+                payload = payload[os.write(fd, payload) :]
+        except OSError:
+            self.alive = False
+
+    def close(self) -> None:
+        for fd in (self.out, self.err):
+            try:  # noqa: SIM105 (no contextlib import in the pod)
+                os.close(fd)
+            except OSError:
+                pass
+        try:  # noqa: SIM105 (no contextlib import in the pod)
+            os.write(self.done_fd, b"done\n")
+        except OSError:
+            pass
+
 
 class Agent:
     def __init__(self, directory: str, out_fd: int, err_fd: int) -> None:
@@ -181,6 +232,46 @@ class Agent:
             if frame[0] == b"i" and conn is self.current and self.running:
                 signal.pthread_kill(self.main_thread, signal.SIGINT)
 
+    def control(self, ctl: int) -> None:
+        """Requests of sh clients: one PID per line on the FIFO ``ctl``."""
+        block_sigint()
+        lingering: dict[int, tuple[int, str]] = {}  # pid -> its done FIFO, kept until it ends
+        buffer = b""
+        while True:
+            ready, _, _ = select.select([ctl], [], [], 5.0)
+            for pid, (fd, path) in list(lingering.items()):
+                if not alive(pid):
+                    os.close(fd)
+                    remove(path)
+                    del lingering[pid]
+            if not ready:
+                continue
+            buffer += os.read(ctl, 4096)
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                if line.isdigit():
+                    self.pickup(int(line), lingering)
+
+    def pickup(self, pid: int, lingering: dict) -> None:
+        request_path = os.path.join(self.dir, f"q.{pid}")
+        done_path = os.path.join(self.dir, f"c.{pid}")
+        try:
+            with open(request_path, "rb") as fh:
+                nonce, body = fh.read().split(b"\n")[:2]
+            remove(request_path)
+            done_fd = os.open(done_path, os.O_RDWR)  # never blocks; keeps "done" for the client
+        except (OSError, ValueError):
+            return
+        lingering[pid] = (done_fd, done_path)
+        try:
+            conn = PipeConn(pid, nonce, done_fd)
+        except OSError:
+            os.write(done_fd, b"fallback\n")
+            return
+        if self.running or not self.requests.empty():
+            conn.send(b"e", b"(waiting: this interpreter still runs earlier code)\n")
+        self.requests.put((conn, json.loads(body.decode("utf-8"))))
+
     def on_sigint(self, signum: int, frame: object) -> None:
         if self.running:
             raise KeyboardInterrupt
@@ -204,10 +295,7 @@ class Agent:
             with self.lock:
                 conn.send(b"r", payload)
                 self.current = None
-            try:  # noqa: SIM105 (no contextlib import in the pod)
-                conn.sock.close()
-            except OSError:
-                pass
+            conn.close()
 
     # -- requests ----------------------------------------------------------------------
     def handle(self, request: dict) -> dict:
@@ -318,6 +406,21 @@ class Agent:
         return {"ok": True, "values": values}
 
 
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def remove(path: str) -> None:
+    try:  # noqa: SIM105 (no contextlib import in the pod)
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def failure(kind: str, message: str) -> dict:
     return {"ok": False, "error": {"type": kind, "message": message, "traceback": ""}}
 
@@ -356,6 +459,10 @@ def serve(directory: str, lock: object, ready: int) -> None:
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.bind("sock")
         server.listen(16)
+        if os.path.exists("ctl"):
+            os.unlink("ctl")
+        os.mkfifo("ctl", 0o600)
+        ctl = os.open("ctl", os.O_RDWR)  # never sees EOF, never blocks a writer
         with open("agent.pid", "w") as fh:
             fh.write(f"{os.getpid()}\n")
         if os.path.isabs(sys.executable) and os.access(sys.executable, os.X_OK):
@@ -366,6 +473,7 @@ def serve(directory: str, lock: object, ready: int) -> None:
     for fd in (out_r, err_r):
         threading.Thread(target=agent.pump, args=(fd,), daemon=True).start()
     threading.Thread(target=agent.accept, args=(server,), daemon=True).start()
+    threading.Thread(target=agent.control, args=(ctl,), daemon=True).start()
     hello = {"status": "started", "pid": os.getpid(), "instance": agent.instance}
     hello["python"] = sys.version.split()[0]
     os.write(ready, json.dumps(hello).encode("utf-8"))

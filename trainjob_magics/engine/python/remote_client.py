@@ -5,16 +5,17 @@ Never imported by the engine: ``scripts.py`` passes this file's text as one argv
 the JSON request. The client hands the request to the agent of NAME, relays its output to
 stdout/stderr as it comes, and ends stdout with ``NONCE + JSON result + newline`` (or a
 ``status`` the engine acts on: ``no-agent``, ``agent-gone``). SIGINT/SIGTERM ask the agent to
-raise KeyboardInterrupt in the running code.
+raise KeyboardInterrupt in the running code. Only built-in modules (``_socket``, ``_signal``,
+``_struct``): the client starts in about 10 ms.
 """
 
+import _signal
+import _socket
+import _struct
 import os
-import signal
-import socket
-import struct
 import sys
 
-HEADER = struct.Struct("!cI")
+HEADER = _struct.Struct("!cI")
 
 
 def read_exact(stream, n):
@@ -39,11 +40,11 @@ def recv_exact(sock, n):
 
 def main():
     stdin, out, err = sys.stdin.buffer, sys.stdout.buffer, sys.stderr.buffer
-    nonce_len, size = struct.unpack("!II", read_exact(stdin, 8))
+    nonce_len, size = _struct.unpack("!II", read_exact(stdin, 8))
     nonce = read_exact(stdin, nonce_len)
     request = read_exact(stdin, size)
     directory = os.path.join(os.environ.get("TMPDIR") or "/tmp", "trainjob-magics", sys.argv[1])
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         os.chdir(directory)  # relative path: sun_path holds only 108 bytes
         sock.connect("sock")
@@ -57,8 +58,8 @@ def main():
         except OSError:
             pass
 
-    signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
+    _signal.signal(_signal.SIGINT, interrupt)
+    _signal.signal(_signal.SIGTERM, interrupt)
     sock.sendall(HEADER.pack(b"x", len(request)) + request)
     while True:
         head = recv_exact(sock, HEADER.size)

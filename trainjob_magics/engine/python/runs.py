@@ -38,10 +38,11 @@ from .results import (
     python_result,
     read_outcome,
 )
-from .scripts import cell_argv, encode_request
+from .scripts import cell_argv, encode_fast_request, encode_request, fast_cell_argv
 
 KILL_AFTER = 3.0  # seconds the code gets to stop after KeyboardInterrupt before it is killed
 WAIT_SLICE = 0.2
+RETRY = ("no-agent", "fallback")  # statuses after which the request runs again
 RESIGNAL = 1.0  # seconds between two SIGINTs to code that has not stopped yet
 
 Start = Callable[..., CommandRun]  # the session's start(argv, stdin=, pods=, ...)
@@ -117,11 +118,16 @@ class PythonRun:
         fresh = [t for t in self.targets if self._interp.known(t) is None]
         self._note(self._interp.boot(fresh))
         outcomes, errors = self._cell(self.targets)
-        again = [t for t in self.targets if outcomes[t.pod][1].status == "no-agent"]
-        if again and not self._stopping:
+        for _attempt in range(2):  # a gone agent is started again; no fast path: the other client
+            again = [t for t in self.targets if outcomes[t.pod][1].status in RETRY]
+            if not again or self._stopping:
+                break
             for target in again:
-                self._interp.forget(target)
-            self._note(self._interp.boot(again))
+                if outcomes[target.pod][1].status == "fallback":
+                    self._interp.slow.add(target.pod)
+                else:
+                    self._interp.forget(target)
+            self._note(self._interp.boot([t for t in again if self._interp.known(t) is None]))
             more, more_errors = self._cell(again)
             outcomes.update(more)
             errors.update(more_errors)
@@ -151,14 +157,22 @@ class PythonRun:
             if target is None:
                 return
             outcome = read_outcome(result, nonce)
-            if outcome.status == "no-agent" and error is None and not self._stopping:
+            if outcome.status in RETRY and error is None and not self._stopping:
                 return  # booted and run again
             self._finish(target, result, outcome, error)
 
         target0 = targets[0]
+        stdin = encode_fast_request(nonce, self._request)
+        if stdin is None or any(t.pod in self._interp.slow for t in targets):
+            argv, stdin = (
+                cell_argv(target0.python, target0.agent),
+                encode_request(nonce, self._request),
+            )
+        else:
+            argv = fast_cell_argv(target0.agent)
         run = self._start(
-            cell_argv(target0.python, target0.agent),
-            stdin=encode_request(nonce, self._request),
+            argv,
+            stdin=stdin,
             pods=[t.ref for t in targets] if self.multi else None,
             container=self._container,
             on_output=on_output,
@@ -182,7 +196,7 @@ class PythonRun:
             outcomes[pod] = (result, read_outcome(result, nonce))
         if not self.multi:
             result, outcome = outcomes[target0.pod]
-            if outcome.status != "no-agent":
+            if outcome.status not in RETRY:
                 self._finish(target0, result, outcome, None)
         return outcomes, errors
 
