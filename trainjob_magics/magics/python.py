@@ -84,7 +84,7 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> Any:
             timeout=args.timeout,
             interpreter=host.settings.python,
             on_output=lambda pod, stream, text: pump.emit("out", pod, stream, text),
-            on_done=lambda pod, result, error: pump.emit("done", pod, result, error),
+            on_done=lambda pod, result, error: pump.emit("done", pod, result, _why(result, error)),
         )
     except Exception as exc:
         raise as_one_line(exc) from None
@@ -95,6 +95,18 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> Any:
     if error is not None:
         raise error
     return _show(host, result, args)
+
+
+class RemoteException(Exception):
+    """A pod's remote exception, for the per-pod footer (``ZeroDivisionError: ...``)."""
+
+
+def _why(result: Any, error: BaseException | None) -> BaseException | None:
+    """What a pod's footer shows: the exec's error, else the code's exception."""
+    if error is None and isinstance(result, PythonResult) and result.error is not None:
+        named = type(result.error.type, (RemoteException,), {})
+        return named(result.error.message)
+    return error
 
 
 def _view(host: MagicsHost, run: PythonRun, args: Any) -> Any:
@@ -258,8 +270,11 @@ def pull(host: MagicsHost, args: Any) -> None:
     except Exception as exc:
         raise as_one_line(exc) from None
     ns = host.user_ns()
-    multi = _pods_arg(args) is not None
-    if multi:
+    spec = _pods_arg(args)
+    if spec is not None and len(got) == 1 and spec != "all" and "," not in spec:
+        got = next(iter(got.values()))  # one pod named: its value, not a dict
+        spec = None
+    if spec is not None:
         for i, name in enumerate(args.names):
             ns[name] = {
                 pod: (value if len(args.names) == 1 else value[i]) for pod, value in got.items()
@@ -269,7 +284,7 @@ def pull(host: MagicsHost, args: Any) -> None:
         values = [got] if len(args.names) == 1 else list(got)
         for name, value in zip(args.names, values, strict=True):
             ns[name] = value
-        where = f"pod {session.pod}"
+        where = "the pod" if _pods_arg(args) else f"pod {session.pod}"
     print(f"pulled {', '.join(args.names)} from {where}")
 
 
