@@ -256,5 +256,9 @@ def test_engine_streams_live_times_out_and_kills_code_that_ignores_sigint(
         assert wait_dead([pid], 5) == []
         r = s.python("'kept' in dir()")
         assert r.value == "False"  # a new interpreter
+        r = s.python("import os\nos._exit(3)")
+        assert r.error is not None and r.error.type == "InterpreterLost"
+        assert "its state is lost" in r.error.message
+        assert s.python("'kept' in dir()").value == "False"
     finally:
         s.close(timeout=30)

@@ -218,13 +218,17 @@ class PythonRun:
             self._on_done(target.pod, py, error)
 
     def _lost(self, target: Target, outcome: Outcome) -> RemoteError:
+        if outcome.status == "missing":  # the client was stopped: the interpreter is not known
+            return RemoteError(
+                "NoResult",
+                f"the cell's client in {target.where()} ended without a result (was it "
+                "stopped?); the interpreter may still be running the code",
+            )
         self._interp.forget(target)
         if target.pod in self._killed:
-            why = "killed: it did not stop after KeyboardInterrupt"
-        elif outcome.status == "agent-gone":
-            why = "ended while running the code (os._exit, a crash, or killed)"
+            why = "was killed: the code did not stop after KeyboardInterrupt"
         else:
-            why = "sent no result"
+            why = "ended while running the code (os._exit, a crash, or killed)"
         return RemoteError(
             "InterpreterLost",
             f"the Python interpreter in {target.where()} {why}; its state is lost, "
