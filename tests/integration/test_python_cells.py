@@ -221,7 +221,8 @@ def test_engine_streams_live_times_out_and_kills_code_that_ignores_sigint(
 
         def on_output(pod: str, stream: str, text: str) -> None:
             seen.append((stream, text))
-            first.set()
+            if stream == "stderr":  # printed last before the sleep
+                first.set()
 
         run = s.start_python(
             "import sys, time\nkept = 7\nprint('10%\\r', end='', flush=True)\n"

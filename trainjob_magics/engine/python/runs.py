@@ -117,6 +117,10 @@ class PythonRun:
     def _execute(self) -> PythonResult | MultiPythonResult:
         fresh = [t for t in self.targets if self._interp.known(t) is None]
         self._note(self._interp.boot(fresh))
+        if self._stopping:
+            raise CommandInterruptedError(
+                "interrupted before the Python code started", partial=self._partial()
+            )
         outcomes, errors = self._cell(self.targets)
         for _attempt in range(2):  # a gone agent is started again; no fast path: the other client
             again = [t for t in self.targets if outcomes[t.pod][1].status in RETRY]
