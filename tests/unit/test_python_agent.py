@@ -184,3 +184,12 @@ def test_exec_urls_fit_the_request_line_limit() -> None:
     for argv in (scripts.boot_argv(PYTHON, "py-0123456789ab"), scripts.cell_argv(PYTHON, "x")):
         url = exec_url("https://10.0.0.1:6443", long, long, argv, container=long, stdin=True)
         assert len(url) < 8000
+
+
+def test_cells_run_under_the_wrapper() -> None:
+    """Each cell is a wrapped exec: it touches the idle watchdog's heartbeat and has a pid
+    file, so session.interrupt() reaches it (its trap passes SIGINT to the agent)."""
+    from trainjob_magics.engine.exec.scripts import wants_wrapper
+
+    assert wants_wrapper(scripts.fast_cell_argv("py-0123456789ab"))
+    assert wants_wrapper(scripts.cell_argv(PYTHON, "py-0123456789ab"))
