@@ -193,3 +193,9 @@ def test_cells_run_under_the_wrapper() -> None:
 
     assert wants_wrapper(scripts.fast_cell_argv("py-0123456789ab"))
     assert wants_wrapper(scripts.cell_argv(PYTHON, "py-0123456789ab"))
+
+
+def test_the_sh_client_sees_an_interpreter_that_exits(pod: Pod) -> None:
+    for _ in range(3):  # the exit races the client's wait: it must never hang
+        pod.boot()
+        assert pod.fast_cell("import os\nos._exit(3)")[2] == {"status": "agent-gone"}

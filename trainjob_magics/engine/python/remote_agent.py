@@ -126,9 +126,10 @@ class Conn:
 class PipeConn:
     """A sh client: its stdout and stderr pipes, opened through /proc, and its FIFO."""
 
-    def __init__(self, pid: int, nonce: bytes, done_fd: int) -> None:
+    def __init__(self, pid: int, nonce: bytes, done_fd: int, done_path: str) -> None:
         self.nonce = nonce
         self.done_fd = done_fd
+        self.done_path = done_path
         self.alive = True
         self.out = os.open(f"/proc/{pid}/fd/7", os.O_WRONLY)
         try:
@@ -156,9 +157,11 @@ class PipeConn:
             except OSError:
                 pass
         try:  # noqa: SIM105 (no contextlib import in the pod)
-            os.write(self.done_fd, b"done\n")
+            os.write(self.done_fd, b"done\n")  # stays in the FIFO: the client holds it open
         except OSError:
             pass
+        os.close(self.done_fd)
+        remove(self.done_path)
 
 
 class Agent:
@@ -235,42 +238,39 @@ class Agent:
     def control(self, ctl: int) -> None:
         """Requests of sh clients: one PID per line on the FIFO ``ctl``."""
         block_sigint()
-        lingering: dict[int, tuple[int, str]] = {}  # pid -> its done FIFO, kept until it ends
         buffer = b""
         while True:
-            ready, _, _ = select.select([ctl], [], [], 5.0)
-            for pid, (fd, path) in list(lingering.items()):
-                if not alive(pid):
-                    os.close(fd)
-                    remove(path)
-                    del lingering[pid]
-            if not ready:
-                continue
+            select.select([ctl], [], [])
             buffer += os.read(ctl, 4096)
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
                 if line.isdigit():
-                    self.pickup(int(line), lingering)
+                    self.pickup(int(line))
 
-    def pickup(self, pid: int, lingering: dict) -> None:
+    def pickup(self, pid: int) -> None:
         request_path = os.path.join(self.dir, f"q.{pid}")
         done_path = os.path.join(self.dir, f"c.{pid}")
         try:
             with open(request_path, "rb") as fh:
                 nonce, body = fh.read().split(b"\n")[:2]
             remove(request_path)
-            done_fd = os.open(done_path, os.O_RDWR)  # never blocks; keeps "done" for the client
+            request = json.loads(body.decode("utf-8"))
         except (OSError, ValueError):
             return
-        lingering[pid] = (done_fd, done_path)
+        done_fd = done_writer(done_path, pid)
+        if done_fd is None:  # the client went away
+            remove(done_path)
+            return
         try:
-            conn = PipeConn(pid, nonce, done_fd)
+            conn = PipeConn(pid, nonce, done_fd, done_path)
         except OSError:
             os.write(done_fd, b"fallback\n")
+            os.close(done_fd)
+            remove(done_path)
             return
         if self.running or not self.requests.empty():
             conn.send(b"e", b"(waiting: this interpreter still runs earlier code)\n")
-        self.requests.put((conn, json.loads(body.decode("utf-8"))))
+        self.requests.put((conn, request))
 
     def on_sigint(self, signum: int, frame: object) -> None:
         if self.running:
@@ -412,6 +412,18 @@ def alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except (OSError, IndexError):
         return False
+
+
+def done_writer(path: str, pid: int) -> int | None:
+    """Open the client's FIFO once the client reads it (so that our end, closed by our exit,
+    is what it waits on); None when the client is gone."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and alive(pid):
+        try:
+            return os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # ENXIO: the client has not opened it yet
+            time.sleep(0.001)
+    return None
 
 
 def remove(path: str) -> None:
