@@ -243,6 +243,10 @@ def test_engine_streams_live_times_out_and_kills_code_that_ignores_sigint(
             info.value
         )
         assert s.python("kept").value == "7"
+        # big requests go through the Python client (the sh one reads stdin byte by byte)
+        assert s.push(big=list(range(20000))) == [s.pod]
+        assert s.python("len(big)\n" + "#" * 20000 + "\n").value == "20000"
+        assert s.pull("big")[-1] == 19999
 
         pid = int(s.python("import os, signal\nos.getpid()").value)
         ready = threading.Event()
