@@ -35,6 +35,7 @@ BENCHMARKS: dict[str, str] = {
     "fanout": "benchmarks.bench_fanout",
     "widgets": "benchmarks.bench_widgets",
     "celloutput": "benchmarks.bench_cell_output",
+    "python": "benchmarks.bench_python",
 }
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results.md"
 
