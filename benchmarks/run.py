@@ -34,6 +34,8 @@ BENCHMARKS: dict[str, str] = {
     "readiness": "benchmarks.bench_readiness",
     "fanout": "benchmarks.bench_fanout",
     "widgets": "benchmarks.bench_widgets",
+    "celloutput": "benchmarks.bench_cell_output",
+    "python": "benchmarks.bench_python",
     "transfer": "benchmarks.bench_transfer",
     "fanout-stub": "benchmarks.bench_fanout_stub",
     "connect": "benchmarks.bench_connect",

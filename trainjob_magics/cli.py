@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -63,10 +64,33 @@ def _parser() -> argparse.ArgumentParser:
         help="the node's allocatable memory, e.g. 16Gi (default: the machine's memory)",
     )
     lc.add_argument(
+        "--restart-downtime",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds the API server stays down when the process gets SIGUSR1 (a simulated "
+        "API server restart; default: %(default)s)",
+    )
+    lc.add_argument(
         "--gpus",
         type=int,
         metavar="N",
         help="the node's nvidia.com/gpu count (default: 8)",
+    )
+    lc.add_argument(
+        "--auth",
+        choices=("token", "client-cert", "exec"),  # localcluster.cluster AUTH_KINDS
+        default="token",
+        help="how the kubeconfig's user authenticates: a bearer token, a client certificate "
+        "(as kind/kubeadm), or an exec credential plugin (as EKS/GKE) (default: %(default)s)",
+    )
+    lc.add_argument(
+        "--token-ttl",
+        type=float,
+        default=900.0,
+        metavar="S",
+        help="with --auth exec: seconds the plugin's tokens are valid, then 401 "
+        "(default: %(default)s, EKS's 15 minutes)",
     )
     return parser
 
@@ -75,6 +99,9 @@ def run_local_cluster(args: argparse.Namespace) -> int:
     from .localcluster import LocalCluster
     from .localcluster.kubelet.node import NODE_NAME
 
+    if args.restart_downtime < 0:
+        print("error: --restart-downtime must not be negative", file=sys.stderr)
+        return 2
     for path in args.runtime_file:
         if not path.is_file():
             print(f"error: runtime file {path} does not exist", file=sys.stderr)
@@ -91,6 +118,8 @@ def run_local_cluster(args: argparse.Namespace) -> int:
             memory=args.memory,
             gpus=args.gpus,
             trainer_version=args.trainer_version,
+            auth=args.auth,
+            token_ttl=args.token_ttl,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -113,6 +142,9 @@ def run_local_cluster(args: argparse.Namespace) -> int:
         f"local cluster listening on {cluster.url} (Kubeflow Trainer {cluster.trainer_version})",
         flush=True,
     )
+    if cluster.auth != "token":
+        ttl = f", tokens valid {cluster.token_ttl:g}s" if cluster.auth == "exec" else ""
+        print(f"credentials: {cluster.auth}{ttl}", flush=True)
     print(f"node {NODE_NAME}: {cluster.node.describe()}", flush=True)
     if cluster.kueue is not None:
         cfg = cluster.kueue.config
@@ -125,8 +157,12 @@ def run_local_cluster(args: argparse.Namespace) -> int:
         print(f"warning: {line}", flush=True)
     print("point kubectl and trainjob_magics at it with:", flush=True)
     print(f"export KUBECONFIG={shlex.quote(str(cluster.kubeconfig_path))}", flush=True)
+    print(
+        f"kill -USR1 {os.getpid()} restarts the API server (down {args.restart_downtime:g}s)",
+        flush=True,
+    )
     print("press Ctrl-C to stop", flush=True)
-    cluster.run_forever()
+    cluster.run_forever(restart_downtime=args.restart_downtime)
     print("local cluster stopped", flush=True)
     return 0
 

@@ -1,5 +1,8 @@
 """JupyterLab + Chromium (Playwright) harness for the browser tests.
 
+The same server also serves Notebook 7 (``/notebooks/...``, the ``notebook`` package), so a
+test can open one notebook in either front end (``open_notebook(lab, path, "notebook7")``).
+
 JupyterLab runs as a subprocess with a private settings, workspaces and runtime dir (news
 fetching off, no virtual scrolling of cells), a random token and a free port. Chromium is the
 system one (``shutil.which("chromium")``), driven by Python Playwright; ``playwright install``
@@ -85,12 +88,13 @@ class JupyterLab:
     log_path: Path
     _pids: set[int] = field(default_factory=set)
 
-    def api(self, path: str, method: str = "GET") -> Any:
+    def api(self, path: str, method: str = "GET", body: Any = None) -> Any:
         """Call the Jupyter server REST API and return the decoded JSON (or None)."""
         req = urllib.request.Request(
             f"{self.url}{path}",
             method=method,
-            headers={"Authorization": f"token {self.token}"},
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+            data=None if body is None else json.dumps(body).encode(),
         )
         with urllib.request.urlopen(req, timeout=10) as resp:
             body = resp.read()
@@ -99,6 +103,15 @@ class JupyterLab:
     def lab_url(self, notebook: str) -> str:
         """URL opening ``notebook`` in a fresh (reset) workspace."""
         return f"{self.url}/lab/tree/{notebook}?reset&token={self.token}"
+
+    def notebook7_url(self, notebook: str) -> str:
+        """URL opening ``notebook`` in Notebook 7 (served by the same server)."""
+        return f"{self.url}/notebooks/{notebook}?token={self.token}"
+
+    def set_theme(self, theme: str) -> None:
+        """Choose the theme ("JupyterLab Light", "JupyterLab Dark") for pages opened next."""
+        raw = json.dumps({"theme": theme})
+        self.api("/lab/api/settings/@jupyterlab/apputils-extension:themes", "PUT", {"raw": raw})
 
     def wait_kernel_ready(self, notebook: str, timeout: float = 120) -> dict[str, Any]:
         """Poll /api/sessions until the notebook's kernel has a connection and is idle.
@@ -287,10 +300,14 @@ class NotebookPage:
     lab: JupyterLab
     page: Any
     notebook: str
+    frontend: str = "lab"  # or "notebook7"
 
     def open(self) -> NotebookPage:
         """Open the notebook and wait until its kernel is connected and idle."""
-        self.page.goto(self.lab.lab_url(self.notebook))
+        if self.frontend == "notebook7":
+            self.page.goto(self.lab.notebook7_url(self.notebook))
+        else:
+            self.page.goto(self.lab.lab_url(self.notebook))
         self.page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").first.wait_for()
         self.lab.wait_kernel_ready(self.notebook)
         return self
@@ -328,6 +345,17 @@ class NotebookPage:
         area = self.cells().nth(index).locator(".jp-Cell-outputArea")
         return area.inner_text() if area.count() else ""
 
+    def save(self) -> None:
+        """Save the notebook as the front end holds it (Ctrl+S) and wait until it is saved."""
+        before = self.lab.api(f"/api/contents/{self.notebook}?content=0")["last_modified"]
+        self.cells().first.click()
+        self.page.keyboard.press("Escape")
+        self.page.keyboard.press("Control+s")
+        deadline = time.monotonic() + 30
+        while self.lab.api(f"/api/contents/{self.notebook}?content=0")["last_modified"] == before:
+            assert time.monotonic() < deadline, "the notebook was not saved"
+            time.sleep(0.3)
+
     def screenshot_cell(self, index: int, path: Path) -> Path:
         """Screenshot cell ``index`` (scrolled into view) to ``path``."""
         cell = self.cells().nth(index)
@@ -340,7 +368,7 @@ class NotebookPage:
 def open_notebook(browser_page: Any) -> Callable[[JupyterLab, str], NotebookPage]:
     """Open a notebook of a running JupyterLab in the test's Chromium page."""
 
-    def opener(lab: JupyterLab, notebook: str) -> NotebookPage:
-        return NotebookPage(lab, browser_page, notebook).open()
+    def opener(lab: JupyterLab, notebook: str, frontend: str = "lab") -> NotebookPage:
+        return NotebookPage(lab, browser_page, notebook, frontend).open()
 
     return opener

@@ -100,6 +100,9 @@ def test_quickstart_runs_in_jupyterlab(
     # the last comm messages may still be rendering: wait for the footers and the pod table
     for index in (mpirun, multiline, failing):
         cells.nth(index).locator(".tjm-footer").wait_for(timeout=30_000)
+    # %trainjob_close froze the status panels: Deleted, the pods as last seen under a fold
+    cells.nth(status).locator(".tjm-status-head", has_text="Deleted").wait_for(timeout=30_000)
+    cells.nth(status).locator("summary.tjm-pods-summary").click()
     cells.nth(status).locator("table.tjm-pods tbody tr").nth(3).wait_for(timeout=30_000)
     for label, index in [
         ("connect", connect),
@@ -116,13 +119,13 @@ def test_quickstart_runs_in_jupyterlab(
     assert "Error displaying widget" not in page_text
     assert own_cluster.token not in nbp.page.content()
 
-    # the status widget of the connect cell rendered, with the TrainJob running
+    # the status panel of the connect cell rendered, frozen by %trainjob_close
     assert cells.nth(connect).locator(".trainjob-status").count() == 1
     text = nbp.output_text(connect)
     match = re.search(r"TrainJob ([a-z][a-z0-9-]*)", text)
     assert match, text
     job = match.group(1)
-    assert "Running" in text and "mpi-interactive" in text, text
+    assert "Deleted" in text and "mpi-interactive" in text, text
 
     # mpirun hostname: the four pods' hostnames and the exit code footer
     assert cells.nth(mpirun).locator(".trainjob-output").count() == 1
@@ -146,7 +149,7 @@ def test_quickstart_runs_in_jupyterlab(
     assert "/no/such/file" in text, text
     assert "3" in nbp.output_text(label_index(nb, "failed.returncode"))
 
-    # %trainjob_status: a pod table with every pod Running
+    # %trainjob_status: a pod table with every pod Running when it was shown
     assert cells.nth(status).locator(".trainjob-status").count() == 1
     rows = cells.nth(status).locator("table.tjm-pods tbody tr")
     assert rows.count() == 4

@@ -40,15 +40,12 @@ def test_64mb_stdout_is_complete_and_byte_exact(local_cluster, session) -> None:
     expected = hashlib.sha256(
         (local_cluster.pod_dir("default", session.pod) / "big.bin").read_bytes()
     ).hexdigest()
-    started = time.monotonic()
     res = session.execute(["cat", "big.bin"])
-    elapsed = time.monotonic() - started
     assert res.ok
     assert len(res.stdout_bytes) == SIZE_64MB
     assert hashlib.sha256(res.stdout_bytes).hexdigest() == expected
     assert len(res.stdout) >= 1  # decoded with replacement, no exception
-    # Linear-time capture: the stock WSClient loop needs about a minute for this.
-    assert elapsed < 15, f"64 MB took {elapsed:.1f}s"
+    # Its speed (linear-time capture vs the stock WSClient loop) is benchmarks/ row ``large``.
     (local_cluster.pod_dir("default", session.pod) / "big.bin").unlink()
 
 

@@ -292,19 +292,16 @@ def test_tty_runs_on_a_terminal(server: ExecServer) -> None:
 # --- large and split output -----------------------------------------------------------------
 
 
-def test_64mb_stdout_complete_and_fast(server: ExecServer) -> None:
+def test_64mb_stdout_complete(server: ExecServer) -> None:
+    """Complete and byte-exact; its speed is the raw-reader row of benchmarks/ (``large``)."""
     size = 64 * 1024 * 1024
-    start = time.perf_counter()
     out = run_exec(server, ["sh", "-c", f"head -c {size} /dev/urandom | tee big.bin"])
-    elapsed = time.perf_counter() - start
     data = out.stdout
-    print(f"\n64 MiB exec stdout: {elapsed:.3f} s, {len(out.frames)} frames")
     assert len(data) == size
     on_disk = (server.sandboxes["pod-a"].workdir / "big.bin").read_bytes()
     assert hashlib.sha256(data).hexdigest() == hashlib.sha256(on_disk).hexdigest()
     assert max(len(f) for f in out.frames) <= 64 * 1024 + 1
     assert exit_code(out) == 0
-    assert elapsed < 10  # generous bound for a loaded CI box; typical is well under 1 s
     (server.sandboxes["pod-a"].workdir / "big.bin").unlink()
 
 

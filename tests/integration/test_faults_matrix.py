@@ -12,15 +12,18 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from kubernetes import client as k8s
 
 from tests.helpers.kube import list_trainjobs
+from tests.helpers.polling import wait_until
 from tests.integration.faultproxy import FaultProxy
 from trainjob_magics import TrainJobSession, attach, connect
 from trainjob_magics.engine import errors as E
 from trainjob_magics.localcluster import LocalCluster
+from trainjob_magics.localcluster.core.resources import NAMESPACES
 
 pytestmark = pytest.mark.timeout(60)
 RUNTIME = "mpi-interactive"
@@ -182,27 +185,63 @@ def test_unreachable_api_server(cluster, tmp_path) -> None:
 
 
 def test_watch_410_relists(cluster, unique_name, sessions) -> None:
+    """A real 410: the connect's pod watch is cut (API server restart), the history is
+    compacted past its resourceVersion while the server is down, so the resumed watch gets an
+    ERROR event with Status 410 Expired; the watcher relists and watches on."""
     name = unique_name("w")
     cluster.faults.hold_pods(name, reason="ContainerCreating", message="held by the test")
+    since = len(cluster.faults.requests_seen())
     box: dict = {}
 
     def run() -> None:
         try:
-            box["s"] = connect(RUNTIME, name=name, config_file=kc(cluster), timeout=30)
+            box["s"] = connect(RUNTIME, name=name, config_file=kc(cluster), timeout=60)
         except BaseException as exc:  # reported below
             box["e"] = exc
 
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(1.0)
-    for _ in range(3):
-        cluster.compact()  # every watch from an older resourceVersion now gets 410 Expired
-        time.sleep(0.3)
+    wait_until(lambda: any(k == "watch" for k, _ in pod_requests(cluster, since, name)))
+    up = cluster.faults.restart_apiserver(downtime=3.0)
+    cut = len(cluster.faults.requests_seen())
+    cluster.store.create(NAMESPACES, {"metadata": {"name": unique_name("rv")}})  # history moves
+    compacted = cluster.compact()  # a watch from an older resourceVersion now gets 410
+    assert not up.is_set(), "compacted after the server came back: the watch may not resume"
+    assert up.wait(30)
+    # the resumed watch (from the old resourceVersion: a real 410), then a relist, then a
+    # watch from the relist's resourceVersion
+    seen = wait_until(
+        lambda: "e" in box or _after_410(pod_requests(cluster, cut, name), compacted), 30
+    )
+    assert "e" not in box, box.get("e")
     cluster.faults.release_pods()
-    t.join(30)
+    t.join(60)
     assert "e" not in box, box.get("e")
     sessions.append(box["s"])
+    assert seen[0] == "watch" and seen[1] == "list" and seen[2] == "watch"
     assert box["s"].execute("echo relisted").stdout == "relisted\n"
+
+
+def pod_requests(cluster: LocalCluster, since: int, name: str) -> list[tuple[str, dict]]:
+    """Pod list/watch requests of TrainJob ``name``'s watcher after journal index ``since``."""
+    out = []
+    for method, path in cluster.faults.requests_seen()[since:]:
+        parts = urlsplit(path)
+        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        if method == "GET" and parts.path.endswith("/pods") and name in str(query):
+            out.append(("watch" if query.get("watch") == "true" else "list", query))
+    return out
+
+
+def _after_410(requests: list[tuple[str, dict]], compacted: int) -> list[str] | None:
+    """["watch", "list", "watch"] once a watch from before ``compacted`` (answered 410) was
+    followed by a list and a watch from at least ``compacted``; None until then."""
+    for i, (kind, query) in enumerate(requests):
+        if kind == "watch" and int(query.get("resourceVersion") or 0) < compacted:
+            rest = requests[i + 1 : i + 3]
+            if len(rest) == 2 and int(rest[1][1].get("resourceVersion") or 0) >= compacted:
+                return [kind, rest[0][0], rest[1][0]]
+    return None
 
 
 # ------------------------------------------------------------------ WebSocket drop
@@ -217,7 +256,12 @@ def test_websocket_drop_keeps_partial_output(cluster, session) -> None:
     with pytest.raises(E.ConnectionLostError) as info:
         session.execute(script, on_output=lambda pod, stream, text: seen.append(text))
     assert clock.elapsed() < 10
-    assert "may still be running" in str(info.value)
+    # its output is lost from here on, so the engine stopped it (the pid-file stopper)
+    assert (
+        "was lost before the command finished (connection closed by the server); stopped the "
+        f"remote command in pod {session.pod}"
+    ) in str(info.value)
+    assert info.value.stopped
     partial = info.value.partial
     assert partial is not None and partial.returncode is None
     assert len(partial.stdout) >= 1000 and expected.startswith(partial.stdout)
@@ -237,7 +281,7 @@ def test_trainer_pod_deleted_is_replaced(cluster, session) -> None:
             r = session.execute("echo on-new-pod")
             if r.pod != old:
                 break
-        except E.PodNotRunningError:
+        except (E.PodNotRunningError, E.PodGoneError):  # gone, or killed with the old pod
             pass
         time.sleep(0.2)
     assert r.stdout == "on-new-pod\n" and r.pod != old and session.pod == r.pod

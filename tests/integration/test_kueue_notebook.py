@@ -42,16 +42,20 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def test_first_session_is_admitted(executed: Any) -> None:
-    text = "\n".join(widget_texts_of_cell(executed, _cell(executed, "%trainjob_connect")))
-    assert "Running" in text
+    # the connect panel, frozen by %trainjob_close first: Deleted, with its Kueue line and limit
+    text = cell_texts(executed)[_cell(executed, "%trainjob_connect")]
+    assert "Deleted" in text and "max runtime 2h00m" in text
     assert "Kueue: Admitted by ClusterQueue cluster-queue" in text
 
 
 def test_second_session_shows_position_and_message(executed: Any) -> None:
     text = "\n".join(widget_texts_of_cell(executed, _cell(executed, "_ = StatusWidget(queued)")))
     assert "Queued" in text
-    assert "position 1 in LocalQueue user-queue (1 in ClusterQueue cluster-queue)" in text
-    assert "insufficient unused quota for cpu in flavor default-flavor, 4 more needed" in text
+    # what is missing first, then the position, each queue named once
+    assert (
+        "Kueue: queued, 4 more cpu needed (flavor default-flavor) · position 1 in LocalQueue "
+        "user-queue (1 in ClusterQueue cluster-queue)"
+    ) in text
 
 
 def test_second_session_admitted_after_close(executed: Any) -> None:

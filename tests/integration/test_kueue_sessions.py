@@ -141,6 +141,7 @@ def test_timeout_while_queued_says_so(kcluster: LocalCluster, kc: str) -> None:
 def test_preemption_mid_session_then_readmission(kcluster: LocalCluster, kc: str) -> None:
     session = _connect(kc, timeout=30)
     try:
+        pod = session.pod
         chunks: list[str] = []
         errors: list[BaseException] = []
 
@@ -166,6 +167,8 @@ def test_preemption_mid_session_then_readmission(kcluster: LocalCluster, kc: str
         assert "Preempted to accommodate a workload" in str(err)
         assert "wait_ready()" in str(err)
         assert err.partial is not None and "started" in err.partial.stdout
+        assert f"its trainer pod {pod} and anything running in it are gone" in str(err)
+        assert "Kueue preempted" in session.status().disruption
         with pytest.raises(SessionPreemptedError):
             session.execute("true")
         status = session.status()

@@ -119,21 +119,4 @@ def test_stdin_goes_to_every_pod(session: Any) -> None:
     assert {r.stdout.strip() for r in result.values()} == {"100000"}
 
 
-def test_wall_time_ratio_vs_single_exec(session: Any) -> None:
-    """Reported, not asserted as a time: 8 concurrent execs vs one."""
-    command = "sleep 0.5; echo ok"
-    single = []
-    multi = []
-    for _ in range(3):
-        t = time.monotonic()
-        session.execute(command)
-        single.append(time.monotonic() - t)
-        t = time.monotonic()
-        assert run(session, command, "all").ok
-        multi.append(time.monotonic() - t)
-    ratio = min(multi) / min(single)
-    print(
-        f"\nBENCH fanout: 8 pods {min(multi):.3f}s vs 1 pod {min(single):.3f}s, "
-        f"ratio {ratio:.2f} (8 sequential execs would be ~8)"
-    )
-    assert ratio < 8  # sanity only: concurrent, not sequential
+# 8 concurrent execs vs one after another: benchmarks/ row ``fanout`` (no timing in tests).

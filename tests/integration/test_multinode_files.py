@@ -213,13 +213,15 @@ def test_errors_are_one_line(session: Any, tmp_path: Path) -> None:
         session.upload(str(tmp_path / "missing"), "x")
     with pytest.raises(InvalidInputError, match="exactly one pod"):
         session.download("x", str(tmp_path / "x"), pod="all")
-    session.execute("mkdir -p ro && chmod 555 ro")
+    # a regular file where a directory must go: refused for root too (CI runs as root, where
+    # a read-only directory would not stop the write)
+    session.execute("echo plain > notadir")
     src = tmp_path / "f.txt"
     src.write_text("x")
-    if os.geteuid() != 0:
-        with pytest.raises(TransferError, match="unpacking into ro/sub failed") as info:
-            session.upload(str(src), "ro/sub/f.txt")
-        assert "\n" not in str(info.value)
+    with pytest.raises(TransferError, match="unpacking into notadir/sub failed") as info:
+        session.upload(str(src), "notadir/sub/f.txt")
+    assert "\n" not in str(info.value)
+    assert session.execute("cat notadir").stdout == "plain\n"  # nothing was overwritten
 
 
 def test_odd_names_round_trip_verified(session: Any, tmp_path: Path) -> None:

@@ -10,13 +10,7 @@ from typing import Any
 
 import pytest
 
-from devtools.notebook_run import (
-    WIDGET_STATE_MIME,
-    WIDGET_VIEW_MIME,
-    cell_texts,
-    extract_widget_texts,
-    run_notebook,
-)
+from devtools.notebook_run import WIDGET_VIEW_MIME, cell_texts, run_notebook
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "multinode.ipynb"
@@ -55,26 +49,21 @@ def widget_models(nb: Any, index: int) -> list[str]:
     return ids
 
 
-def test_pod_all_cell_saved_widget_state_shows_every_pod(executed: Any) -> None:
+def test_pod_all_cell_is_a_static_per_pod_summary_with_every_pods_output(executed: Any) -> None:
+    """The finished --pod all cell is frozen into HTML + text (no widget view left): the
+    per-pod summary first (4 identical pods grouped), then the output, then the summary."""
     nb = executed
     index = cell_index(nb, "%%trainjob --pod all")
-    (model_id,) = widget_models(nb, index)
-    state = nb.metadata["widgets"][WIDGET_STATE_MIME]["state"]
-    assert model_id in state, "the widget view is not in the saved widget state"
-    box = state[model_id]["state"]
-    tab_id = box["children"][0].removeprefix("IPY_MODEL_")
-    tab = state[tab_id]
-    assert tab["model_name"] == "TabModel"
-    assert list(tab["state"]["titles"]) == [f"{label} ✓" for label in LABELS]
-    assert len(tab["state"]["children"]) == 4
-    texts = extract_widget_texts(nb)
-    for child in tab["state"]["children"]:
-        pod_text = texts[child.removeprefix("IPY_MODEL_")]
-        assert "Package" in pod_text and "exit code 0" in pod_text  # pip list header per pod
-    whole = texts[model_id]
-    assert re.search(r"4 pods ok", whole)
-    pods = re.findall(r"exit code 0 · [\d.]+ s · pod (\S+)", whole)
-    assert len(set(pods)) == 4
+    assert widget_models(nb, index) == [], "the finished cell still shows a widget view"
+    (output,) = [o for o in nb.cells[index]["outputs"] if "text/html" in o.get("data", {})]
+    page, text = output["data"]["text/html"], output["data"]["text/plain"]
+    assert text.splitlines()[0] == "4 pods · 4 ✓"
+    assert f"4 pods: identical output ({', '.join(LABELS)})" in text
+    for label in LABELS:
+        assert f"[{label}] Package" in text  # pip list header, per pod
+    assert "4 pods ok" in text and "4 pods ok" in page
+    assert "tjm-pod-summary" in page and "Package" in page and "exit code 0" in page
+    assert page.index("tjm-pod-summary") < page.index("<details")
 
 
 def test_mpirun_cell_prints_one_line_per_rank(executed: Any) -> None:
@@ -95,5 +84,7 @@ def test_upload_download_and_logs(executed: Any) -> None:
     summary = nb.cells[cell_index(nb, "import json")]["outputs"][0]["data"]["text/plain"]
     assert json.loads(summary.replace("'", '"')) == {"ranks": 4, "rank0_sum": 1225, "total": 5050}
     logs = texts[cell_index(nb, "%trainjob_logs")]
-    assert logs.count("Server listening on 0.0.0.0 port 2222.") == 3
+    # the three node pods logged the same lines: shown once, as a group
+    assert "3 pods: identical output (node-0, node-1, node-2)" in logs
+    assert logs.count("Server listening on 0.0.0.0 port 2222.") == 1
     assert "Closed session" in texts[cell_index(nb, "%trainjob_close")]

@@ -18,7 +18,7 @@ from devtools.notebook_run import (
     run_notebook,
 )
 from tests.helpers.kube import trainjob_names
-from tests.helpers.notebooks import widget_texts_of_cell
+from tests.helpers.notebooks import html_of_cell, widget_texts_of_cell
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "notebooks" / "quickstart.ipynb"
@@ -49,23 +49,31 @@ def executed(tmp_path_factory: pytest.TempPathFactory, local_cluster: Any) -> tu
 
 @pytest.fixture(scope="module")
 def job_name(executed: tuple[Any, Path, Any]) -> str:
-    """The TrainJob name, as the connect cell's status widget shows it."""
+    """The TrainJob name, as the connect cell's status panel shows it (frozen at the close)."""
     nb, _, _ = executed
     connect = _cell_index(nb, "%trainjob_connect")
-    text = "\n".join(widget_texts_of_cell(nb, connect))
+    text = cell_texts(nb)[connect]
     match = re.search(r"TrainJob ([a-z][a-z0-9-]*)", text)
     assert match, f"no TrainJob name in the connect widget: {text!r}"
     return match.group(1)
 
 
-def test_connect_widget_shows_the_trainjob_running(
+def test_connect_panel_ends_frozen_saying_the_trainjob_was_deleted(
     executed: tuple[Any, Path, Any], job_name: str
 ) -> None:
+    """The connect cell's panel stays live until %trainjob_close, then shows "Deleted" as
+    static output (no widget view left), the pods only as last seen."""
     nb, _, _ = executed
-    text = "\n".join(widget_texts_of_cell(nb, _cell_index(nb, "%trainjob_connect")))
-    assert "mpi-interactive" in text
-    assert "Running" in text
-    assert "namespace default" in text
+    index = _cell_index(nb, "%trainjob_connect")
+    outputs = nb.cells[index]["outputs"]
+    assert not [o for o in outputs if WIDGET_VIEW_MIME in o.get("data", {})]
+    text = cell_texts(nb)[index]
+    assert "mpi-interactive" in text and "namespace default" in text
+    head = text.split("as last seen")[0]
+    assert "Deleted" in head and "Running" not in head, text
+    assert f"TrainJob {job_name} deleted" in head
+    streams = [o for o in outputs if o.get("output_type") == "stream"]
+    assert not streams, streams  # the panel says it all: no long print under the widget
 
 
 def test_mpirun_hostname_shows_four_hostnames(
@@ -96,12 +104,8 @@ def test_multiline_cell_streams_stdout_and_stderr(executed: tuple[Any, Path, Any
     assert all(pos >= 0 for pos in steps) and steps == sorted(steps), text
     assert "a warning on stderr" in text
     assert re.search(r"exit code 0\b", text), text
-    # stderr is styled apart: the saved HTML wraps it in its own span
-    models = nb.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
-    html_values = [m["state"].get("value", "") for m in models.values()]
-    assert any(
-        "a warning on stderr" in v and "tjm-stderr" in v for v in html_values if isinstance(v, str)
-    )
+    # stderr is styled apart: the frozen HTML wraps it in its own span
+    assert re.search(r'class="tjm-stderr"[^>]*>a warning on stderr', html_of_cell(nb, index))
 
 
 def test_failing_command_shows_its_exit_code(executed: tuple[Any, Path, Any]) -> None:
@@ -119,8 +123,8 @@ def test_failing_command_shows_its_exit_code(executed: tuple[Any, Path, Any]) ->
 
 def test_status_shows_every_pod_running(executed: tuple[Any, Path, Any], job_name: str) -> None:
     nb, _, _ = executed
-    text = "\n".join(widget_texts_of_cell(nb, _cell_index(nb, "%trainjob_status")))
-    assert f"TrainJob {job_name}" in text
+    text = cell_texts(nb)[_cell_index(nb, "%trainjob_status")]  # frozen at the close
+    assert f"TrainJob {job_name}" in text and "4 pods as last seen" in text
     rows = [line for line in text.splitlines() if line.startswith(f"{job_name}-")]
     roles = sorted(row.split()[0].removeprefix(f"{job_name}-").split("-")[0] for row in rows)
     assert roles == ["launcher", "node", "node", "node"], text

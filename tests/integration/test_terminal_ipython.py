@@ -187,6 +187,9 @@ def test_terminal_ipython_text_fallback(terminal: TerminalIPython, own_cluster: 
     assert job in trainjob_names(own_cluster.kubeconfig_path)
     assert terminal.exit() == 0, terminal.text()
     assert job not in trainjob_names(own_cluster.kubeconfig_path), "the TrainJob outlived the shell"
+    shown = terminal.text()
+    assert f"Closed session 'default' (TrainJob {job} deleted)." in shown, shown
+    assert "cannot reach" not in shown and "is being deleted but" not in shown, shown
     assert own_cluster.token not in terminal.text()
 
 

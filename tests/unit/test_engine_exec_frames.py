@@ -265,8 +265,18 @@ def test_full_duplex_loop_with_a_slow_echo_peer() -> None:
     a, b = socket.socketpair()
     data = bytes(range(256)) * 16384  # 4 MiB: far more than the socket buffers
     status = json.dumps({"metadata": {}, "status": "Success"}).encode()
+    replies: list[bytes] = []
+    errors: list[BaseException] = []  # the peer's failures, asserted in this thread
 
     def peer() -> None:
+        try:
+            serve()
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            b.close()
+
+    def serve() -> None:
         time.sleep(0.3)  # read nothing at first: the client's writes must not block it
         buf = bytearray()
         while True:
@@ -281,9 +291,8 @@ def test_full_duplex_loop_with_a_slow_echo_peer() -> None:
         for _op, payload, _m in frames[:-1]:
             b.sendall(frame(b"\x01" + payload[1:]))
         b.sendall(frame(b"\x03" + status) + frame(struct.pack("!H", 1000), opcode=8))
-        reply = b.recv(64)  # our close reply
-        assert unmask_frames(reply)[0][0] == 8
-        b.close()
+        b.settimeout(2)
+        replies.append(b.recv(64))  # our close reply
 
     thread = threading.Thread(target=peer, daemon=True)
     thread.start()
@@ -294,10 +303,13 @@ def test_full_duplex_loop_with_a_slow_echo_peer() -> None:
         collector,
         None,
     )
-    thread.join(5)
+    thread.join(10)
+    a.close()
+    assert not thread.is_alive() and errors == []
     assert outcome == (0, "", True)
     assert collector.result(0, 0.0, "p").stdout_bytes == data
-    a.close()
+    close_reply = unmask_frames(replies[0])
+    assert close_reply and close_reply[0][0] == 8 and close_reply[0][2]  # a masked close frame
 
 
 def _last_frame_start(buf: bytes | bytearray) -> int:

@@ -14,7 +14,7 @@ import pytest
 
 from trainjob_magics.magics.views.pods import PrefixedTextView
 from trainjob_magics.magics.views.text import TextOutputView, echoes_ctrl_c
-from trainjob_magics.magics.worker import Pump
+from trainjob_magics.magics.worker import Pump, join_text
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -91,6 +91,48 @@ def test_pump_returns_value_raises_error_and_keeps_order() -> None:
     assert isinstance(pump.error, ValueError)
 
 
+def test_join_text_merges_runs_of_one_pod_and_stream_in_order() -> None:
+    events = [
+        ("out", "p", "stdout", "a"),
+        ("out", "p", "stdout", "b"),
+        ("out", "p", "stderr", "c"),
+        ("out", "q", "stderr", "d"),
+        ("out", "q", "stderr", "e"),
+        ("done", "q", None, None),
+        ("out", "p", "stdout", "f"),
+    ]
+    assert join_text(events) == [
+        ("out", "p", "stdout", "ab"),
+        ("out", "p", "stderr", "c"),
+        ("out", "q", "stderr", "de"),
+        ("done", "q", None, None),
+        ("out", "p", "stdout", "f"),
+    ]
+
+
+def test_pump_hands_batches_to_merge_and_loses_nothing() -> None:
+    release = threading.Event()
+    batches: list[int] = []
+    got: list[str] = []
+
+    def work(emit: Any) -> None:
+        for i in range(500):
+            emit("out", "p", "stdout", f"{i}\n")
+        release.set()
+
+    def merge(events: list[Any]) -> list[Any]:
+        batches.append(len(events))
+        return join_text(events)
+
+    def handle(kind: str, pod: str, stream: str, text: str) -> None:
+        release.wait(10)  # the first batch waits until everything is queued
+        got.append(text)
+
+    Pump(interval=0.01).run(work, handle, merge=merge)
+    assert "".join(got) == "".join(f"{i}\n" for i in range(500))
+    assert sum(batches) == 500 and len(got) < 500  # later events came in joined batches
+
+
 # ------------------------------------------------------------------ tails
 
 
@@ -99,11 +141,12 @@ def test_text_view_keeps_a_bounded_tail() -> None:
     view = TextOutputView(max_lines=100, stdout=out, stderr=out, interval=0)
     for i in range(200):
         view.write("stdout", "".join(f"line {i}-{j}\n" for j in range(1000)))
-    assert len(view.tail) <= 10 and len(view.buffer.lines) <= 1
+    assert len(view.buffer.lines) == 10 and len(view.buffer._blocks) <= 2
     view.output_path = "/tmp/spill.out"
     view.finish("exit code 0")
     text = out.getvalue()
     assert "line 199-999\n" in text and "stored in the file /tmp/spill.out" in text
+    assert "[… 199,890 lines hidden;" in text  # 200,000 lines: 100 shown live, 10 in the tail
 
 
 def test_prefixed_view_bounds_a_line_without_newline() -> None:

@@ -47,9 +47,9 @@ def test_tabbed_widget_titles_outputs_and_text_fallback() -> None:
     view.pod_done("job-node-0-1-b", res(3), None)
     view.finish("1 of 2 pods failed: job-node-0-1-b [node-1] (exit 3)", ok=False)
     assert view.tabs.titles == ("node-0 ✓", "node-1 ✗")
-    first, second = (v.widget for v in view.views.values())
-    assert "alpha" in first.children[0].value and "exit code 0" in first.children[1].value
-    assert "beta" in second.children[0].value and "exit code 3" in second.children[1].value
+    first, second = view.views.values()
+    assert "alpha" in first.body.value and "exit code 0" in first.footer.value
+    assert "beta" in second.body.value and "exit code 3" in second.footer.value
     assert "node-1" in view.summary.value
     text = view.text("done")
     assert "[node-0] alpha" in text and "[node-1] beta" in text and text.endswith("done")

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import io
+import random
 from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
 
 from trainjob_magics.engine.result import JobStatus, PodInfo
 from trainjob_magics.magics.views.status_text import (
@@ -32,10 +36,11 @@ class Clock:
 
 def test_buffer_lines_and_partials() -> None:
     b = ScreenBuffer()
-    assert b.feed("stdout", "a\nb") == [("stdout", "a")]
-    assert b.feed("stdout", "c\n") == [("stdout", "bc")]
+    assert b.feed("stdout", "a\nb", want=5) == [("stdout", "a")]
+    assert b.feed("stdout", "c\n", want=5) == [("stdout", "bc")]
+    assert b.feed("stdout", "d\n") == []  # nothing asked for: nothing split
     b.feed("stderr", "warn")
-    assert b.view() == [("stdout", "a"), ("stdout", "bc"), ("stderr", "warn")]
+    assert b.view() == [("stdout", "a"), ("stdout", "bc"), ("stdout", "d"), ("stderr", "warn")]
 
 
 def test_carriage_return_overwrites_like_a_terminal() -> None:
@@ -207,3 +212,168 @@ def test_hidden_note_names_the_spill_file() -> None:
         "[… 5 lines hidden; the full output is in _trainjob.stdout, stored in the file "
         "/tmp/x/p-stdout-1.out]"
     )
+
+
+# ------------------------------------------------------------------ whole chunks
+
+
+class Terminal:
+    """Reference model, one character at a time: what ScreenBuffer must show for any chunking."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.lines: list[tuple[str, str]] = []
+        self.partial: dict[str, list[Any]] = {}  # stream -> [text, cursor, overflow]
+
+    def feed(self, stream: str, text: str) -> None:
+        for ch in text:
+            line = self.partial.setdefault(stream, ["", 0, 0])
+            if ch == "\n":
+                self.lines.append((stream, self.shown(line)))
+                del self.partial[stream]
+            elif ch == "\r":
+                line[1] = 0
+            else:
+                t, cur, over = line
+                if cur < self.cap:
+                    t = t[:cur] + ch + t[cur + 1 :]
+                else:
+                    over = max(over, cur + 1 - self.cap)
+                line[:] = [t, cur + 1, over]
+
+    def shown(self, line: list[Any]) -> str:
+        return f"{line[0]} … [{line[2]} more characters]" if line[2] else line[0]
+
+    def view(self, max_lines: int) -> list[tuple[str, str]]:
+        partials = [
+            (n, self.shown(line)) for n, line in sorted(self.partial.items()) if line[0] or line[2]
+        ][::-1]
+        return self.lines[-max_lines:] + partials
+
+
+PIECES = ["a", "bc", "é", "€uro", "\r", "\n", "\r\n", "\n\n", "progress 10%\r", "long" * 5]
+
+
+def _random_chunks(rng: random.Random, n: int) -> list[tuple[str, str]]:
+    text = "".join(rng.choice(PIECES) for _ in range(n))
+    chunks, i = [], 0
+    while i < len(text):
+        j = i + rng.choice([1, 2, 3, 7, 40, 300])
+        chunks.append((rng.choice(["stdout", "stdout", "stderr"]), text[i:j]))
+        i = j
+    return chunks
+
+
+@pytest.mark.parametrize("max_lines,cap", [(1, 3), (3, 5), (10, 12), (1000, 10000)])
+def test_any_chunking_shows_what_a_terminal_shows(max_lines: int, cap: int) -> None:
+    rng = random.Random(f"{max_lines}-{cap}")
+    for _ in range(60):
+        chunks = _random_chunks(rng, rng.choice([5, 50, 400]))
+        b, ref = ScreenBuffer(max_lines=max_lines, max_line_chars=cap), Terminal(cap)
+        for stream, text in chunks:
+            before = len(ref.lines)
+            ref.feed(stream, text)
+            want = rng.choice([0, 1, 2, 1000])
+            assert b.feed(stream, text, want=want) == ref.lines[before:][:want]
+        assert b.view() == ref.view(max_lines), chunks
+        assert b.total == len(ref.lines)
+        assert b.hidden == max(0, len(ref.lines) - max_lines)
+
+
+def test_one_huge_chunk_keeps_only_the_last_lines() -> None:
+    b = ScreenBuffer(max_lines=3)
+    b.feed("stdout", "".join(f"{i}\n" for i in range(100)) + "par")
+    b.feed("stderr", "e\n")
+    assert b.view() == [("stdout", "98"), ("stdout", "99"), ("stderr", "e"), ("stdout", "par")]
+    assert (b.total, b.hidden) == (101, 98)
+    assert sum(block[2] for block in b._blocks) <= 3 * 4  # the big block was cut, not kept
+
+
+def test_interleaved_streams_keep_their_order_across_chunks() -> None:
+    b = ScreenBuffer()
+    b.feed("stdout", "o1\no2")
+    b.feed("stderr", "e1\ne2\n")
+    b.feed("stdout", "+\no3\n")
+    b.feed("stderr", "e3")
+    assert b.view() == [
+        ("stdout", "o1"),
+        ("stderr", "e1"),
+        ("stderr", "e2"),
+        ("stdout", "o2+"),
+        ("stdout", "o3"),
+        ("stderr", "e3"),
+    ]
+
+
+def test_tqdm_bar_in_one_chunk_shows_its_last_state() -> None:
+    bar = "".join(f"\r{i:3d}%|{'#' * (i // 10):<10}| {i}/100" for i in range(101))
+    b = ScreenBuffer()
+    b.feed("stderr", bar)
+    assert b.partials() == [("stderr", "100%|##########| 100/100")]
+    b.feed("stderr", "\nnext\n")
+    assert [t for _, t in b.view()] == ["100%|##########| 100/100", "next"]
+
+
+def test_long_lines_in_a_chunk_are_cut_and_counted() -> None:
+    b = ScreenBuffer(max_line_chars=4)
+    b.feed("stdout", "abcdefgh\nxy\n" + "z" * 50 + "\rQ\n")
+    assert [t for _, t in b.view()] == [
+        "abcd … [4 more characters]",
+        "xy",
+        "Qzzz … [46 more characters]",
+    ]
+
+
+def test_utf8_and_crlf_split_anywhere_by_the_exec_stream() -> None:
+    """Bytes cut at every position (inside a multi-byte character, between \\r and \\n) reach
+    the buffer through the engine's incremental decoding and show the same lines."""
+    from trainjob_magics.engine.exec.frames import STDOUT
+    from trainjob_magics.engine.exec.streams import Collector
+
+    data = "héllo wörld €100\r\nløst 50%\r100%\r\nend 🙂\n".encode()
+    expected = ["héllo wörld €100", "100% 50%", "end 🙂"]
+    for i in range(1, len(data)):
+        for j in range(i, len(data)):
+            b = ScreenBuffer()
+            c = Collector(b.feed, limit=None)
+            for piece in (data[:i], data[i:j], data[j:]):
+                if piece:
+                    c.add(STDOUT, memoryview(piece))
+            c.flush()
+            assert [t for _, t in b.view()] == expected, (i, j)
+
+
+def test_text_view_prints_the_first_lines_of_a_big_chunk_live() -> None:
+    v, out, _, _ = _view(max_lines=1000)
+    v.write("stdout", "".join(f"{i}\n" for i in range(2500)))
+    assert out.getvalue() == "".join(f"{i}\n" for i in range(1000))  # before finish
+    v.finish("exit code 0 · 1.00 s")
+    lines = out.getvalue().splitlines()
+    assert lines[1000] == "[… 1,400 lines hidden; the full output is in res.stdout]"
+    assert lines[1001:-1] == [str(i) for i in range(2400, 2500)]
+
+
+def test_text_view_interleaves_streams_in_order() -> None:
+    out, clock = io.StringIO(), Clock()
+    v = TextOutputView(max_lines=20, stdout=out, stderr=out, clock=clock, where="r.stdout")
+    v.write("stdout", "o1\n")
+    v.write("stderr", "e1\ne2\n")
+    v.write("stdout", "o2\n")
+    assert out.getvalue() == "o1\ne1\ne2\no2\n"  # live, in arrival order
+    v.write("stdout", "".join(f"{i}\n" for i in range(20)))
+    v.write("stderr", "e3\n")
+    v.write("stdout", "o3\n")
+    v.finish()
+    note = "[… 4 lines hidden; the full output is in r.stdout]"
+    assert out.getvalue().endswith(f"\n15\n{note}\ne3\no3\n")
+
+
+def test_text_view_ends_a_shown_progress_line_that_finished_past_the_cap() -> None:
+    v, out, err, _ = _view(max_lines=2)
+    v.write("stdout", "one\n50%")
+    assert out.getvalue() == "one\n50%"
+    v.write("stderr", "warn\n")  # the last line within the cap
+    v.write("stdout", "\rdone\nmore\n")
+    v.finish()
+    assert err.getvalue() == "warn\n"
+    assert out.getvalue() == "one\n50%\n[… 1 line hidden; the full output is in res.stdout]\nmore\n"

@@ -19,10 +19,13 @@ from .errors import (
     InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
+    PodGoneError,
     PodNotRunningError,
     PodStartError,
+    PythonNotFoundError,
     QueuedTimeoutError,
     QueueUnavailableError,
+    RemotePythonError,
     SessionClosedError,
     SessionPreemptedError,
     TrainJobError,
@@ -34,6 +37,8 @@ from .exec.output import MAX_MEMORY_OUTPUT
 from .exec.runs import CommandRun
 from .files.logs import PodLogs
 from .files.transfer import TransferResult
+from .python.results import MultiPythonResult, PythonResult, RemoteError
+from .python.runs import PythonRun
 from .result import (
     ExecResult,
     JobStatus,
@@ -69,16 +74,23 @@ __all__ = [
     "JobStatus",
     "ManagedTrainJob",
     "MultiExecResult",
+    "MultiPythonResult",
     "NotFoundError",
     "PermissionDeniedError",
+    "PodGoneError",
     "PodInfo",
     "PodLogs",
     "PodNotRunningError",
     "PodRef",
     "PodStartError",
+    "PythonNotFoundError",
+    "PythonResult",
+    "PythonRun",
     "QueueStatus",
     "QueueUnavailableError",
     "QueuedTimeoutError",
+    "RemoteError",
+    "RemotePythonError",
     "SessionClosedError",
     "SessionPreemptedError",
     "StopReport",

@@ -20,6 +20,7 @@ from .errors import (
 )
 from .exec.scripts import DEFAULT_IDLE_TIMEOUT, validate_idle_timeout
 from .kube import kubeconfig
+from .kube.retry import DEFAULT_RETRY_SECONDS, validate_retry_seconds, window_of
 from .kueue.admission import check_local_queue, default_local_queue, multikueue_refusal
 from .kueue.labels import parse_duration, queue_labels, queue_of
 from .session import TrainJobSession
@@ -74,6 +75,7 @@ def connect(
     max_runtime: str | int | float | None = None,
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     image_pull_retries: int = DEFAULT_IMAGE_PULL_RETRIES,
+    api_retry_seconds: float = DEFAULT_RETRY_SECONDS,
 ) -> TrainJobSession:
     """Create an interactive TrainJob and return a session once its trainer pod is Running.
 
@@ -88,7 +90,9 @@ def connect(
     ``spec.activeDeadlineSeconds`` without one (docs/kueue.md). A missing or inactive queue
     raises QueueUnavailableError; a timeout while queued raises QueuedTimeoutError. A
     trainer pod that cannot start (a bad image name, or ``image_pull_retries`` failed pulls)
-    raises PodStartError and the TrainJob is deleted.
+    raises PodStartError and the TrainJob is deleted. An API server that answered before and
+    becomes unreachable (a restart) is waited for up to ``api_retry_seconds``, here and by
+    the session.
     """
     started = time.monotonic()
     validate_object_name(runtime, "runtime name")
@@ -118,8 +122,10 @@ def connect(
     if wait_timeout is None:
         raise InvalidInputError("timeout must be a positive number of seconds, got None")
     idle = validate_idle_timeout(idle_timeout) if trainer_command is None else None
+    retry_seconds = validate_retry_seconds(api_retry_seconds)
 
     api, default_namespace = kubeconfig.load(config_file, context)
+    window_of(api).seconds = retry_seconds
     ns = namespace or default_namespace
     if queue:
         check_local_queue(api, ns, queue)
@@ -198,6 +204,7 @@ def attach(
     config_file: str | None = None,
     timeout: float = 600.0,
     on_status: OnStatus | None = None,
+    api_retry_seconds: float = DEFAULT_RETRY_SECONDS,
 ) -> TrainJobSession:
     """Return a session on an existing TrainJob, waiting until its trainer pod is Running."""
     started = time.monotonic()
@@ -207,7 +214,9 @@ def attach(
     wait_timeout = validate_timeout(timeout)
     if wait_timeout is None:
         raise InvalidInputError("timeout must be a positive number of seconds, got None")
+    retry_seconds = validate_retry_seconds(api_retry_seconds)
     api, default_namespace = kubeconfig.load(config_file, context)
+    window_of(api).seconds = retry_seconds
     ns = namespace or default_namespace
     try:
         trainjob = fetch_trainjob(api, ns, name)

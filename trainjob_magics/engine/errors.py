@@ -51,6 +51,18 @@ class IdleReleasedError(PodNotRunningError):
     """The TrainJob ended itself after ``idle_timeout`` without a heartbeat; reconnect."""
 
 
+class PodGoneError(TrainJobError):
+    """The pod a command ran in was deleted, evicted or preempted while the command ran;
+    ``partial`` holds the output so far, ``pod`` the pod and ``cause`` what happened
+    (``deleted``, ``evicted``, ``preempted`` or ``stopped``)."""
+
+    def __init__(self, message: str, *, partial: Any = None, pod: str = "", cause: str = ""):
+        super().__init__(message)
+        self.partial = partial
+        self.pod = pod
+        self.cause = cause
+
+
 class CommandInterruptedError(TrainJobError):
     """KeyboardInterrupt during ``execute()``: the remote command was stopped (SIGINT, SIGTERM,
     SIGKILL); ``partial`` holds the output so far (a ``MultiExecResult`` for several pods),
@@ -81,11 +93,15 @@ class PermissionDeniedError(TrainJobError, PermissionError):
 
 
 class ConnectionLostError(TrainJobError):
-    """The exec WebSocket dropped before the exit status; ``partial`` holds the output so far."""
+    """The exec WebSocket dropped before the exit status; ``partial`` holds the output so far,
+    ``reports`` what stopping the remote command did afterwards, and ``stopped`` is True when
+    nothing of it is left running (False: it may still run)."""
 
-    def __init__(self, message: str, *, partial: Any = None) -> None:
+    def __init__(self, message: str, *, partial: Any = None, reports: list | None = None) -> None:
         super().__init__(message)
         self.partial = partial
+        self.reports = list(reports or [])
+        self.stopped = bool(self.reports) and all(r.stopped for r in self.reports)
 
 
 class ApiServerError(TrainJobError):
@@ -115,7 +131,11 @@ class QueueUnavailableError(TrainJobError):
 
 
 class QueuedTimeoutError(ConnectTimeoutError):
-    """``connect``/``wait_ready`` timed out while the job was still waiting in its queue."""
+    """``connect``/``wait_ready`` timed out while the job was still waiting in its queue;
+    ``job`` and ``namespace`` name the TrainJob, which is left in place (it keeps its place)."""
+
+    job: str = ""
+    namespace: str = ""
 
 
 class SessionPreemptedError(TrainJobError):
@@ -142,6 +162,20 @@ class UnsafeArchiveError(TransferError):
     """A downloaded archive holds a member that would land outside the target; nothing written."""
 
 
+class PythonNotFoundError(TrainJobError):
+    """The pod has no Python interpreter of the name asked for (``%%trainjob --python``)."""
+
+
+class RemotePythonError(TrainJobError):
+    """Python code raised in the remote interpreter (or a push/pull failed there); ``result``
+    is the :class:`PythonResult` (or ``MultiPythonResult``) with the remote traceback."""
+
+    def __init__(self, message: str, *, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+        self.partial = result
+
+
 __all__ = [
     "ApiServerError",
     "CommandInterruptedError",
@@ -153,9 +187,12 @@ __all__ = [
     "InvalidInputError",
     "NotFoundError",
     "PermissionDeniedError",
+    "PodGoneError",
     "PodNotRunningError",
+    "PythonNotFoundError",
     "QueueUnavailableError",
     "QueuedTimeoutError",
+    "RemotePythonError",
     "SessionClosedError",
     "SessionPreemptedError",
     "TrainJobError",

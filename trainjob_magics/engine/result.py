@@ -175,6 +175,7 @@ class JobStatus:
     elapsed: float = 0.0
     queue: QueueStatus | None = None  # Kueue state, position and message (queued jobs only)
     problem: str = ""  # why the trainer pod waits: the scheduler's or kubelet's words
+    disruption: str = ""  # the last pod deletion/eviction/preemption a command of this session saw
 
 
 def _unlink(path: str) -> None:

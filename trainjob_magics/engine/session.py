@@ -8,6 +8,7 @@ delegates the work to the rooms below it and holds no protocol code itself.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -22,6 +23,7 @@ from .errors import (
     IdleReleasedError,
     InvalidInputError,
     NotFoundError,
+    PodGoneError,
     PodNotRunningError,
     SessionClosedError,
     SessionPreemptedError,
@@ -37,13 +39,17 @@ from .files.logs import OnLog, PodLogs, read_log, read_logs
 from .files.transfer import TransferProgress, TransferResult, download, upload, write_file
 from .kube.names import jobset_selector
 from .kube.objects import is_running, pod_name, pod_phase
+from .kube.retry import OnNotice, validate_retry_seconds, window_of
 from .kueue.admission import detect_preemption, preempted_message, with_queue
 from .kueue.api import Visibility, queue_status
+from .python.calls import MAX_VALUE_BYTES, PythonCalls
+from .python.results import MultiPythonResult, PythonResult
+from .python.runs import OnPythonDone, PythonRun
 from .result import ExecResult, JobStatus, MultiExecResult, PodRef, StopReport
 from .trainjob.idle import Heartbeat, idle_released_error
 from .trainjob.lifecycle import delete_trainjob, fetch_trainjob, wait_pods_gone, wait_trainjob_gone
 from .trainjob.readiness import OnStatus, eviction_baseline, wait_ready
-from .trainjob.status import job_status
+from .trainjob.status import after_pod_gone, job_status
 from .trainjob.targets import (
     TRAINER,
     TargetSpec,
@@ -60,6 +66,8 @@ from .trainjob.trainer_pod import TRAINER_CONTAINER, TrainerTarget, select_train
 from .validation import validate_exec, validate_max_memory_output, validate_timeout
 
 log = logging.getLogger(__name__)
+
+REPLACEMENT_WAIT = 120.0  # seconds a command waits for the trainer pod a job recreates
 
 
 def _bound(on_output: OnPodOutput | None, pod: str) -> Callable[[str, str], None] | None:
@@ -113,15 +121,19 @@ class TrainJobSession:
         self._spill = SpillDir(name)
         self._exec = ExecClient(api_client, spill_dir=self._spill)
         self._inflight = InFlight()
-        self._commands = CommandRunner(self._exec, namespace, self._inflight)
+        self._commands = CommandRunner(self._exec, namespace, self._inflight, api_client)
         self._lock = threading.Lock()
         self._close_lock = threading.Lock()
         self._closed = False
         self._preempted: SessionPreemptedError | None = None
+        self._disruption = ""  # the last pod deletion/eviction/preemption a command saw
         self._evictions = 0
         if queue and job_uid:
             self._evictions = eviction_baseline(api_client, namespace, job_uid)
         self._heartbeat = self._start_heartbeat()
+        self._python = PythonCalls(
+            self._exec, namespace, self.start, self._targets, lambda: self.container
+        )
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -139,6 +151,16 @@ class TrainJobSession:
     def max_memory_output(self, value: int) -> None:
         limit = validate_max_memory_output(value)
         self._exec.max_memory_output = MAX_MEMORY_OUTPUT if limit is None else limit
+
+    @property
+    def api_retry_seconds(self) -> float:
+        """How long calls wait for an API server that answered before and is now unreachable
+        (a restart, a control-plane upgrade), from the outage's first failure."""
+        return window_of(self.api_client).seconds
+
+    @api_retry_seconds.setter
+    def api_retry_seconds(self, value: float) -> None:
+        window_of(self.api_client).seconds = validate_retry_seconds(value)
 
     @property
     def closed(self) -> bool:
@@ -182,6 +204,7 @@ class TrainJobSession:
         pods: TargetSpec = None,
         max_memory_output: int | None = None,
         on_done: OnPodDone | None = None,
+        on_notice: OnNotice | None = None,
     ) -> ExecResult | MultiExecResult:
         """Run ``command`` in the trainer pod (a str runs with ``sh -c``, a list as argv).
 
@@ -192,12 +215,15 @@ class TrainJobSession:
         cases. A timeout or Ctrl-C stops the remote command (on every pod). Each output stream
         keeps at most ``max_memory_output`` bytes in memory (default: :attr:`max_memory_output`),
         the rest is spilled to a temporary file. Every error carries the output so far in
-        ``.partial``.
+        ``.partial``. While the API server is unreachable the command waits for it (up to
+        :attr:`api_retry_seconds`) and ``on_notice(line)`` hears "API server unreachable,
+        retrying".
         """
         _refs, _multi, work = self._prepare(
             command, container, stdin, timeout, on_output, pods, max_memory_output, on_done
         )
-        return work(CommandGroup(self._commands))
+        with window_of(self.api_client).listening(on_notice):
+            return work(CommandGroup(self._commands))
 
     def start(
         self,
@@ -210,6 +236,7 @@ class TrainJobSession:
         pods: TargetSpec = None,
         max_memory_output: int | None = None,
         on_done: OnPodDone | None = None,
+        on_notice: OnNotice | None = None,
     ) -> CommandRun:
         """``execute`` in a background thread: returns a :class:`CommandRun` (``.pods`` are the
         pods it runs on; ``.result()`` waits; ``.interrupt()`` stops it and returns the error
@@ -217,6 +244,7 @@ class TrainJobSession:
         refs, multi, work = self._prepare(
             command, container, stdin, timeout, on_output, pods, max_memory_output, on_done
         )
+        work = window_of(self.api_client).heard_by(work, on_notice)
         return CommandRun(work, CommandGroup(self._commands), refs, multi=multi).start()
 
     def _prepare(
@@ -279,9 +307,11 @@ class TrainJobSession:
                 return result
             try:
                 single = run_one(refs[0], functools.partial(_bound, on_output))
-            except (PodNotRunningError, ConnectionLostError) as exc:
+            except (PodNotRunningError, ConnectionLostError, PodGoneError) as exc:
                 if self.queue:
-                    self._check_preempted(exc.partial)
+                    self._check_preempted(exc.partial, pod=refs[0].name)
+                if isinstance(exc, PodGoneError):
+                    raise self._pod_gone(exc) from None
                 raise
             if self.queue and single.returncode != 0:
                 self._check_preempted(single)
@@ -334,7 +364,21 @@ class TrainJobSession:
         whole process tree gets SIGINT, then SIGTERM, then SIGKILL, about a second apart."""
         return self._commands.interrupt()
 
-    def _check_preempted(self, partial: Any) -> None:
+    def _pod_gone(self, exc: PodGoneError) -> PodGoneError:
+        """``exc`` with what the next command will do; remembered for :meth:`status`."""
+        try:
+            trainjob: dict[str, Any] | None = fetch_trainjob(
+                self.api_client, self.namespace, self.name
+            )
+        except NotFoundError:
+            trainjob = None
+        except TrainJobError:
+            trainjob = {}
+        message = f"{exc}; {after_pod_gone(self.name, trainjob)}"
+        self._disruption = f"{time.strftime('%H:%M:%S')}: {exc}"
+        return PodGoneError(message, partial=exc.partial, pod=exc.pod, cause=exc.cause)
+
+    def _check_preempted(self, partial: Any, pod: str | None = None) -> None:
         """Raise SessionPreemptedError (keeping ``partial``) if Kueue took the job away."""
         try:
             trainjob = fetch_trainjob(self.api_client, self.namespace, self.name)
@@ -352,8 +396,11 @@ class TrainJobSession:
             return
         if qs is None:
             return
-        err = SessionPreemptedError(preempted_message(self.name, qs), partial=partial, queue=qs)
+        err = SessionPreemptedError(
+            preempted_message(self.name, qs, pod=pod), partial=partial, queue=qs
+        )
         self._preempted = err
+        self._disruption = f"{time.strftime('%H:%M:%S')}: {err}"
         raise err
 
     def _list_pods(self) -> list[dict[str, Any]]:
@@ -369,6 +416,8 @@ class TrainJobSession:
                 (r for r in pod_refs(pods) if (r.role, r.index) == (ref.role, ref.index)), None
             )
             found = next((p for p in pods if slot and pod_name(p) == slot.name), None)
+        if ref.role == TRAINER and self._disruption and not (found and is_running(found)):
+            found = self._await_replacement(found)
         if found is not None and is_running(found):
             if ref.role == TRAINER:
                 with self._lock:
@@ -388,6 +437,125 @@ class TrainJobSession:
             f"{what} of TrainJob {self.name} ({ref.name}) {state}; check "
             "session.status(), or close() the session and connect again"
         )
+
+    def _await_replacement(self, found: dict[str, Any] | None) -> dict[str, Any] | None:
+        """After a disruption: wait (bounded) for the trainer pod the job recreates; raises
+        when the job ended instead (failed, deleted, finished)."""
+        if found is not None and pod_phase(found) in ("Succeeded", "Failed"):
+            return found
+        return wait_ready(
+            self.api_client,
+            self.namespace,
+            self.name,
+            self.target,
+            runtime=self.runtime,
+            timeout=REPLACEMENT_WAIT,
+            started=time.monotonic(),
+            on_status=None,
+            queue=None,
+            job_uid=None,
+        )
+
+    # -- Python interpreters -----------------------------------------------------------------
+    @property
+    def interpreter(self) -> str:
+        """The Python interpreter ``python``/``push``/``pull`` start in the pods (``python3``)."""
+        return self._python.interpreter
+
+    @interpreter.setter
+    def interpreter(self, value: str) -> None:
+        self._python.interpreter = value
+
+    def python(
+        self,
+        code: str,
+        *,
+        pods: TargetSpec = None,
+        on_output: OnPodOutput | None = None,
+        timeout: float | None = None,
+        container: str | None = None,
+        interpreter: str | None = None,
+    ) -> PythonResult | MultiPythonResult:
+        """Run ``code`` in the persistent Python interpreter of each target pod (started on
+        first use; names stay for the next call). The result holds stdout, stderr, the last
+        expression's value (``.value``, rich forms in ``.data``) and the remote ``.error``."""
+        return self._python.wait(
+            self.start_python(
+                code,
+                pods=pods,
+                on_output=on_output,
+                timeout=timeout,
+                container=container,
+                interpreter=interpreter,
+            )
+        )
+
+    def start_python(
+        self,
+        code: str,
+        *,
+        pods: TargetSpec = None,
+        on_output: OnPodOutput | None = None,
+        on_done: OnPythonDone | None = None,
+        timeout: float | None = None,
+        container: str | None = None,
+        interpreter: str | None = None,
+    ) -> PythonRun:
+        """``python`` in the background: a :class:`PythonRun` (``.result()``, ``.interrupt()``)."""
+        self._check_open()
+        if not isinstance(code, str):
+            raise InvalidInputError(f"code must be a str, got {type(code).__name__}")
+        return self._python.start(
+            {"op": "run", "code": code},
+            pods=pods,
+            container=container,
+            on_output=on_output,
+            on_done=on_done,
+            timeout=timeout,
+            interpreter=interpreter,
+        )
+
+    def push(
+        self,
+        values: Mapping[str, Any] | None = None,
+        /,
+        *,
+        pods: TargetSpec = None,
+        timeout: float | None = None,
+        interpreter: str | None = None,
+        max_bytes: int = MAX_VALUE_BYTES,
+        **named: Any,
+    ) -> list[str]:
+        """Send values (pickled) into the interpreters: ``push(x=1)`` or ``push({"x": 1})``;
+        returns the pods."""
+        self._check_open()
+        return self._python.push(
+            {**(values or {}), **named},
+            pods=pods,
+            timeout=timeout,
+            interpreter=interpreter,
+            max_bytes=max_bytes,
+        )
+
+    def pull(
+        self,
+        *names: str,
+        pods: TargetSpec = None,
+        timeout: float | None = None,
+        interpreter: str | None = None,
+        max_bytes: int = MAX_VALUE_BYTES,
+    ) -> Any:
+        """Values from the trainer's interpreter: one name gives its value, several a tuple;
+        with several ``pods`` a dict pod -> value (or tuple)."""
+        self._check_open()
+        return self._python.pull(
+            names, pods=pods, timeout=timeout, interpreter=interpreter, max_bytes=max_bytes
+        )
+
+    def python_reset(self, *, pods: TargetSpec = None, interpreter: str | None = None) -> list[str]:
+        """Kill the interpreters and start new ones (every name is gone); returns the pods."""
+        self._check_open()
+        return self._python.reset(pods=pods, interpreter=interpreter)
 
     # -- idle release -----------------------------------------------------------------------
     def _start_heartbeat(self) -> Heartbeat | None:
@@ -551,6 +719,8 @@ class TrainJobSession:
                 Visibility(self.api_client),
             )
             status = with_queue(status, qs)
+        if self._disruption:
+            status = dataclasses.replace(status, disruption=self._disruption)
         return status
 
     def wait_ready(self, timeout: float = 600.0, on_status: OnStatus | None = None) -> str:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -17,12 +19,15 @@ from aiohttp import web
 from .apiserver import (
     AdmissionHook,
     ApiServer,
+    AuthStats,
+    Listener,
     ServerContext,
     SubresourceGetter,
     User,
     new_token,
     trainjob_schema,
 )
+from .apiserver.authn import Authenticator
 from .controller import Controller
 from .controller.versions import (
     DEFAULT_TRAINER_VERSION,
@@ -30,6 +35,7 @@ from .controller.versions import (
     check_version_pair,
 )
 from .controller.webhook import trainer_webhook
+from .core import exec_credential
 from .core.faults import Faults
 from .core.resources import (
     CLUSTER_TRAINING_RUNTIMES,
@@ -39,7 +45,7 @@ from .core.resources import (
     default_registry,
 )
 from .core.store import Store
-from .kubeconfig_file import write_kubeconfig
+from .kubeconfig_file import cert_user, exec_user, write_kubeconfig
 from .kubelet.image_pull import ImageService
 from .kubelet.node import node_resources
 from .kueue import KueueConfig, KueueSimulation
@@ -51,6 +57,10 @@ START_TIMEOUT = 30.0
 # "pre-upgrade": exec into a container that is not running gets HTTP 400 before the WebSocket
 # upgrade; "translated": a 101, then the failure as a Status on channel 3 (1.30+ apiserver).
 EXEC_ERROR_MODES = ("pre-upgrade", "translated")
+# How the written kubeconfig's user authenticates (docs/local-cluster.md, "Credentials").
+AUTH_KINDS = ("token", "client-cert", "exec")
+ADMIN_GROUPS = ["system:masters"]
+DEFAULT_TOKEN_TTL = 900.0  # an EKS token's 15 minutes
 
 
 class LocalCluster:
@@ -69,6 +79,9 @@ class LocalCluster:
     ``trainer_version`` ("2.0" ... "2.3") picks the Kubeflow Trainer release it imitates: the
     TrainJob schema it serves and how the controller builds the JobSet (docs/local-cluster.md,
     "Trainer versions").
+    ``auth`` picks how the kubeconfig's user authenticates: a bearer ``token``, a
+    ``client-cert`` (signed by the cluster's CA, CN = user, O = groups), or an ``exec``
+    credential plugin whose tokens expire after ``token_ttl`` seconds (then 401).
     """
 
     def __init__(
@@ -91,7 +104,15 @@ class LocalCluster:
         image_pull_backoff: float = 0.5,
         image_pull_backoff_max: float = 8.0,
         trainer_version: str = DEFAULT_TRAINER_VERSION,
+        auth: str = "token",
+        token_ttl: float = DEFAULT_TOKEN_TTL,
     ) -> None:
+        if auth not in AUTH_KINDS:
+            raise ValueError(f"auth must be one of {AUTH_KINDS}, not {auth!r}")
+        if not token_ttl > 0:
+            raise ValueError(f"token_ttl must be a positive number of seconds, not {token_ttl!r}")
+        self.auth = auth
+        self.token_ttl = float(token_ttl)
         if exec_errors not in EXEC_ERROR_MODES:
             raise ValueError(f"exec_errors must be one of {EXEC_ERROR_MODES}, not {exec_errors!r}")
         self.exec_errors = exec_errors
@@ -128,6 +149,10 @@ class LocalCluster:
             trainer_version=self.trainer_version,
         )
         self._users: dict[str, User] = {self.token: User(ADMIN_USER)}
+        self._exec_key_path = self._tls.cert_path.parent / "exec-signing.key"
+        self._write_private(self._exec_key_path, new_token().encode())
+        self._sa_users: dict[Path, str] = {}
+        self._authn = Authenticator(self._users, self._exec_key_path.read_bytes())
         self.admission_hooks: list[AdmissionHook] = [
             trainer_webhook(self.trainer_version, self.store, self.controller.resolve_runtime)
         ]
@@ -170,7 +195,7 @@ class LocalCluster:
         self._thread.start()
         if not self._ready.wait(START_TIMEOUT) or self._start_error is not None:
             raise RuntimeError(f"local cluster failed to start: {self._start_error}")
-        write_kubeconfig(self.kubeconfig_path, self.url, self._tls.ca_pem, self.token, ADMIN_USER)
+        self.write_kubeconfig(self.kubeconfig_path, auth=self.auth)
         return self
 
     def _thread_main(self) -> None:
@@ -197,7 +222,7 @@ class LocalCluster:
             resolve_runtime=self.controller.resolve_runtime,
             sandbox=self.controller.sandbox,
             faults=self.faults,
-            users=self._users,
+            authenticator=self._authn,
             stopping=asyncio.Event(),
             bookmark_interval=self._bookmark_interval,
             admission_hooks=self.admission_hooks,
@@ -208,12 +233,9 @@ class LocalCluster:
         app = ApiServer(ctx).make_app()
         self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=2.0)
         await self._runner.setup()
-        site = web.TCPSite(
-            self._runner, "127.0.0.1", self.port, ssl_context=self._tls.server_context()
-        )
-        await site.start()
-        sock = site._server.sockets[0]  # type: ignore[union-attr]
-        self.port = sock.getsockname()[1]
+        listener = Listener(self._runner, self.port, self._tls.server_context())
+        self.port = await listener.start()
+        self.faults.set_apiserver_restarter(listener.restart)
         self.url = f"https://127.0.0.1:{self.port}"
         ctx.address = f"127.0.0.1:{self.port}"
         self.controller.start(asyncio.get_running_loop())
@@ -221,6 +243,7 @@ class LocalCluster:
             self.kueue.start(asyncio.get_running_loop())
         self._ready.set()
         await self._stop_event.wait()
+        self.faults.set_apiserver_restarter(None)
         ctx.stopping.set()
         self.store.close_all()
         if self.kueue is not None:
@@ -248,18 +271,26 @@ class LocalCluster:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def run_forever(self) -> None:
-        """Start (if needed) and block until Ctrl-C or SIGTERM, then stop."""
+    def run_forever(self, restart_downtime: float = 5.0) -> None:
+        """Start (if needed) and block until Ctrl-C or SIGTERM, then stop. SIGUSR1 restarts the
+        API server (``faults.restart_apiserver(restart_downtime)``)."""
         self.start()
         done = threading.Event()
+        restarts = threading.Event()
 
         def on_signal(signum: int, frame: Any) -> None:
             done.set()
 
+        def on_restart(signum: int, frame: Any) -> None:
+            restarts.set()  # handled by the loop below, outside the signal handler
+
         old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        old[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_restart)
         try:
-            while not done.wait(0.5):
-                pass
+            while not done.wait(0.2):
+                if restarts.is_set():
+                    restarts.clear()
+                    self.faults.restart_apiserver(restart_downtime)
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
@@ -303,11 +334,101 @@ class LocalCluster:
         self._users[token] = User(name, set(deny or []))
         return token
 
-    def write_kubeconfig(self, path: str | Path, token: str | None = None) -> Path:
-        """Write a kubeconfig for this cluster, optionally for another user's token."""
-        token = token or self.token
-        user = self._users.get(token, User(ADMIN_USER)).name
-        return write_kubeconfig(Path(path), self.url, self._tls.ca_pem, token, user)
+    def write_kubeconfig(
+        self,
+        path: str | Path,
+        token: str | None = None,
+        *,
+        auth: str = "token",
+        user: str = ADMIN_USER,
+        groups: list[str] | None = None,
+        token_ttl: float | None = None,
+        report_expiry: bool = True,
+        proxy_url: str | None = None,
+    ) -> Path:
+        """Write a kubeconfig for this cluster: a bearer ``token`` (default the admin's), or
+        for ``user`` (in ``groups``) a ``client-cert`` or an ``exec`` plugin whose tokens last
+        ``token_ttl`` seconds (without ``report_expiry`` the plugin does not say when they
+        expire). ``proxy_url`` goes into the cluster entry (``proxy-url``)."""
+        if auth not in AUTH_KINDS:
+            raise ValueError(f"auth must be one of {AUTH_KINDS}, not {auth!r}")
+        groups = ADMIN_GROUPS if groups is None else groups
+        credentials = None
+        if auth == "token":
+            token = token or self.token
+            user = self._users.get(token, User(ADMIN_USER)).name
+        elif auth == "client-cert":
+            credentials = cert_user(*self._tls.client_cert(user, groups))
+        else:
+            ttl = self.token_ttl if token_ttl is None else token_ttl
+            args = ["-I", exec_credential.__file__, "--key-file", str(self._exec_key_path)]
+            args += ["--user", user, "--ttl", str(ttl)]
+            args += [a for g in groups for a in ("--group", g)]
+            args += [] if report_expiry else ["--no-expiry"]
+            credentials = exec_user(sys.executable, args)
+        return write_kubeconfig(
+            Path(path),
+            self.url,
+            self._tls.ca_pem,
+            token,
+            user,
+            credentials=credentials,
+            proxy_url=proxy_url,
+        )
+
+    # -- credentials: revocation, service-account token files --------------------------------
+
+    @property
+    def auth_stats(self) -> AuthStats:
+        """What the API server's authenticator saw: exec tokens accepted, 401s, ..."""
+        return self._authn.stats
+
+    def exec_token_expiry(self, token: str) -> float | None:
+        """When (unix time) a token of the exec plugin expires; None for any other token."""
+        identity = exec_credential.verify(self._authn.exec_key, token.removeprefix("Bearer "))
+        return None if identity is None else identity.expires
+
+    def revoke(self, user: str) -> None:
+        """Refuse every credential of ``user`` from now on (401), as when a cloud account
+        loses access to the cluster."""
+        self._authn.revoked.add(user)
+
+    def write_service_account(
+        self, directory: str | Path, name: str = "default", namespace: str = "default"
+    ) -> dict[str, str]:
+        """Write what a pod's service account mount holds (``token``, ``ca.crt``,
+        ``namespace``) into ``directory``; return the environment the engine's in-cluster
+        loader reads (``KUBERNETES_SERVICE_HOST``/``PORT`` and the mount's location)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "ca.crt").write_bytes(self._tls.ca_pem)
+        (directory / "namespace").write_text(namespace)
+        self._sa_users[directory] = f"system:serviceaccount:{namespace}:{name}"
+        self.rotate_service_account_token(directory)
+        return {
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(self.port),
+            "TRAINJOB_MAGICS_SERVICE_ACCOUNT_DIR": str(directory),
+        }
+
+    def rotate_service_account_token(self, directory: str | Path) -> None:
+        """Replace the token in ``directory`` (atomically, as the kubelet's projected volume
+        does) and refuse the old one."""
+        directory = Path(directory)
+        path = directory / "token"
+        old = path.read_text().strip() if path.is_file() else ""
+        token = self.add_user(self._sa_users[directory])
+        tmp = directory / ".token.tmp"
+        self._write_private(tmp, token.encode())
+        os.replace(tmp, path)
+        if old:
+            self._users.pop(old, None)
+
+    @staticmethod
+    def _write_private(path: Path, data: bytes) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
 
     def compact(self) -> int:
         """Drop the watch history: watches from an older resourceVersion get 410 Expired."""

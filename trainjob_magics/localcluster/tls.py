@@ -1,4 +1,8 @@
-"""Self-signed CA and a server certificate for 127.0.0.1 / localhost."""
+"""Self-signed CA, a server certificate for 127.0.0.1 / localhost, and client certificates.
+
+The server asks for a client certificate and verifies it against the CA when one is sent
+(kube-apiserver's ``--client-ca-file``: the x509 authenticator, ``tls.VerifyClientCertIfGiven``).
+"""
 
 from __future__ import annotations
 
@@ -20,11 +24,48 @@ class TlsFiles:
     ca_pem: bytes
     cert_path: Path
     key_path: Path
+    ca_key: ec.EllipticCurvePrivateKey
 
     def server_context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(str(self.cert_path), str(self.key_path))
+        ctx.verify_mode = ssl.CERT_OPTIONAL  # a client certificate, when sent, must verify
+        ctx.load_verify_locations(cadata=self.ca_pem.decode())
         return ctx
+
+    def client_cert(self, user: str, groups: list[str]) -> tuple[bytes, bytes]:
+        """``(cert PEM, key PEM)`` signed by the CA: CN = user, one O per group (how
+        kube-apiserver's x509 authenticator reads them)."""
+        ca_cert = x509.load_pem_x509_certificate(self.ca_pem)
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime.now(datetime.timezone.utc)
+        subject = x509.Name(
+            [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
+            + [x509.NameAttribute(NameOID.COMMON_NAME, user)]
+        )
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=365))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.ca_key.public_key()),
+                critical=False,
+            )
+            .sign(self.ca_key, hashes.SHA256())
+        )
+        return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _name(cn: str) -> x509.Name:
@@ -93,12 +134,6 @@ def make_tls(directory: Path) -> TlsFiles:
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM) + ca_pem)
     fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as fh:
-        fh.write(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
+        fh.write(_key_pem(key))
     (directory / "ca.crt").write_bytes(ca_pem)
-    return TlsFiles(ca_pem, cert_path, key_path)
+    return TlsFiles(ca_pem, cert_path, key_path, ca_key)

@@ -7,14 +7,15 @@ The engine does the work and owns interrupts and partial output: ``session.start
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from ..engine import CommandInterruptedError, CommandRun, MultiExecResult
+from ..engine import CommandInterruptedError, CommandRun, MultiExecResult, PodGoneError
 from .failures import TrainJobCellError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, check_var, chosen_session
 from .views.text import NullOutputView, footer_text
-from .worker import Pump
+from .worker import Pump, join_text
 
 
 class QuietPodsView:
@@ -44,6 +45,7 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> None:
     pump = Pump()
     pods = args.pod.strip() if args.pod and args.pod.strip() != "trainer" else None
     try:
+        session.api_retry_seconds = host.settings.api_retry_seconds
         run = session.start(
             ["sh", "-c", cell],
             pods=pods,
@@ -51,16 +53,18 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> None:
             timeout=args.timeout,
             on_output=lambda pod, stream, text: pump.emit("out", pod, stream, text),
             on_done=lambda pod, result, error: pump.emit("done", pod, result, error),
+            on_notice=lambda line: pump.emit("note", "", line),
         )
     except Exception as exc:
         raise as_one_line(exc) from None
     view = _view(host, run, args)
-    result, error = follow(run, pump, view)
+    raises = bool(host.settings.raise_on_error and not args.no_raise_error)
+    result, error = follow(run, pump, view, raises=raises)
     if result is not None:
         store(host, result, args)
     if error is not None:
         raise error
-    if host.settings.raise_on_error and not args.no_raise_error:
+    if raises:
         failure = failure_line(result)
         if failure:
             raise TrainJobCellError(failure, result)
@@ -102,17 +106,25 @@ class SinglePodView:
         self.view.finish(footer, ok=ok, interrupted=interrupted)
 
 
-def follow(run: CommandRun, pump: Pump, view: Any) -> tuple[Any, BaseException | None]:
-    """Show the run's events until it ends; returns (result or partial, error to raise)."""
+def follow(
+    run: CommandRun, pump: Pump, view: Any, raises: bool = False
+) -> tuple[Any, BaseException | None]:
+    """Show the run's events until it ends; returns (result or partial, error to raise).
+
+    ``raises``: a failed multi-pod result will fail the cell, whose error names the failed
+    pods, so the view does not say it a second time.
+    """
 
     def handle(kind: str, pod: str, *rest: Any) -> None:
         if kind == "out":
             view.write(pod, *rest)
+        elif kind == "note":  # e.g. "API server unreachable, retrying": shown, not output
+            print(rest[0], file=sys.stderr, flush=True)
         else:
             view.pod_done(pod, *rest)
 
     try:
-        result = pump.run(lambda emit: run.result(), handle, view.tick)
+        result = pump.run(lambda emit: run.result(), handle, view.tick, join_text)
     except KeyboardInterrupt:
         pump.cancel()
         error: BaseException = run.interrupt()
@@ -120,22 +132,26 @@ def follow(run: CommandRun, pump: Pump, view: Any) -> tuple[Any, BaseException |
         return error.partial, TrainJobCellError(str(error), error.partial)  # type: ignore[attr-defined]
     except Exception as exc:
         partial = getattr(exc, "partial", None)
-        _finish(view, partial, type(exc).__name__)
+        cause = getattr(exc, "cause", "") if isinstance(exc, PodGoneError) else ""
+        _finish(view, partial, f"pod {cause}" if cause else type(exc).__name__)
         if isinstance(exc, CommandInterruptedError):
             return partial, TrainJobCellError(str(exc), partial)
         return partial, as_one_line(exc)
-    _finish(view, result)
+    _finish(view, result, raises=raises)
     return result, None
 
 
-def _finish(view: Any, result: Any, extra: str = "", interrupted: bool = False) -> None:
+def _finish(
+    view: Any, result: Any, extra: str = "", interrupted: bool = False, raises: bool = False
+) -> None:
     if isinstance(view, SinglePodView):
         if result is not None:
             view.finish_result(result, extra, interrupted)
         else:
             view.view.finish(extra, ok=False, interrupted=interrupted)
     elif isinstance(result, MultiExecResult) and not extra:
-        view.finish(result.summary(), ok=result.ok)
+        said_by_the_error = raises and not result.ok
+        view.finish("" if said_by_the_error else result.summary(), ok=result.ok)
     else:
         view.finish(extra or "failed", ok=False, interrupted=interrupted)
 

@@ -43,6 +43,13 @@ class TrainJobConfig(Configurable):
         "Failed image pulls of the trainer pod after which %trainjob_connect gives up (and deletes "
         "the new TrainJob); an invalid image name gives up at once.",
     )
+    api_retry_seconds = _setting(
+        Float,
+        30.0,
+        "Seconds a cell or %trainjob_connect waits for an API server that answered before and "
+        "is now unreachable (a restart, a control-plane upgrade), printing 'API server "
+        "unreachable, retrying'; 0 fails at once.",
+    )
     context = _setting(Unicode, "", "Kubeconfig context to use; empty: the current one.")
     kubeconfig = _setting(Unicode, "", "Kubeconfig file; empty: $KUBECONFIG or ~/.kube/config.")
     display_max_lines = _setting(
@@ -64,6 +71,12 @@ class TrainJobConfig(Configurable):
         default_value="auto",
         help="Widget output: 'auto' uses widgets in a Jupyter kernel and text in a terminal.",
     ).tag(config=True)
+    python = _setting(
+        Unicode,
+        "python3",
+        "Python interpreter of %%trainjob --python, %trainjob_push and %trainjob_pull in the "
+        "pods (a name on the pod's PATH or a path).",
+    )
     close_timeout = _setting(
         Float, 180.0, "Seconds %trainjob_close waits for the TrainJob's pods to go."
     )

@@ -7,12 +7,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..engine import NotFoundError, SessionClosedError
+from ..engine import ConnectTimeoutError, NotFoundError, QueuedTimeoutError, SessionClosedError
 from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, cluster_settings, parse_env
+from .queued import QueuedJob, queued_message
 from .registry import session_name
 from .sessions import render_status
+from .views.status_text import duration_seconds
 from .worker import Pump
 
 # Options that create something new; --attach takes the existing TrainJob as it is.
@@ -62,8 +64,12 @@ def connect(host: MagicsHost, args: Any) -> None:
     """Reuse a live session with the same settings, else connect and register a new one."""
     settings = connect_settings(host, args)
     alias = args.alias or args.attach or args.name or "default"
+    queued = _queued_entry(host, alias, args.attach, settings)
+    if queued is not None:  # wait again for the TrainJob whose connect timed out in its queue
+        alias = queued.alias
+        settings = {**queued.settings, "attach": queued.session.name, "runtime": None}
     existing = host.registry.find(alias)
-    if existing is not None:
+    if existing is not None and queued is None:
         if is_live(existing.session):
             if existing.settings == settings and not args.replace:
                 print(
@@ -81,13 +87,48 @@ def connect(host: MagicsHost, args: Any) -> None:
         else:
             host.registry.remove(alias)
     timeout = args.timeout if args.timeout is not None else host.settings.connect_timeout
-    session = run_connect(host, settings, timeout)
-    host.registry.add(alias, session, settings)
-    print(
+    try:
+        session, view = run_connect(host, settings, timeout, alias)
+    except StillQueued as still:
+        if queued is None:
+            host.registry.add(alias, still.job, settings)
+        raise TrainJobMagicError(str(still)) from None
+    entry = host.registry.add(alias, session, queued.settings if queued is not None else settings)
+    widget = getattr(view, "widget_view", None)
+    entry.status_widget = widget
+    entry.watch(widget)
+    if not getattr(view, "widgets", False):  # the widget says it; text front ends get a line
+        print(ready_line(alias, session))
+
+
+def ready_line(alias: str, session: Any) -> str:
+    """``Session 'a' ready: TrainJob x in namespace ns, trainer pod p. Run ...``."""
+    return (
         f"Session {alias!r} ready: TrainJob {session_name(session)} in namespace "
-        f"{session.namespace}, trainer pod {session.pod}. "
-        "Run commands in %%trainjob cells."
+        f"{session.namespace}, trainer pod {session.pod}. Run commands in %%trainjob cells."
     )
+
+
+class StillQueued(Exception):
+    """The connect timed out while the TrainJob waits in its queue; ``job`` stands for it."""
+
+    def __init__(self, message: str, job: QueuedJob) -> None:
+        super().__init__(message)
+        self.job = job
+
+
+def _queued_entry(
+    host: MagicsHost, alias: str, attach: str | None, settings: dict[str, Any]
+) -> Any:
+    """The registry entry of a queued TrainJob this connect waits for again: ``--attach
+    NAME`` of a queued TrainJob, or the same connect line re-run."""
+    for entry in host.registry.entries():
+        if not isinstance(entry.session, QueuedJob):
+            continue
+        same_line = entry.alias == alias and entry.settings == settings
+        if (entry.session.name == attach) if attach else same_line:
+            return entry
+    return None
 
 
 def connect_settings(host: MagicsHost, args: Any) -> dict[str, Any]:
@@ -131,12 +172,19 @@ def connect_settings(host: MagicsHost, args: Any) -> dict[str, Any]:
     }
 
 
-def run_connect(host: MagicsHost, settings: dict[str, Any], timeout: float) -> Any:
-    """connect()/attach() in a worker thread with the live status shown here; the session."""
-    view = host.views.connect_status(host.use_widgets())
+def run_connect(
+    host: MagicsHost, settings: dict[str, Any], timeout: float, alias: str = "default"
+) -> tuple[Any, Any]:
+    """connect()/attach() in a worker thread with the live status shown here; the session and
+    its status view. An interrupted, timed-out or failed connect leaves the view frozen in
+    that final state."""
+    view = host.views.connect_status(
+        host.use_widgets(), max_runtime=duration_seconds(settings.get("max_runtime"))
+    )
     seen: dict[str, Any] = {}
     common = {k: settings[k] for k in ("namespace", "context", "config_file")}
     common["timeout"] = timeout
+    common["api_retry_seconds"] = host.settings.api_retry_seconds
     job_name = None if settings["attach"] else settings["name"] or host.engine.new_name()
 
     def work(emit: Callable[..., None]) -> Any:
@@ -157,20 +205,27 @@ def run_connect(host: MagicsHost, settings: dict[str, Any], timeout: float) -> A
         session = pump.run(work, handle, view.tick)
     except KeyboardInterrupt:
         pump.cancel()
-        view.finish(None)
         deleted = abandon_connect(host, pump, settings, job_name)
-        raise TrainJobMagicError(
-            interrupt_message(settings, job_name, seen.get("status"), deleted)
-        ) from None
+        message = interrupt_message(settings, job_name, seen.get("status"), deleted)
+        view.final("Interrupted", message.removeprefix("interrupted: "))
+        raise TrainJobMagicError(message) from None
+    except QueuedTimeoutError as exc:
+        name = exc.job or settings["attach"] or job_name or "NAME"
+        namespace = exc.namespace or settings["namespace"]
+        message = queued_message(exc, name)
+        view.final("Timed out", " ".join(message.split()))
+        job = QueuedJob(host, name, namespace, settings["runtime"] or "", common)
+        raise StillQueued(message, job) from None
     except Exception as exc:
-        view.finish(None)
+        timed_out = isinstance(exc, (ConnectTimeoutError, QueuedTimeoutError))
+        view.final("Timed out" if timed_out else "Failed", " ".join(str(exc).split()))
         raise as_one_line(exc) from None
     try:
         final = session.status()
     except Exception:
         final = seen.get("status")
-    view.finish(final, refresh=session.status)
-    return session
+    view.finish(final, refresh=session.status, note=ready_line(alias, session))
+    return session, view
 
 
 def abandon_connect(

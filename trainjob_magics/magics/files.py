@@ -14,12 +14,16 @@ from typing import Any
 from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive
+from .views.progress import transfer_line
 from .worker import Pump
 
 
-def _run_with_progress(host: MagicsHost, label: str, fn: Callable[..., Any]) -> Any:
-    """Run ``fn(progress)`` in a worker; show its progress here once the transfer is large."""
-    bar = host.views.progress(label, host.use_widgets())
+def _run_with_progress(
+    host: MagicsHost, label: str, fn: Callable[..., Any], copies: int = 1
+) -> Any:
+    """Run ``fn(progress)`` in a worker; show its progress here once the transfer is large
+    (``copies``: how many pods receive the same bytes)."""
+    bar = host.views.progress(label, host.use_widgets(), copies=copies)
 
     def work(emit: Callable[..., None]) -> Any:
         return fn(lambda done, total: emit(done, total))
@@ -38,11 +42,23 @@ def _run_with_progress(host: MagicsHost, label: str, fn: Callable[..., Any]) -> 
     return result
 
 
-def _transfer(host: MagicsHost, label: str, args: Any, call: Callable[[Any, Any], Any]) -> None:
-    """``call(session, progress)`` with a progress bar; prints the transfer's summary."""
+def _transfer(
+    host: MagicsHost, label: str, args: Any, call: Callable[[Any, Any, Any], Any]
+) -> None:
+    """``call(session, pods, progress)`` with a progress bar; prints the transfer's summary
+    (the size per pod x pods and the rate). An upload's pods are resolved here, once."""
     session = host.entry(args.session).session
-    result = _run_with_progress(host, label, lambda progress: call(session, progress))
-    print(result.summary())
+    refs: Any = args.pod
+    if label == "Uploading":  # resolved once: the same bytes go to each of these pods
+        try:
+            refs = session.pods(args.pod)
+        except Exception as exc:
+            raise as_one_line(exc) from None
+    copies = len(refs) if isinstance(refs, list) else 1
+    result = _run_with_progress(
+        host, label, lambda progress: call(session, refs, progress), copies=copies
+    )
+    print(transfer_line(result, copies))
 
 
 def write_file(host: MagicsHost, args: Any, cell: str) -> None:
@@ -62,8 +78,8 @@ def upload(host: MagicsHost, args: Any) -> None:
         host,
         "Uploading",
         args,
-        lambda session, progress: session.upload(
-            args.local, args.remote, pods=args.pod, progress=progress, verify=not args.no_verify
+        lambda session, refs, progress: session.upload(
+            args.local, args.remote, pods=refs, progress=progress, verify=not args.no_verify
         ),
     )
 
@@ -74,8 +90,8 @@ def download(host: MagicsHost, args: Any) -> None:
         host,
         "Downloading",
         args,
-        lambda session, progress: session.download(
-            args.remote, args.local, pod=args.pod, progress=progress, verify=not args.no_verify
+        lambda session, refs, progress: session.download(
+            args.remote, args.local, pod=refs, progress=progress, verify=not args.no_verify
         ),
     )
 

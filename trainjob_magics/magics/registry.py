@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import threading
 import weakref
 from collections.abc import Callable
@@ -21,6 +22,20 @@ class Entry:
     session: Any
     settings: dict[str, Any] = field(default_factory=dict)
     status_widget: Any = None
+    views: list[Any] = field(default_factory=list)  # live widgets showing this session
+
+    def watch(self, view: Any) -> None:
+        """Let ``view`` (anything with ``final(state)``) show how the session ends."""
+        if view is not None:
+            self.views.append(view)
+
+    def push_final(self, state: str, note: str = "") -> None:
+        """Show the session's final state ("Deleted", "Closed at kernel exit", ...) in every
+        live widget of it; a widget that fails is skipped."""
+        views, self.views = self.views, []
+        for view in views:
+            with contextlib.suppress(Exception):
+                view.final(state, note)
 
 
 @dataclass
@@ -106,8 +121,12 @@ class SessionRegistry:
         self.remove(entry.alias)
         return _close_entry(entry, timeout)
 
-    def close_all(self, timeout: float | None = None) -> list[CloseReport]:
-        """Close every session concurrently; waits at most about ``timeout`` seconds overall."""
+    def close_all(
+        self, timeout: float | None = None, final_state: str = "Deleted"
+    ) -> list[CloseReport]:
+        """Close every session concurrently; waits at most about ``timeout`` seconds overall.
+
+        Their widgets then show ``final_state`` ("Closed at kernel exit" on shutdown)."""
         with self._lock:
             entries = list(self._entries.values())
             self._entries.clear()
@@ -116,7 +135,7 @@ class SessionRegistry:
         reports: dict[str, CloseReport] = {}
 
         def run(e: Entry) -> None:
-            reports[e.alias] = _close_entry(e, timeout)
+            reports[e.alias] = _close_entry(e, timeout, final_state)
 
         threads = [
             threading.Thread(target=run, args=(e,), daemon=True, name=f"trainjob-close-{e.alias}")
@@ -133,7 +152,7 @@ class SessionRegistry:
         ]
 
 
-def _close_entry(entry: Entry, timeout: float | None) -> CloseReport:
+def _close_entry(entry: Entry, timeout: float | None, final_state: str = "Deleted") -> CloseReport:
     name = session_name(entry.session)
     try:
         if timeout is None:
@@ -141,7 +160,10 @@ def _close_entry(entry: Entry, timeout: float | None) -> CloseReport:
         else:
             entry.session.close(timeout=timeout)
     except Exception as exc:
-        return CloseReport(entry.alias, name, f"{type(exc).__name__}: {exc}")
+        report = CloseReport(entry.alias, name, f"{type(exc).__name__}: {exc}")
+        entry.push_final("Close failed", report.line())
+        return report
+    entry.push_final(final_state, f"TrainJob {name} deleted; session {entry.alias!r} closed.")
     return CloseReport(entry.alias, name)
 
 
@@ -156,16 +178,31 @@ def close_all_registries(
     """Close the sessions of every registry of this process (atexit), each registry with its
     own exit timeout unless ``timeout`` is given."""
     for reg in list(_ALL):
-        for rep in reg.close_all(timeout=reg.exit_timeout() if timeout is None else timeout):
+        wait = reg.exit_timeout() if timeout is None else timeout
+        for rep in reg.close_all(timeout=wait, final_state="Closed at kernel exit"):
             if report is not None:
                 with contextlib.suppress(Exception):
                     report(rep.line())
 
 
+class _NoWaitWarnings(logging.Filter):
+    """At interpreter exit the TrainJobs are deleted (that is what is reported); how waiting
+    for their pods went is no news then, and the process may be tearing down its sockets."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "is being deleted but" not in str(record.msg)
+
+
 def _at_exit() -> None:
     import sys
 
-    close_all_registries(report=lambda line: print(line, file=sys.stderr))
+    quiet = _NoWaitWarnings()
+    session_log = logging.getLogger("trainjob_magics.engine.session")
+    session_log.addFilter(quiet)
+    try:
+        close_all_registries(report=lambda line: print(line, file=sys.stderr))
+    finally:
+        session_log.removeFilter(quiet)
 
 
 atexit.register(_at_exit)

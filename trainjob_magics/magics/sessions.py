@@ -14,7 +14,7 @@ from .host import MagicsHost
 from .options import chosen_session, cluster_settings
 from .registry import Entry, session_name
 from .views.jobs_table import format_trainjobs
-from .views.status_text import SessionRow, format_sessions, format_status
+from .views.status_text import SessionRow, duration_seconds, format_sessions, format_status
 
 # ------------------------------------------------------------------ %trainjob_sessions
 
@@ -110,9 +110,12 @@ def render_status(host: MagicsHost, entry: Entry, quiet_errors: bool = False) ->
     if host.use_widgets():
         from .views.status import StatusWidget
 
-        StatusWidget(status, refresh=entry.session.status)
+        limit = duration_seconds(entry.settings.get("max_runtime"))
+        entry.watch(StatusWidget(status, refresh=entry.session.status, max_runtime=limit))
     else:
-        print(format_status(status))
+        print(
+            format_status(status, max_runtime=duration_seconds(entry.settings.get("max_runtime")))
+        )
 
 
 # ------------------------------------------------------------------ %trainjob_close
@@ -125,8 +128,11 @@ def close(host: MagicsHost, args: Any) -> None:
         raise TrainJobUsageError("give either an ALIAS or --all, not both")
     timeout = args.timeout if args.timeout is not None else host.settings.close_timeout
     if alias and host.registry.find(alias) is None:
-        _close_by_name(host, args, alias, timeout)
-        return
+        named = [e for e in host.registry.entries() if session_name(e.session) == alias]
+        if not named:
+            _close_by_name(host, args, alias, timeout)
+            return
+        alias = named[0].alias  # %trainjob_close TRAINJOB-NAME of a session of this kernel
     if args.all or (alias is None and not host.registry.entries()):
         reports = host.registry.close_all(timeout=timeout)
         if not reports:

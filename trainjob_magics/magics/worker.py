@@ -13,8 +13,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-MAX_PENDING = 1 << 20  # characters of text (1 per other event) waiting for the cell's thread
+MAX_PENDING = 2 << 20  # characters of text (1 per other event) waiting for the cell's thread
 WAIT_SLICE = 0.1  # seconds a blocked emit waits before checking for cancellation again
+GATHER = 0.003  # seconds the cell's thread lets merged events gather after handling a batch
 
 
 def _weight(event: tuple[Any, ...]) -> int:
@@ -92,8 +93,13 @@ class Pump:
         fn: Callable[[Callable[..., None]], Any],
         handle: Callable[..., None],
         tick: Callable[[], None] = lambda: None,
+        merge: Callable[[list[tuple[Any, ...]]], list[tuple[Any, ...]]] | None = None,
     ) -> Any:
-        """Run ``fn`` and pump its events into ``handle`` until it returns."""
+        """Run ``fn`` and pump its events into ``handle`` until it returns.
+
+        ``merge`` may combine the events taken at once (in order) before they are handled; the
+        events then gather for ``GATHER`` seconds after each batch.
+        """
 
         def work() -> None:
             try:
@@ -110,11 +116,14 @@ class Pump:
         try:
             while True:
                 finished = self.done.is_set()  # read before taking: nothing can follow it
-                for event in self._take():
+                events = self._take()
+                for event in merge(events) if merge is not None and events else events:
                     handle(*event)
                 tick()
                 if finished and not self._events:
                     break
+                if merge is not None and events and not finished:
+                    self.done.wait(GATHER)  # let the next batch build up: fewer, larger ones
         except BaseException:
             self.cancel()  # nobody takes events any more: never leave the worker waiting
             raise
@@ -132,3 +141,21 @@ class Pump:
             self._pending = 0
             self._cond.notify_all()
         return events
+
+
+def join_text(events: list[tuple[Any, ...]], kind: str = "out") -> list[tuple[Any, ...]]:
+    """Join runs of ``(kind, ..., text)`` events that differ only in their text (same pod and
+    stream): one event per run, the order kept, so a view works on whole batches of output."""
+    out: list[tuple[Any, ...]] = []
+    run: list[str] = []
+    for event in events:
+        if run and event[0] == kind and event[:-1] == out[-1][:-1]:
+            run.append(event[-1])
+            continue
+        if len(run) > 1:
+            out[-1] = (*out[-1][:-1], "".join(run))
+        run = [event[-1]] if event[0] == kind else []
+        out.append(event)
+    if len(run) > 1:
+        out[-1] = (*out[-1][:-1], "".join(run))
+    return out

@@ -55,8 +55,9 @@ from ..errors import (
     PodNotRunningError,
     TrainJobError,
 )
+from ..kube.credentials import with_fresh_credentials
 from ..kube.requests import connection_failure, map_http_failure, parse_status_body
-from ..kube.retry import with_retries
+from ..kube.retry import window_of, with_retries
 from ..result import ExecResult
 from . import handshake
 from .frames import (
@@ -321,7 +322,15 @@ class ExecClient:
             stdin=stdin is not None,
         )
         # A handshake that failed (5xx, connection error) started nothing: safe to retry.
-        ws = with_retries(lambda: self._connect(url, namespace, pod), what=f"exec in pod {pod}")
+        # A 401 gets a fresh credential (each connect sends the current token) and one more try.
+        ws = with_fresh_credentials(
+            self.configuration,
+            lambda: with_retries(
+                lambda: self._connect(url, namespace, pod),
+                what=f"exec in pod {pod}",
+                window=window_of(self.configuration),
+            ),
+        )
         collector = Collector(
             on_output,
             pod=pod,

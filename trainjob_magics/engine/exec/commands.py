@@ -13,9 +13,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Sequence
 
-from ..errors import CommandInterruptedError, ConnectionLostError, ExecTimeoutError
+from kubernetes.client import ApiClient
+
+from ..errors import CommandInterruptedError, ConnectionLostError, ExecTimeoutError, PodGoneError
 from ..result import ExecResult, StopReport
 from .client import LOST_HINT, ExecClient, OnOutput
+from .disruption import KILLED_EXIT_CODES, pod_disruption
 from .inflight import InFlight, InFlightCommand
 from .pool import PodPool
 from .scripts import new_exec_id, wants_wrapper, wrap
@@ -38,6 +41,23 @@ def timeout_message(pod: str, timeout: float | None, reports: list[StopReport]) 
     """One line for a timeout that stopped (or tried to stop) the remote command."""
     limit = f"{timeout:g}s" if timeout is not None else "its timeout"
     return f"the command did not finish within {limit}: " + stop_summary(f"in pod {pod}", reports)
+
+
+def pod_gone_message(what: str, ended: str) -> str:
+    """One line for a command whose pod went away: what happened, then how it ended."""
+    return f"{what} while the command ran ({ended}); the output so far is kept"
+
+
+def lost_message(message: str, pod: str, reports: list[StopReport]) -> str:
+    """The lost-connection line, saying what stopping the remote command did."""
+    head = message.split("; the command may still be running")[0]
+    if reports and all(r.stopped for r in reports):
+        return f"{head}; {stop_summary(f'in pod {pod}', reports)}"
+    why = "; ".join(r.message.split(";")[0] for r in reports if not r.stopped)
+    return (
+        f"{head}; the command may still be running in pod {pod} (stopping it failed: "
+        f"{why or 'no stopper ran'}): stop it with session.interrupt(), or {LOST_HINT}"
+    )
 
 
 class CommandGroup:
@@ -87,10 +107,28 @@ class CommandRunner:
     """Runs a session's commands through one :class:`ExecClient`, registering each in the
     session's :class:`InFlight` (which the session owns and hands in)."""
 
-    def __init__(self, client: ExecClient, namespace: str, inflight: InFlight) -> None:
+    def __init__(
+        self,
+        client: ExecClient,
+        namespace: str,
+        inflight: InFlight,
+        api_client: ApiClient | None = None,
+    ) -> None:
         self.client = client
         self.namespace = namespace
         self.inflight = inflight
+        self.api_client = api_client  # reads the pod when a command ends killed or cut
+
+    def _pod_gone(self, pod: str, partial: ExecResult | None, ended: str) -> PodGoneError | None:
+        """The error for a command whose pod was deleted, evicted or preempted, or None."""
+        if self.api_client is None:
+            return None
+        found = pod_disruption(self.api_client, self.namespace, pod)
+        if found is None:
+            return None
+        return PodGoneError(
+            pod_gone_message(found.describe(), ended), partial=partial, pod=pod, cause=found.cause
+        )
 
     def run(
         self,
@@ -155,17 +193,26 @@ class CommandRunner:
                 timeout_message(pod, timeout, reports), partial=exc.partial, reports=reports
             ) from None
         except ConnectionLostError as exc:
+            gone = self._pod_gone(pod, exc.partial, "the connection dropped")
+            if gone is not None:
+                raise gone from None
             if not exec_id:
                 raise
-            keep_registered = True  # it may still run: interrupt() can stop it
+            # Its output is lost from here on: stop it (waiting for a restarting API server,
+            # within the retry window); if that fails it stays registered for interrupt().
+            reports = self.interrupt(only=[key])
+            keep_registered = not all(r.stopped for r in reports)
             raise ConnectionLostError(
-                str(exc).replace(LOST_HINT, f"stop it with session.interrupt(), or {LOST_HINT}"),
-                partial=exc.partial,
+                lost_message(str(exc), pod, reports), partial=exc.partial, reports=reports
             ) from None
         finally:
             if not keep_registered:
                 self.inflight.remove(key)
         command.result = result
+        if result.returncode in KILLED_EXIT_CODES:
+            gone = self._pod_gone(pod, result, f"it was killed, exit code {result.returncode}")
+            if gone is not None:
+                raise gone
         return result
 
     def interrupt(self, only: Collection[str] | None = None) -> list[StopReport]:
@@ -196,5 +243,6 @@ __all__ = [
     "CommandGroup",
     "CommandRunner",
     "interrupted_message",
+    "pod_gone_message",
     "timeout_message",
 ]

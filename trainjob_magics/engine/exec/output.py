@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import shutil
 import tempfile
@@ -150,6 +152,7 @@ class OutputBuffer:
         for chunk in self.chunks:
             self._file.write(chunk)
         self.chunks = []
+        release_freed_memory()
 
     def snapshot(self) -> CapturedOutput:
         """What arrived so far, while more may still come (the spill file is flushed)."""
@@ -191,3 +194,25 @@ def sink_writer(sink: Sink) -> Callable[[memoryview], Any]:
     if not callable(sink):
         raise TypeError(f"a sink must be callable or have .write(), got {type(sink).__name__}")
     return lambda data: sink(bytes(data))
+
+
+_LIBC: list[Any] = []
+
+
+def release_freed_memory() -> None:
+    """Give the memory just freed back to the system (glibc's ``malloc_trim``; elsewhere a no-op).
+
+    The chunks held before a spill (up to ``limit`` bytes) are many small blocks: freed, glibc
+    keeps them in the arena of the thread that read them, so each reading thread would keep its
+    own ``limit`` bytes resident for good.
+    """
+    if not _LIBC:
+        name = ctypes.util.find_library("c")
+        try:
+            libc = ctypes.CDLL(name) if name else None
+        except OSError:
+            libc = None
+        _LIBC.append(getattr(libc, "malloc_trim", None))
+    trim = _LIBC[0]
+    if trim is not None:
+        trim(0)

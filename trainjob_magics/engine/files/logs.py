@@ -17,9 +17,10 @@ from typing import Any
 from kubernetes.client import ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, TrainJobError
 from ..exec.fanout import PodCommand
 from ..exec.pool import run_each
+from ..kube.credentials import with_fresh_credentials
 from ..kube.requests import connection_failure, map_api_exception
 
 OnLog = Callable[[str, str], None]  # (pod, text)
@@ -77,20 +78,31 @@ def read_log(
     if tail is not None:
         kwargs["tail_lines"] = tail
     host = api.configuration.host
-    try:
-        resp = CoreV1Api(api).read_namespaced_pod_log(
-            target.pod,
-            namespace,
-            _preload_content=False,
-            _request_timeout=(30, timeout) if timeout else None,
-            **kwargs,
-        )
-    except ApiException as exc:
-        raise map_api_exception(
-            exc, verb="get", resource="pods/log", namespace=namespace, name=target.pod, host=host
-        ) from None
-    except Exception as exc:
-        raise connection_failure(exc, host) from None
+
+    def open_log() -> Any:
+        try:
+            return CoreV1Api(api).read_namespaced_pod_log(
+                target.pod,
+                namespace,
+                _preload_content=False,
+                _request_timeout=(30, timeout) if timeout else None,
+                **kwargs,
+            )
+        except ApiException as exc:
+            raise map_api_exception(
+                exc,
+                verb="get",
+                resource="pods/log",
+                namespace=namespace,
+                name=target.pod,
+                host=host,
+            ) from None
+        except TrainJobError:  # a credential that could not be fetched
+            raise
+        except Exception as exc:
+            raise connection_failure(exc, host) from None
+
+    resp = with_fresh_credentials(api.configuration, open_log)
     if closer is not None:
         closer.add(resp)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

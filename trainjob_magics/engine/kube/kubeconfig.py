@@ -1,7 +1,10 @@
 """Load Kubernetes client configuration without touching the global default.
 
 Order: ``config_file`` argument, ``$KUBECONFIG`` (read at call time), ``~/.kube/config``, then the
-in-cluster service account.
+in-cluster service account (its mount is ``$TRAINJOB_MAGICS_SERVICE_ACCOUNT_DIR``, default
+``/var/run/secrets/kubernetes.io/serviceaccount``). The user's token comes through a
+:class:`~.credentials.Credential`: exec plugins and token files are fetched again when they
+expire or are refused (``credentials.py``).
 """
 
 from __future__ import annotations
@@ -12,10 +15,14 @@ from pathlib import Path
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.incluster_config import InClusterConfigLoader
+from kubernetes.config.kube_config import ConfigNode, KubeConfigLoader, KubeConfigMerger
 
 from ..errors import ConfigError
+from . import credentials
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+SERVICE_ACCOUNT_ENV = "TRAINJOB_MAGICS_SERVICE_ACCOUNT_DIR"
 
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
@@ -58,21 +65,81 @@ def _context_namespace(paths: str, context: str | None) -> str:
     return namespace or "default"
 
 
+def service_account_dir() -> Path:
+    """Where the pod's service account is mounted."""
+    return Path(os.environ.get(SERVICE_ACCOUNT_ENV) or SERVICE_ACCOUNT_DIR)
+
+
 def _in_cluster() -> tuple[k8s_client.ApiClient, str] | None:
     """Service-account configuration when running inside a pod, else None."""
-    token = SERVICE_ACCOUNT_DIR / "token"
+    mount = service_account_dir()
+    token = mount / "token"
     if not os.environ.get("KUBERNETES_SERVICE_HOST") or not token.is_file():
         return None
     configuration = k8s_client.Configuration()
     try:
-        k8s_config.load_incluster_config(client_configuration=configuration)
+        InClusterConfigLoader(
+            token_filename=str(token), cert_filename=str(mount / "ca.crt"), try_refresh_token=False
+        ).load_and_set(configuration)
     except ConfigException as exc:
         raise ConfigError(f"in-cluster configuration is unusable ({exc}); set KUBECONFIG") from exc
+    credentials.install(
+        configuration, credentials.TokenFile(token, "the pod's service account", in_cluster=True)
+    )
     try:
-        namespace = (SERVICE_ACCOUNT_DIR / "namespace").read_text().strip() or "default"
+        namespace = (mount / "namespace").read_text().strip() or "default"
     except OSError:
         namespace = "default"
     return k8s_client.ApiClient(configuration=configuration), namespace
+
+
+def _entry(config: ConfigNode, section: str, name: str) -> ConfigNode | None:
+    """The named entry of ``clusters``/``contexts``/``users`` (it knows its file's path)."""
+    if section not in config or not name:
+        return None
+    return config[section].get_with_name(name, safe=True)
+
+
+def _from_kubeconfig(paths: str, context: str | None) -> k8s_client.ApiClient:
+    """The client for the chosen context. An exec plugin is taken out of the stock loader's
+    hands (it would run the plugin at once, only log its failures, and refresh it 5 minutes
+    before every expiry) and run by our :class:`~.credentials.ExecPlugin` at the first
+    request."""
+    config = KubeConfigMerger(paths).config
+    if config is None:
+        raise ConfigException("Invalid kube-config file. No configuration found.")
+    chosen = _entry(config, "contexts", context or config.value.get("current-context") or "")
+    context_value = (chosen.value.get("context") if chosen is not None else None) or {}
+    user_name = str(context_value.get("user") or "")
+    user_entry = _entry(config, "users", user_name)
+    user = dict((user_entry.value.get("user") if user_entry is not None else None) or {})
+    plugin = user.pop("exec", None)
+    if plugin is not None:
+        # the stock loader reads the rest of this user (certificates, ...) without the plugin
+        config.value["users"] = [
+            ConfigNode(u.name, {**u.value, "user": user}, u.path) if u["name"] == user_name else u
+            for u in config.value["users"]
+        ]
+    configuration = k8s_client.Configuration()
+    KubeConfigLoader(
+        config_dict=config, config_base_path=None, active_context=context
+    ).load_and_set(configuration)
+    path = user_entry.path if user_entry is not None else None
+    base = os.path.dirname(os.path.abspath(path)) if path else ""
+    who = f"kubeconfig user {user_name}"
+    credential = credentials.Credential(who)
+    if plugin is not None:
+        cluster = _entry(config, "clusters", str(context_value.get("cluster") or ""))
+        credential = credentials.ExecPlugin(
+            user_name,
+            dict(plugin),
+            base_path=base,
+            cluster=dict((cluster.value.get("cluster") if cluster is not None else None) or {}),
+        )
+    elif user.get("tokenFile") and not user.get("token"):
+        credential = credentials.TokenFile(Path(base) / str(user["tokenFile"]), who)
+    credentials.install(configuration, credential)
+    return k8s_client.ApiClient(configuration=configuration)
 
 
 def load(
@@ -91,10 +158,7 @@ def load(
             raise ConfigError(NO_CONFIG_MESSAGE)
         return found
     try:
-        configuration = k8s_client.Configuration()
-        api_client = k8s_config.new_client_from_config(
-            config_file=paths, context=context, client_configuration=configuration
-        )
+        api_client = _from_kubeconfig(paths, context)
         namespace = _context_namespace(paths, context)
     except ConfigException as exc:
         raise ConfigError(

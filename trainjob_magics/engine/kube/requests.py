@@ -25,7 +25,8 @@ from ..errors import (
     PermissionDeniedError,
     TrainJobError,
 )
-from .retry import ATTEMPTS, with_retries
+from .credentials import with_fresh_credentials
+from .retry import ATTEMPTS, window_of, with_retries
 
 RBAC_DOC = "docs/rbac.md"
 
@@ -146,6 +147,14 @@ def connection_failure(exc: BaseException, host: str) -> ApiServerError:
             f"({type(exc).__name__}); check the certificate authority in your kubeconfig",
             reason="TLSError",
         )
+    if isinstance(exc, urllib3.exceptions.ProxyError) or isinstance(
+        getattr(exc, "reason", None), urllib3.exceptions.ProxyError
+    ):
+        return ApiServerError(
+            f"cannot reach the Kubernetes API server at {host} through the kubeconfig's "
+            f"proxy-url ({_why_unreachable(exc)}): start the proxy, or fix proxy-url",
+            reason="ConnectionError",
+        )
     return ApiServerError(
         f"cannot reach the Kubernetes API server at {host} ({_why_unreachable(exc)}): start "
         "the cluster, or point KUBECONFIG at a running one",
@@ -222,27 +231,33 @@ def request(
 
     Failures raise engine errors: HTTP errors through :func:`map_http_failure`, transport
     errors as :class:`ApiServerError`. GET and DELETE (idempotent) are retried with backoff on
-    5xx/429 and connection errors (``attempts`` calls in all); other methods are sent once
-    unless ``attempts`` says otherwise.
+    5xx/429 and connection errors (``attempts`` calls in all, or for as long as the client's
+    :class:`~.retry.RetryWindow` waits for a server that answered before); other methods are
+    sent once unless ``attempts`` says otherwise. A 401 gets a fresh credential and one more
+    try (``credentials.py``).
     """
     if attempts is None:
         attempts = ATTEMPTS if method.upper() in ("GET", "DELETE") else 1
-    return with_retries(
-        lambda: _request_once(
-            api_client,
-            method,
-            path,
-            verb=verb,
-            resource=resource,
-            namespace=namespace,
-            name=name,
-            query=query,
-            body=body,
-            timeout=timeout,
-            stream=stream,
+    return with_fresh_credentials(
+        api_client.configuration,
+        lambda: with_retries(
+            lambda: _request_once(
+                api_client,
+                method,
+                path,
+                verb=verb,
+                resource=resource,
+                namespace=namespace,
+                name=name,
+                query=query,
+                body=body,
+                timeout=timeout,
+                stream=stream,
+            ),
+            what=f"{verb} {resource}",
+            attempts=max(1, attempts),
+            window=window_of(api_client),
         ),
-        what=f"{verb} {resource}",
-        attempts=max(1, attempts),
     )
 
 

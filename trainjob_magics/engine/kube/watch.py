@@ -28,6 +28,9 @@ WATCH_CHUNK_SECONDS = 10  # re-check the TrainJob's conditions at least this oft
 _STREAM_ERRORS = (urllib3.exceptions.HTTPError, OSError, ValueError)
 
 
+OK, DROPPED, RELIST, ERROR = "ok", "dropped", "relist", "error"  # how one watch request ended
+
+
 def iter_lines(resp: Any) -> Iterator[bytes]:
     """Yield the non-empty lines of a chunked watch response as they arrive."""
     if getattr(resp, "chunked", False):
@@ -99,30 +102,31 @@ class Watcher:
         self.objects = {pod_name(item): item for item in data.get("items") or [] if pod_name(item)}
         self.resource_version = str((data.get("metadata") or {}).get("resourceVersion") or "")
 
-    def _apply(self, event: Mapping[str, Any]) -> bool:
-        """Apply one event; return False when the watch must restart from a relist."""
+    def _apply(self, event: Mapping[str, Any]) -> str:
+        """Apply one event: ``"ok"``, ``"relist"`` (410 Gone: the resourceVersion is too old)
+        or ``"error"`` (any other ERROR event; relisted too)."""
         kind = event.get("type")
         obj = event.get("object") or {}
         if kind == "ERROR":
             code = obj.get("code")
-            if code not in (410, None):
-                log.debug(
-                    "watch on %s ended with error %s: %s", self.path, code, obj.get("message")
-                )
-            return False
+            if code == 410:
+                log.debug("watch on %s expired (410): %s", self.path, obj.get("message"))
+                return RELIST
+            log.debug("watch on %s ended with error %s: %s", self.path, code, obj.get("message"))
+            return ERROR
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if rv:
             self.resource_version = str(rv)
         if kind == "BOOKMARK":
-            return True
+            return OK
         name = pod_name(obj)
         if not name:
-            return True
+            return OK
         if kind == "DELETED":
             self.objects.pop(name, None)
         else:
             self.objects[name] = obj
-        return True
+        return OK
 
     def run(
         self,
@@ -134,7 +138,8 @@ class Watcher:
         """Watch until ``check()`` returns non-None (returned) or ``deadline`` passes (None).
 
         ``check`` runs after every list and every event; ``refresh`` runs before each watch
-        request (so at least every WATCH_CHUNK_SECONDS).
+        request (so at least every WATCH_CHUNK_SECONDS). A dropped stream resumes from the
+        last resourceVersion; a 410 Gone (or another ERROR event) relists first.
         """
         self.relist()
         result = check()
@@ -148,21 +153,26 @@ class Watcher:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            ok, result = self._watch_once(deadline, remaining, check)
-            if result is None and not ok:
-                failures += 1
-                if failures > 1:  # back off only when the server keeps failing
-                    time.sleep(min(1.0, 0.05 * 2**failures, max(0.0, deadline - time.monotonic())))
-                self.relist()
-                result = check()
-            elif ok:
+            state, result = self._watch_once(deadline, remaining, check)
+            if result is not None:
+                break
+            if state == OK:
                 failures = 0
+                continue
+            failures += 1
+            if failures > 1:  # back off only when the server keeps failing
+                time.sleep(min(1.0, 0.05 * 2**failures, max(0.0, deadline - time.monotonic())))
+            if state == DROPPED and self.resource_version:
+                continue  # resume from the resourceVersion we had (the server keeps history)
+            self.relist()
+            result = check()
         return result
 
     def _watch_once(
         self, deadline: float, remaining: float, check: Callable[[], T | None]
-    ) -> tuple[bool, T | None]:
-        """One watch request: ``(ok, result)``; ok False means relist (410, error, dropped)."""
+    ) -> tuple[str, T | None]:
+        """One watch request: ``(state, result)``; state ``"ok"`` (ended normally),
+        ``"dropped"`` (the stream broke: resume), ``"relist"`` (410) or ``"error"``."""
         seconds = max(1, min(WATCH_CHUNK_SECONDS, math.ceil(remaining)))
         query = [
             ("watch", "true"),
@@ -179,17 +189,18 @@ class Watcher:
                 try:
                     line = next(lines, None)
                     if line is None:
-                        return True, None
+                        return OK, None
                     event = json.loads(line)
                 except _STREAM_ERRORS:  # dropped stream, read timeout, garbage
-                    return False, None
-                if not self._apply(event):
-                    return False, None
+                    return DROPPED, None
+                state = self._apply(event)
+                if state != OK:
+                    return state, None
                 result = check()
                 if result is not None:
-                    return True, result
+                    return OK, result
                 if time.monotonic() >= deadline:
-                    return True, None
+                    return OK, None
         finally:
             resp.close()
             resp.release_conn()

@@ -277,7 +277,9 @@ def admit_or_raise(
         ) from None
     if qs is None:
         last = reporter.queue or QueueStatus("Queued", local_queue=queue)
-        raise QueuedTimeoutError(queued_timeout_message(last, name, namespace, timeout))
+        err = QueuedTimeoutError(queued_timeout_message(last, name, namespace, timeout))
+        err.job, err.namespace = name, namespace
+        raise err
     return qs
 
 
@@ -301,7 +303,7 @@ def detect_preemption(
     return None
 
 
-def preempted_message(name: str, qs: QueueStatus) -> str:
+def preempted_message(name: str, qs: QueueStatus, pod: str | None = None) -> str:
     """SessionPreemptedError text."""
     reason, why = qs.last_eviction or (qs.reason, qs.message)
     verb = "preempted" if reason == "Preempted" else "evicted"
@@ -311,7 +313,7 @@ def preempted_message(name: str, qs: QueueStatus) -> str:
     }.get(qs.state, f"it is {qs.state.lower()}, waiting for readmission")
     return (
         f"session preempted: Kueue {verb} TrainJob {name} ({reason}: {why}); {now}; "
-        "its trainer pod and anything running in it are gone; "
+        f"its trainer pod{f' {pod}' if pod else ''} and anything running in it are gone; "
         "call session.wait_ready() (or %trainjob_connect --attach NAME) to wait for readmission "
         "and a new trainer pod, then run the cell again"
     )

@@ -66,6 +66,7 @@ class Heartbeat:
         self.replicated_job = replicated_job
         self.trainer = trainer
         self.interval = heartbeat_interval(idle_timeout)
+        self.sent = 0  # heartbeats delivered so far (to any pod)
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, daemon=True, name=f"trainjob-heartbeat-{name}"
@@ -108,6 +109,7 @@ class Heartbeat:
                 sent += 1
             except TrainJobError as exc:
                 log.debug("heartbeat to pod %s failed: %s", pod, exc)
+        self.sent += sent
         return sent
 
     def _run(self) -> None:

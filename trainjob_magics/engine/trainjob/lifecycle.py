@@ -15,7 +15,7 @@ from ..kube.names import (
     trainjob_path,
 )
 from ..kube.requests import request
-from ..kube.retry import with_retries
+from ..kube.retry import window_of, with_retries
 from ..kube.watch import Watcher
 from .targets import job_pods_watcher
 
@@ -51,7 +51,7 @@ def create_trainjob(api: ApiClient, namespace: str, name: str, body: dict[str, A
                 return existing
             raise
 
-    return with_retries(once, what=f"create TrainJob {name}")
+    return with_retries(once, what=f"create TrainJob {name}", window=window_of(api))
 
 
 def fetch_trainjob(api: ApiClient, namespace: str, name: str) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Watch-driven waits: the trainer pod turning Running, and a TrainJob's pods going away.
 
-List first (for a resourceVersion), then watch from it with ``timeoutSeconds``; a 410 Expired
-ERROR event or a dropped stream relists. Every decision is made as soon as an event arrives: no
-sleeps, no polling.
+List first (for a resourceVersion), then watch from it with ``timeoutSeconds``; a dropped
+stream resumes from the last resourceVersion (waiting for a restarting API server, see
+``kube/retry.py``), a 410 Expired ERROR event relists. Every decision is made as soon as an
+event arrives: no sleeps, no polling.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..errors import (
 )
 from ..kube.events import events_about
 from ..kube.objects import is_running, pod_name, pod_phase
+from ..kube.retry import window_of
 from ..kueue.admission import QueueReporter, admit_or_raise
 from ..kueue.api import find_workload
 from ..kueue.status import eviction_count
@@ -202,7 +204,61 @@ def wait_ready(
     delete_on_unavailable: bool = False,
     image_pull_retries: int = DEFAULT_IMAGE_PULL_RETRIES,
 ) -> dict[str, Any]:
-    """Wait for Kueue admission (queued jobs), then for the trainer pod to run."""
+    """Wait for Kueue admission (queued jobs), then for the trainer pod to run. While the API
+    server is unreachable the last status is shown again with the outage as its problem."""
+    on_status, on_notice = outage_reporter(on_status)
+    with window_of(api).listening(on_notice):
+        return _wait_ready(
+            api,
+            namespace,
+            name,
+            target,
+            runtime=runtime,
+            timeout=timeout,
+            started=started,
+            on_status=on_status,
+            queue=queue,
+            job_uid=job_uid,
+            delete_on_unavailable=delete_on_unavailable,
+            image_pull_retries=image_pull_retries,
+        )
+
+
+def outage_reporter(on_status: OnStatus | None) -> tuple[OnStatus, Callable[[str], None]]:
+    """``on_status`` that remembers the last status, and a notice listener that reports it
+    again: with the outage line as its problem, or as it was once the server is back."""
+    last: list[JobStatus | None] = [None]
+
+    def remember(status: JobStatus) -> None:
+        last[0] = status
+        notify(on_status, status)
+
+    def on_notice(line: str) -> None:
+        status = last[0]
+        if status is None:
+            return
+        if line.startswith("API server unreachable"):
+            status = dataclasses.replace(status, problem=line)
+        notify(on_status, status)
+
+    return remember, on_notice
+
+
+def _wait_ready(
+    api: ApiClient,
+    namespace: str,
+    name: str,
+    target: TrainerTarget | None,
+    *,
+    runtime: str,
+    timeout: float,
+    started: float,
+    on_status: OnStatus | None,
+    queue: str | None,
+    job_uid: str | None,
+    delete_on_unavailable: bool,
+    image_pull_retries: int,
+) -> dict[str, Any]:
     if not queue or not job_uid:
         return wait_for_trainer_pod(
             api,

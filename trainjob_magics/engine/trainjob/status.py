@@ -157,3 +157,18 @@ def _state(
     if target is not None and target.mpi_launcher:
         return "Pending", f"waiting for the launcher pod ({running}/{len(rows)} node pods running)"
     return "Pending", f"waiting for the trainer pod ({running}/{len(rows)} pods running)"
+
+
+def after_pod_gone(name: str, trainjob: Mapping[str, Any] | None) -> str:
+    """What the next command will do after a command's trainer pod went away."""
+    if trainjob is None:
+        return f"TrainJob {name} no longer exists: start a new session with connect(...)"
+    for kind in ("Failed", "Complete"):
+        cond = condition_of(trainjob, kind)
+        if cond is not None:
+            why = str(cond.get("message") or cond.get("reason") or kind)
+            return f"TrainJob {name} has ended ({kind}: {why}): close the session and connect again"
+    return (
+        f"the next command waits for the trainer pod TrainJob {name} recreates, or says that "
+        "the job ended"
+    )

@@ -9,7 +9,18 @@ Imports ``core/`` and ``kubelet/`` from the rest of the local cluster; it reache
 only through the callbacks in :class:`ServerContext`.
 """
 
+from .authn import AuthStats, User
+from .listener import Listener
 from .server import ApiServer
-from .server_context import AdmissionHook, ServerContext, SubresourceGetter, User, new_token
+from .server_context import AdmissionHook, ServerContext, SubresourceGetter, new_token
 
-__all__ = ["AdmissionHook", "ApiServer", "ServerContext", "SubresourceGetter", "User", "new_token"]
+__all__ = [
+    "AdmissionHook",
+    "ApiServer",
+    "AuthStats",
+    "Listener",
+    "ServerContext",
+    "SubresourceGetter",
+    "User",
+    "new_token",
+]

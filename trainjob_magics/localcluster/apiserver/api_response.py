@@ -27,7 +27,13 @@ def json_response(obj: Any, status: int = 200, warnings: list[str] | None = None
 
 
 def error_response(err: ApiError) -> web.Response:
-    return json_response(err.status, err.code)
+    """The Status as the apiserver writes it: compact JSON and a newline (apimachinery's json
+    serializer is Go's json.Encoder)."""
+    return web.Response(
+        body=json.dumps(err.status, separators=(",", ":")).encode() + b"\n",
+        status=err.code,
+        content_type="application/json",
+    )
 
 
 class PageNotFound(Exception):

@@ -1,12 +1,13 @@
-"""Bearer-token authentication and RBAC-style denials of the API server."""
+"""Authentication (through the :class:`~.authn.Authenticator`) and RBAC-style denials."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from ..core.apierror import ApiError, forbidden
+from ..core.apierror import forbidden
 from .api_request import USER_KEY, Target
-from .server_context import ServerContext, User
+from .authn import User
+from .server_context import ServerContext
 
 
 class Authorizer:
@@ -15,12 +16,10 @@ class Authorizer:
     ctx: ServerContext
 
     def _authenticate(self, request: web.Request) -> tuple[str, User]:
-        auth = request.headers.get("Authorization", "")
-        token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-        user = self.ctx.users.get(token) if token else None
-        if user is None:
-            raise ApiError(401, "Unauthorized")
-        return token, user
+        transport = request.transport
+        peercert = transport.get_extra_info("peercert") if transport is not None else None
+        authorization = request.headers.get("Authorization", "")
+        return self.ctx.authenticator.authenticate(authorization, peercert)
 
     def _authorize(self, request: web.Request, verb: str, t: Target) -> None:
         token, user = request[USER_KEY]

@@ -1,21 +1,24 @@
-"""The pod subresources pods/log and pods/exec."""
+"""The pod subresources pods/log, pods/exec and pods/eviction."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aiohttp import web
 
 from ..core.apierror import ApiError
 from ..core.resources import PODS
+from ..core.store import now_rfc3339
 from ..kubelet import exec_ws
 from ..kubelet.pod_logs import follow_log, read_log
 from .api_request import USER_KEY, Target, query_bool, query_int
+from .api_response import json_response
 from .auth import Authorizer
 
 
 class PodEndpoints(Authorizer):
-    """pods/log and pods/exec methods of the ApiServer (a mixin)."""
+    """pods/log, pods/exec and pods/eviction methods of the ApiServer (a mixin)."""
 
     def _container(self, pod: dict[str, Any], requested: str | None) -> str:
         name = pod["metadata"]["name"]
@@ -88,7 +91,8 @@ class PodEndpoints(Authorizer):
         not_found = f'unable to upgrade connection: container not found ("{container}")'
         translated = self.ctx.exec_errors == "translated" and exec_ws.translates_errors(request)
         has_host = bool((pod.get("spec") or {}).get("nodeName"))
-        if translated and has_host and (phase != "Running" or sandbox is None):
+        stopped = sandbox is None or sandbox.stopped
+        if translated and has_host and (phase != "Running" or stopped):
             # A 1.30+ apiserver does not look at the phase (completed pods included): it
             # upgrades the WebSocket, kubelet finds no running container, and the failure
             # arrives on channel 3.
@@ -105,7 +109,8 @@ class PodEndpoints(Authorizer):
             )
         if not has_host:
             raise ApiError(400, f"pod {t.name} does not have a host assigned")
-        if phase != "Running" or sandbox is None:
+        if phase != "Running" or sandbox is None or sandbox.stopped:
+            # a terminating pod whose container was stopped: kubelet finds no container
             raise ApiError(400, not_found)
         argv = q.getall("command", [])
         if not argv:
@@ -120,3 +125,50 @@ class PodEndpoints(Authorizer):
             tty=query_bool(q.get("tty")),
             drop_after_bytes=self.ctx.faults.exec_drop_after(t.name or ""),
         )
+
+    async def _evict(self, request: web.Request, t: Target) -> web.Response:
+        """POST pods/eviction (policy/v1 Eviction), as kubernetes
+        pkg/registry/core/pod/storage/eviction.go: no PodDisruptionBudget exists here, so the
+        eviction is allowed; the pod gets the ``DisruptionTarget`` condition
+        (``EvictionByEvictionAPI``, ``Eviction API: evicting``) and is deleted gracefully with
+        the Eviction's deleteOptions; the answer is a 201 ``Success`` Status."""
+        self._authorize(request, "create", t)
+        try:
+            body = json.loads(await request.read() or b"{}")
+        except ValueError:
+            raise ApiError(400, "the body of the request was not valid JSON") from None
+        if not isinstance(body, dict) or body.get("kind") not in (None, "Eviction"):
+            raise ApiError(400, "the body of the request must be a policy/v1 Eviction")
+        meta = body.get("metadata") or {}
+        if meta.get("name") and meta["name"] != t.name:
+            raise ApiError(400, "name in URL does not match name in Eviction object")
+        store, ns, name = self.ctx.store, t.namespace, t.name or ""
+        pod = store.get(PODS, ns, name)
+        if not pod["metadata"].get("deletionTimestamp"):
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+
+                def disrupt(p: dict[str, Any]) -> None:
+                    conds = p.setdefault("status", {}).setdefault("conditions", [])
+                    conds[:] = [c for c in conds if c.get("type") != "DisruptionTarget"]
+                    conds.append(
+                        {
+                            "type": "DisruptionTarget",
+                            "status": "True",
+                            "reason": "EvictionByEvictionAPI",
+                            "message": "Eviction API: evicting",
+                            "lastProbeTime": None,
+                            "lastTransitionTime": now_rfc3339(),
+                        }
+                    )
+
+                store.mutate(PODS, ns, name, disrupt)
+            options = body.get("deleteOptions") or {}
+            grace = options.get("gracePeriodSeconds")
+            if grace is None:
+                grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+            if int(grace) == 0:
+                store.remove(PODS, ns, name)
+            else:
+                store.mark_deleting(PODS, ns, name, int(grace))
+        status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+        return json_response({**status, "code": 201}, status=201)

@@ -13,6 +13,7 @@ from ..core.faults import Faults
 from ..core.resources import Kind, Registry
 from ..core.store import Store
 from ..kubelet.processes import PodSandbox
+from .authn import Authenticator
 
 # Admission hook: (kind, operation "CREATE"|"UPDATE", new object, old object or None) ->
 # warnings; may mutate the new object or raise ApiError to deny.
@@ -27,19 +28,13 @@ SandboxLookup = Callable[[str, str], "PodSandbox | None"]
 
 
 @dataclass
-class User:
-    name: str
-    deny: set[tuple[str, str]] = field(default_factory=set)
-
-
-@dataclass
 class ServerContext:
     store: Store
     registry: Registry
     resolve_runtime: RuntimeResolver
     sandbox: SandboxLookup
     faults: Faults
-    users: dict[str, User]
+    authenticator: Authenticator
     stopping: asyncio.Event
     address: str = "127.0.0.1:0"
     bookmark_interval: float = 1.0

@@ -293,10 +293,14 @@ class PodLifecycle:
 
         self._patch_status(ns, name, terminated)
 
-    def _fail_pod_threadsafe(self, ns: str, name: str, code: int, reason: str) -> None:
+    def _fail_pod_threadsafe(
+        self, ns: str, name: str, code: int, reason: str, message: str = ""
+    ) -> None:
         if self._loop is None:
             raise RuntimeError("the local cluster is not running")
-        fut = asyncio.run_coroutine_threadsafe(self._fail_pod(ns, name, code, reason), self._loop)
+        fut = asyncio.run_coroutine_threadsafe(
+            self._fail_pod(ns, name, code, reason, message), self._loop
+        )
         fut.result(timeout=10)
 
     async def _stop_pod(self, key: tuple[str, str]) -> None:
@@ -310,12 +314,46 @@ class PodLifecycle:
         if sb is not None:
             processes.kill_all(sb)
 
-    async def _fail_pod(self, ns: str, name: str, code: int, reason: str) -> None:
+    async def _fail_pod(
+        self, ns: str, name: str, code: int, reason: str, message: str = ""
+    ) -> None:
         self.store.get(PODS, ns, name)
+        if reason == "Evicted" and message:
+            self._kubelet_evicted(ns, name, message)
         await self._stop_pod((ns, name))
         self._terminate_pod(ns, name, code or 1, reason)
 
+    def _kubelet_evicted(self, ns: str, name: str, message: str) -> None:
+        """The kubelet's node-pressure eviction (pkg/kubelet/eviction/eviction_manager.go
+        evictPod): a Warning ``Evicted`` Event, the ``DisruptionTarget`` condition
+        (``TerminationByKubelet``), then phase Failed with reason ``Evicted`` and the message."""
+
+        def evicted(p: dict[str, Any]) -> None:
+            s = p.setdefault("status", {})
+            conds = s.setdefault("conditions", [])
+            conds[:] = [c for c in conds if c.get("type") != "DisruptionTarget"]
+            conds.append(condition("DisruptionTarget", "True", "TerminationByKubelet", message))
+            s["reason"] = "Evicted"
+            s["message"] = message
+
+        pod = self._patch_status(ns, name, evicted)
+        if pod is not None:
+            with contextlib.suppress(ApiError):
+                record_event(
+                    self.store,
+                    pod,
+                    reason="Evicted",
+                    message=message,
+                    type="Warning",
+                    component="kubelet",
+                )
+
     async def _finalize_pod(self, key: tuple[str, str], grace: Any) -> None:
+        pod = self.store.try_get(PODS, key[0], key[1])
+        if pod is not None and key in self.sandboxes:
+            # kuberuntime_container.go killContainer: "Stopping container <name>"
+            cname = self._container_name(key[0], key[1])
+            self._kubelet_event(pod, "Killing", f"Stopping container {cname}")
         await self._stop_pod(key)
         delay = self.delete_grace if grace is None or int(grace) > 0 else 0.0
         await asyncio.sleep(delay)

@@ -191,6 +191,10 @@ class Controller(PodLifecycle, JobStatusUpdater):
             owner = self._pod_owner.get(key)
             self.scheduler.on_pod_event(ev)
             if ev.type == "DELETED":
+                # The Job controller counts a deleted pod that had not Succeeded as failed and
+                # creates a replacement while status.failed <= backoffLimit (job_controller.go
+                # isPodFailed; the default backoffLimit 6 applies, Trainer's runtimes set none):
+                # the reconcile below recreates the slot's pod.
                 self.images.forget_pod(meta.get("uid", ""))
                 self._forget_pod(key)
             elif meta.get("deletionTimestamp") and key not in self._finalizing:

@@ -1,4 +1,5 @@
-"""Fault injection for tests: failing requests, held/delayed/failed pods, dropped execs, 403s.
+"""Fault injection for tests: failing requests, held/delayed/failed pods, dropped execs, 403s,
+API server restarts.
 
 Thread-safe: tests call these from their own thread while the server runs in its loop.
 """
@@ -7,8 +8,11 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+
+JOURNAL_SIZE = 2000  # requests remembered by Faults.requests_seen()
 
 
 @dataclass
@@ -38,8 +42,10 @@ class Faults:
         self._delays: list[tuple[re.Pattern[str], float]] = []
         self._drops: list[tuple[re.Pattern[str], int]] = []
         self._denies: list[tuple[str, str, str]] = []  # (token, verb, resource)
-        self._pod_failer: Callable[[str, str, int, str], None] | None = None
+        self._pod_failer: Callable[..., None] | None = None
+        self._restarter: Callable[[float], threading.Event] | None = None
         self.request_count = 0
+        self._journal: deque[tuple[str, str]] = deque(maxlen=JOURNAL_SIZE)
 
     # -- requests --------------------------------------------------------------------------
 
@@ -63,6 +69,7 @@ class Faults:
         """Consume and return the first matching request fault, if any."""
         with self._lock:
             self.request_count += 1
+            self._journal.append((method.upper(), path))
             for f in self._requests:
                 if f.remaining > 0 and f.method in ("*", method.upper()) and f.path.search(path):
                     f.remaining -= 1
@@ -70,6 +77,11 @@ class Faults:
                         self._requests.remove(f)
                     return f
         return None
+
+    def requests_seen(self) -> list[tuple[str, str]]:
+        """The last JOURNAL_SIZE requests as (method, path with query), oldest first."""
+        with self._lock:
+            return list(self._journal)
 
     # -- pods ------------------------------------------------------------------------------
 
@@ -110,8 +122,38 @@ class Faults:
             raise RuntimeError("the local cluster is not running")
         self._pod_failer(namespace, name, exit_code, reason)
 
-    def set_pod_failer(self, fn: Callable[[str, str, int, str], None] | None) -> None:
+    def evict_pod(
+        self,
+        namespace: str,
+        name: str,
+        message: str = "The node was low on resource: memory. Threshold quantity: 100Mi, "
+        "available: 64Mi. ",
+    ) -> None:
+        """Evict a pod as the kubelet's eviction manager does under node pressure: its
+        processes are killed, it turns Failed with reason ``Evicted`` and ``message``."""
+        if self._pod_failer is None:
+            raise RuntimeError("the local cluster is not running")
+        self._pod_failer(namespace, name, 137, "Evicted", message)
+
+    def set_pod_failer(self, fn: Callable[..., None] | None) -> None:
         self._pod_failer = fn
+
+    # -- API server ------------------------------------------------------------------------
+
+    def restart_apiserver(self, downtime: float = 5.0) -> threading.Event:
+        """Restart the API server as a control-plane upgrade does: drop every connection (REST,
+        watches, exec WebSockets, logs) and refuse new ones for ``downtime`` seconds. The
+        cluster's state (objects, resourceVersions) and the pods' processes stay.
+
+        Returns once the server is down; the returned event is set when it listens again."""
+        if downtime < 0:
+            raise ValueError(f"downtime must not be negative, got {downtime}")
+        if self._restarter is None:
+            raise RuntimeError("the local cluster is not running")
+        return self._restarter(downtime)
+
+    def set_apiserver_restarter(self, fn: Callable[[float], threading.Event] | None) -> None:
+        self._restarter = fn
 
     # -- exec ------------------------------------------------------------------------------
 

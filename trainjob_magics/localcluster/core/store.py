@@ -59,7 +59,10 @@ class Subscription:
 
 
 class ExpiredError(Exception):
-    """The requested resourceVersion is older than the retained history."""
+    """The requested resourceVersion is older than the retained history: the watch cache's
+    ``errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)",
+    resourceVersion, oldest-1))`` (k8s.io/apiserver pkg/storage/cacher/watch_cache.go), a
+    Status 410 ``Expired``."""
 
     def __init__(self, requested: int, oldest: int) -> None:
         super().__init__(f"too old resource version: {requested} ({oldest})")

@@ -34,6 +34,7 @@ class PodSandbox:
     hostfile: Path | None
     log_path: Path
     pgids: set[int] = field(default_factory=set, repr=False)
+    stopped: bool = False  # the container was killed (pod deleted/failed): no new execs
 
 
 def _ensure_shims_executable() -> None:
@@ -232,6 +233,8 @@ def describe_spawn_error(argv: list[str], exc: OSError) -> str:
 
 def kill_all(sandbox: PodSandbox, sig: int = signal.SIGKILL) -> None:
     """Kill every process group started in the sandbox (main command and execs)."""
+    if sig == signal.SIGKILL:
+        sandbox.stopped = True
     for pgid in list(sandbox.pgids):
         signal_group(pgid, sig)
         if sig == signal.SIGKILL:

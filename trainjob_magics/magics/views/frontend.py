@@ -63,5 +63,14 @@ class WidgetDisplay:
         """
         if self.handle is not None:
             self.handle.update({"text/html": html, "text/plain": text}, raw=True)
+        close_tree(self.widget)
+
+
+def close_tree(widget: Any) -> None:
+    """Close ``widget`` and every widget below it (through ``children``)."""
+    todo = [widget]
+    while todo:
+        item = todo.pop()
+        todo.extend(getattr(item, "children", None) or ())
         with contextlib.suppress(Exception):
-            self.widget.close()
+            item.close()

@@ -1,4 +1,9 @@
-"""Per-cell output widget: stdout/stderr apart, terminal ``\\r`` handling, capped, throttled."""
+"""Per-cell output widget: stdout/stderr apart, terminal ``\\r`` handling, capped, throttled.
+
+The lines scroll in a box that follows the tail (``follow_tail_box``); when the cell finishes,
+the widget is replaced by static HTML of the same view (``static_html``), so the result
+survives the kernel.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,27 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .styles import BOX_STYLE, FAIL_STYLE, NOTE_STYLE, OK_STYLE, PRE_STYLE, STDERR_STYLE
+from .styles import (
+    BOX_STYLE,
+    FAIL_STYLE,
+    LINES_STYLE,
+    NOTE_STYLE,
+    OK_STYLE,
+    PRE_STYLE,
+    SCROLL_MAX_HEIGHT,
+    STDERR_STYLE,
+)
 from .text import ScreenBuffer, Throttle, hidden_note, strip_ansi
 
 
 def render_lines_html(
     lines: list[tuple[str, str]], hidden: int, where: str, path: str | None = None
 ) -> str:
-    """HTML of the kept lines, stderr styled apart, with the hidden-lines note on top."""
+    """HTML of the kept lines, stderr styled apart, with the hidden-lines note on top.
+
+    Not a scroll container: the live view scrolls it in ``follow_tail_box``, the static view in
+    ``scroll_box_html``.
+    """
     parts = []
     if hidden:
         note = html.escape(hidden_note(hidden, where, path))
@@ -27,8 +45,43 @@ def render_lines_html(
             parts.append(f'<span class="tjm-stdout">{t}</span>\n')
     body = "".join(parts)
     return (
-        f'<div class="tjm-output" style="{BOX_STYLE}"><pre style="{PRE_STYLE}">{body}</pre></div>'
+        f'<div class="tjm-output" style="{LINES_STYLE}"><pre style="{PRE_STYLE}">{body}</pre></div>'
     )
+
+
+def scroll_box_html(inner: str) -> str:
+    """Static HTML scrolling ``inner``, opened at its bottom (``column-reverse``)."""
+    return f'<div class="tjm-scroll" style="{BOX_STYLE}"><div>{inner}</div></div>'
+
+
+def footer_html(footer: str, ok: bool) -> str:
+    """The footer line: the success colour, or the bold failure colour."""
+    style = OK_STYLE if ok else FAIL_STYLE
+    return f'<div class="tjm-footer" style="{style};font-size:12px">{html.escape(footer)}</div>'
+
+
+def follow_tail_box(child: Any) -> Any:
+    """An ipywidgets ``Box`` that scrolls ``child`` and follows its tail.
+
+    The box (not the ``<pre>`` inside) is the scroll container, and it persists across renders,
+    so replacing the child's HTML keeps the scroll position. ``column-reverse`` puts the scroll
+    origin at the bottom: at the bottom, new lines stay in view; scrolled up, the view stays
+    where the user left it until they return to the bottom.
+    """
+    import ipywidgets as w
+
+    child.layout.flex = "0 0 auto"  # never shrunk to the box's height (and clipped)
+    box = w.Box(
+        [child],
+        layout=w.Layout(
+            display="flex",
+            flex_flow="column-reverse",
+            max_height=SCROLL_MAX_HEIGHT,
+            overflow="auto",
+        ),
+    )
+    box.add_class("tjm-scroll")
+    return box
 
 
 def render_lines_text(
@@ -64,7 +117,9 @@ class WidgetOutputView:
         self.throttle = Throttle(interval, clock)
         self.body = w.HTML(value="")
         self.footer = w.HTML(value="")
-        self.widget = w.VBox([self.body, self.footer])
+        self.footer_value = ""  # the footer's HTML, kept for the static view
+        self.scroller = follow_tail_box(self.body)
+        self.widget = w.VBox([self.scroller, self.footer])
         self.widget.add_class("trainjob-output")
         self.renders = 0
         self._dirty = False
@@ -98,17 +153,21 @@ class WidgetOutputView:
             self.buffer.view(), self.buffer.hidden, self.where, self.output_path
         )
 
+    def static_html(self) -> str:
+        """The view as static HTML: the scrolled lines (opened at the bottom) and the footer."""
+        return (
+            f'<div class="trainjob-output tjm-static">{scroll_box_html(self.body.value)}'
+            f"{self.footer_value}</div>"
+        )
+
     def finish(self, footer: str | None = None, ok: bool = True, interrupted: bool = False) -> None:
-        """Final render, footer, and the text fallback for front ends without widget state."""
+        """Final render and footer; a shown view becomes static HTML + text (``freeze``)."""
         self._render()
         if footer:
-            style = OK_STYLE if ok else FAIL_STYLE
-            self.footer.value = (
-                f'<div class="tjm-footer" style="{style};font-size:12px">'
-                f"{html.escape(footer)}</div>"
-            )
+            self.footer_value = footer_html(footer, ok)
+            self.footer.value = self.footer_value
         if self.display is not None:
             text = self.text()
             if footer:
                 text = f"{text}\n{footer}" if text else footer
-            self.display.update_text(text)
+            self.display.freeze(self.static_html(), text)

@@ -1,6 +1,5 @@
-"""Output grouped per pod: a Tab per pod (widgets) or ``[node-2] line`` prefixes (text).
-
-Also the transfer progress bar (IntProgress, or a ``\\r`` text line).
+"""Output grouped per pod: a per-pod summary with each pod's output on demand (widgets), or
+``[node-2] line`` prefixes (text).
 """
 
 from __future__ import annotations
@@ -10,9 +9,19 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from .text import echoes_ctrl_c, strip_ansi
-
-RUNNING, OK, FAILED = "…", "✓", "✗"
+from .pod_summary import (
+    ENDED,
+    FAILED,
+    OK,
+    RUNNING,
+    PodOutcome,
+    group_outcomes,
+    outcome_of,
+    summary_html,
+    summary_text,
+)
+from .styles import FAIL_STYLE, NOTE_STYLE, OK_STYLE
+from .text import Throttle, echoes_ctrl_c, strip_ansi
 
 
 def pod_footer(result: Any, error: BaseException | None) -> str:
@@ -21,10 +30,6 @@ def pod_footer(result: Any, error: BaseException | None) -> str:
         return f"{type(error).__name__}: {' '.join(str(error).split())}"
     code = "no exit code" if result.returncode is None else f"exit code {result.returncode}"
     return f"{code} · {result.duration:.2f} s"
-
-
-def _ok(result: Any, error: BaseException | None) -> bool:
-    return error is None and result is not None and result.returncode == 0
 
 
 class PrefixedTextView:
@@ -109,6 +114,8 @@ class PrefixedTextView:
         ``^C`` the terminal echoed when ``interrupted``)."""
         for pod in list(self.labels):
             self._flush(pod)
+        if not summary:  # the cell's error says it
+            return
         glued = interrupted and echoes_ctrl_c(self._stream("stdout"))
         self._emit_plain(("" if self._at_line_start and not glued else "\n") + summary)
 
@@ -119,8 +126,17 @@ class PrefixedTextView:
         self._at_line_start = True
 
 
-class TabbedWidgetView:
-    """A Tab with one capped, throttled output view per pod; titles carry each pod's state."""
+class MultiPodWidgetView:
+    """Per-pod output as a widget: the per-pod summary first (failed pods first and marked),
+    then each pod's output on demand: a Tab up to ``TAB_LIMIT`` pods, a Dropdown beyond.
+
+    A failed pod is selected as soon as it fails, so it is shown without a click. ``finish``
+    freezes the display into static HTML (the summary, each group of identical output in a
+    ``<details>``, failed ones open) with the same text as its ``text/plain``.
+    """
+
+    TAB_LIMIT = 8
+    STATIC_GROUPS = 8  # outputs kept in the frozen HTML (failed ones always), bounding its size
 
     def __init__(
         self,
@@ -135,6 +151,7 @@ class TabbedWidgetView:
 
         from .output import WidgetOutputView
 
+        self.where = where
         self.labels = {pod: label or pod for pod, label in pods}
         self.views = {
             pod: WidgetOutputView(
@@ -146,20 +163,100 @@ class TabbedWidgetView:
             )
             for pod, _ in pods
         }
-        self.state = {pod: RUNNING for pod, _ in pods}
-        self.tabs = w.Tab(children=[v.widget for v in self.views.values()])
+        self.state = {pod: RUNNING for pod in self.views}
+        self.code = {pod: "running" for pod in self.views}
+        self.duration: dict[str, float | None] = {pod: None for pod in self.views}
+        self._renders = -1
+        # the summary compares every pod's lines: redrawn at most twice a second while running
+        self._overview_throttle = Throttle(max(interval, 0.5))
+        self._chose_failed = False
+        self._outcomes = False
+        self.overview = w.HTML(value="")
+        self.overview.add_class("trainjob-pod-summary")
+        self.tabs: Any = None
+        self.selector: Any = None
+        if len(self.views) <= self.TAB_LIMIT:
+            self.tabs = w.Tab(children=[v.widget for v in self.views.values()])
+            self.picker: Any = self.tabs
+        else:
+            self.selector = w.Dropdown(
+                options=self._options(), description="Pod output:", layout=w.Layout(width="auto")
+            )
+            self.selector.style.description_width = "initial"
+            self.shown = w.Box(children=[self.views[self.selector.value].widget])
+            self.shown.layout.display = "block"
+            self.selector.observe(self._on_select, names="value")
+            self.picker = w.VBox([self.selector, self.shown])
         self._set_titles()
         self.summary = w.HTML(value="")
-        self.widget = w.VBox([self.tabs, self.summary])
+        self.widget = w.VBox([self.overview, self.picker, self.summary])
         self.widget.add_class("trainjob-multipod-output")
+        self._render_overview()
         self.display: Any = None
         if show:
             from .frontend import WidgetDisplay
 
             self.display = WidgetDisplay(self.widget, self.text())
 
+    # ------------------------------------------------------------ state
+
+    def outcomes(self) -> list[PodOutcome]:
+        """Every pod's outcome so far, in pod order."""
+        return [
+            PodOutcome(
+                pod,
+                self.labels[pod],
+                mark=self.state[pod],
+                code=self.code[pod],
+                duration=self.duration[pod],
+                lines=tuple(view.buffer.view()),
+                hidden=view.buffer.hidden,
+            )
+            for pod, view in self.views.items()
+        ]
+
+    def _title(self, pod: str) -> str:
+        return f"{self.labels[pod]} {self.state[pod]}".strip()
+
+    def _options(self) -> list[tuple[str, str]]:
+        """Dropdown entries, failed pods first: ``✗ node-7 · exit 3``."""
+        order = sorted(self.views, key=lambda p: 0 if self.state[p] == FAILED else 1)
+        out = []
+        for pod in order:
+            code = self.code[pod]
+            extra = f" · {code}" if code and self.state[pod] != RUNNING else ""
+            out.append((f"{self.state[pod]} {self.labels[pod]}{extra}".strip(), pod))
+        return out
+
     def _set_titles(self) -> None:
-        self.tabs.titles = tuple(f"{self.labels[p]} {self.state[p]}".strip() for p in self.views)
+        if self.tabs is not None:
+            self.tabs.titles = tuple(self._title(p) for p in self.views)
+        else:
+            current = self.selector.value
+            with self.selector.hold_trait_notifications():
+                self.selector.options = self._options()
+                self.selector.value = current
+
+    def _select(self, pod: str) -> None:
+        if self.tabs is not None:
+            self.tabs.selected_index = list(self.views).index(pod)
+        else:
+            self.selector.value = pod
+
+    def _on_select(self, change: dict[str, Any]) -> None:
+        pod = change.get("new")
+        if pod in self.views:
+            self.shown.children = [self.views[pod].widget]
+
+    @property
+    def has_outcomes(self) -> bool:
+        """True once a pod finished with an outcome (a command; logs have none)."""
+        return self._outcomes
+
+    def _render_overview(self) -> None:
+        self.overview.value = summary_html(self.outcomes()) if self.has_outcomes else ""
+
+    # ------------------------------------------------------------ events
 
     def write(self, pod: str, stream: str, text: str) -> None:
         """Take a chunk of one pod's stream."""
@@ -168,21 +265,93 @@ class TabbedWidgetView:
             view.write(stream, text)
 
     def tick(self) -> None:
-        """Re-render the pods whose output changed."""
+        """Re-render the pods whose output changed, and the summary (their last lines)."""
+        renders = 0
         for view in self.views.values():
             view.tick()
+            renders += view.renders
+        if renders != self._renders and self._overview_throttle.ready():
+            self._renders = renders
+            self._render_overview()
 
     def pod_done(self, pod: str, result: Any, error: BaseException | None) -> None:
-        """Final render of one pod, its exit code in the footer and the tab title."""
-        ok = _ok(result, error)
-        self.state[pod] = OK if ok else FAILED
-        self.views[pod].output_path = getattr(result, "stdout_path", None)
-        self.views[pod].finish(pod_footer(result, error) + f" · pod {pod}", ok=ok)
+        """Final render of one pod: footer, mark, summary row; the first failed pod is shown."""
+        mark, code = outcome_of(result, error)
+        self._outcomes = True
+        self.state[pod], self.code[pod] = mark, code
+        self.duration[pod] = getattr(result, "duration", None)
+        view = self.views[pod]
+        view.output_path = getattr(result, "stdout_path", None)
+        view.finish(pod_footer(result, error) + f" · pod {pod}", ok=mark == OK)
         self._set_titles()
+        if mark == FAILED and not self._chose_failed:
+            self._chose_failed = True
+            self._select(pod)
+        self._render_overview()
+
+    def finish(self, summary: str, ok: bool = True, interrupted: bool = False) -> None:
+        """Final render of every pod and the summary line; then the display turns static."""
+        for pod, view in self.views.items():
+            view.tick()
+            view._render()
+            if self.state[pod] == RUNNING:  # the cell ended before this pod did
+                ending = "interrupted" if interrupted else "ended" if ok else "stopped"
+                self.state[pod], self.code[pod] = ENDED, ending
+        self._outcomes = self._outcomes or interrupted
+        self._set_titles()
+        self._render_overview()
+        style = OK_STYLE if ok else FAIL_STYLE
+        self.summary.value = (
+            f'<div class="tjm-summary" style="{style};font-size:12px">{html.escape(summary)}</div>'
+            if summary
+            else ""
+        )
+        if self.display is not None:
+            self.display.freeze(self.static_html(summary, ok), self.text(summary))
+
+    # ------------------------------------------------------------ static output
+
+    def static_html(self, summary: str = "", ok: bool = True) -> str:
+        """What the widget shows, as HTML that needs no kernel: the summary, then each group of
+        identical output in a ``<details>`` (failed ones, or all when short, open); beyond
+        ``STATIC_GROUPS`` groups a note says where the rest is."""
+        from .output import render_lines_html, scroll_box_html
+
+        outcomes = self.outcomes()
+        groups = group_outcomes(outcomes)
+        short = sum(len(g.first.lines) for g in groups) <= 40
+        parts = [summary_html(outcomes)] if self.has_outcomes else []
+        kept = [g for g in groups if g.failed]  # failed outputs always, then the largest groups
+        kept += [g for g in groups if not g.failed][: max(0, self.STATIC_GROUPS - len(kept))]
+        for g in groups:
+            if g not in kept:
+                continue
+            pod = g.first.pod
+            view = self.views[pod]
+            body = scroll_box_html(
+                render_lines_html(view.buffer.view(), view.buffer.hidden, self.where)
+            )
+            opened = " open" if g.failed or short or len(groups) == 1 else ""
+            parts.append(
+                f'<details class="tjm-pod-output"{opened} style="margin:2px 0">'
+                f'<summary style="cursor:pointer;font-size:12px">{html.escape(g.title())}</summary>'
+                f"{body}{view.footer.value}</details>"
+            )
+        left = sum(len(g.members) for g in groups if g not in kept)
+        if left:
+            note = f"[… the output of {left} more pods is not kept here; it is in {self.where}]"
+            parts.append(f'<div class="tjm-note" style="{NOTE_STYLE}">{html.escape(note)}</div>')
+        if summary:
+            style = OK_STYLE if ok else FAIL_STYLE
+            parts.append(
+                f'<div class="tjm-summary" style="{style};font-size:12px">'
+                f"{html.escape(summary)}</div>"
+            )
+        return f'<div class="trainjob-multipod-output">{"".join(parts)}</div>'
 
     def text(self, summary: str = "") -> str:
-        """Plain-text fallback: every pod's lines, prefixed."""
-        lines = []
+        """Plain-text fallback: the per-pod summary, then every pod's lines, prefixed."""
+        lines = [summary_text(self.outcomes())] if self.has_outcomes else []
         for pod, view in self.views.items():
             body = view.text()
             prefix = f"[{self.labels[pod]}] "
@@ -191,17 +360,5 @@ class TabbedWidgetView:
             lines.append(summary)
         return "\n".join(lines)
 
-    def finish(self, summary: str, ok: bool = True, interrupted: bool = False) -> None:
-        """Final render of every pod and the summary under the tabs."""
-        for pod, view in self.views.items():
-            view.tick()
-            view._render()
-            if self.state[pod] == RUNNING:
-                self.state[pod] = ""
-        self._set_titles()
-        style = "color:#1e7b34" if ok else "color:#b3261e;font-weight:bold"
-        self.summary.value = (
-            f'<div class="tjm-summary" style="{style};font-size:12px">{html.escape(summary)}</div>'
-        )
-        if self.display is not None:
-            self.display.update_text(self.text(summary))
+
+TabbedWidgetView = MultiPodWidgetView  # the name the host's view factory imports

@@ -1,19 +1,19 @@
-"""``%trainjob_sessions`` as an HTML table widget (with the text table as its fallback)."""
+"""``%trainjob_sessions`` as an HTML table (with the text table as its fallback)."""
 
 from __future__ import annotations
 
 import html
-from typing import Any
 
 from .status_text import SESSION_COLUMNS, SessionRow, format_sessions
-from .styles import CELL_STYLE, TABLE_STYLE, state_badge
+from .styles import CELL_STYLE, MUTED_STYLE, TABLE_STYLE, state_badge
 
 
 def render_sessions_html(rows: list[SessionRow]) -> str:
     """This kernel's sessions as an HTML table; the default one in bold."""
     if not rows:
         return (
-            f'<div class="tjm-sessions" style="color:#555">{html.escape(format_sessions([]))}</div>'
+            f'<div class="tjm-sessions" style="{MUTED_STYLE}">'
+            f"{html.escape(format_sessions([]))}</div>"
         )
     th = "".join(f'<th style="{CELL_STYLE}">{c.title()}</th>' for c in SESSION_COLUMNS)
     body = []
@@ -31,13 +31,10 @@ def render_sessions_html(rows: list[SessionRow]) -> str:
     )
 
 
-def show_sessions(rows: list[SessionRow]) -> Any:
-    """Display the table widget (``text/plain``: the text table); returns the widget."""
-    import ipywidgets as w
+def show_sessions(rows: list[SessionRow]) -> None:
+    """Display the table as static HTML (``text/plain``: the text table): a snapshot that needs
+    no widget model, so a saved notebook shows it."""
+    from IPython.display import display
 
-    from .frontend import WidgetDisplay
-
-    widget = w.HTML(value=render_sessions_html(rows))
-    widget.add_class("trainjob-sessions")
-    WidgetDisplay(widget, format_sessions(rows))
-    return widget
+    page = f'<div class="trainjob-sessions">{render_sessions_html(rows)}</div>'
+    display({"text/html": page, "text/plain": format_sessions(rows)}, raw=True)

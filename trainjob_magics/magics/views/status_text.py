@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -65,44 +66,162 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]], indent: str = ""
     return "\n".join(lines)
 
 
-def status_headline(status: Any, elapsed: float | None = None) -> str:
-    """``TrainJob x · namespace ns · runtime r · Running · 12s``."""
+POD_TABLE_LIMIT = 8  # beyond this many pods the widget folds its pod table under one line
+
+
+def duration_seconds(value: Any) -> float | None:
+    """Seconds of a ``--max-runtime`` value (3600, "90s", "1h30m"); None when unset or unreadable.
+
+    The same forms the engine accepts (engine/kueue/labels.py ``parse_duration``); the value
+    was validated when the session connected.
+    """
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)([smhd])", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(float(n) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[u] for n, u in parts)
+
+
+def runtime_limit(state: str, elapsed: float, max_runtime: float | None) -> str:
+    """``max runtime 1h00m (58m12s left)``; the time left only while the job runs."""
+    if not max_runtime:
+        return ""
+    text = f"max runtime {format_seconds(max_runtime)}"
+    if state == "Running":
+        text += f" ({format_seconds(max(0.0, max_runtime - elapsed))} left)"
+    return text
+
+
+def status_headline(
+    status: Any, elapsed: float | None = None, max_runtime: float | None = None, state: str = ""
+) -> str:
+    """``TrainJob x · namespace ns · runtime r · Running · elapsed 12s · max runtime 1h00m``.
+
+    ``state`` replaces the job's state (a final state such as ``Deleted``)."""
     el = status.elapsed if elapsed is None else elapsed
+    shown = state or status.state
     parts = [
         f"TrainJob {status.name}",
         f"namespace {status.namespace}",
         f"runtime {status.runtime or '-'}",
-        status.state,
+        shown,
         f"elapsed {format_seconds(el)}",
     ]
+    limit = runtime_limit(shown, el, max_runtime)
+    if limit:
+        parts.append(limit)
     return " · ".join(parts)
 
 
+_SHORT_QUOTA = re.compile(
+    r"insufficient unused quota for (?P<res>\S+) in flavor (?P<flavor>\S+), "
+    r"(?P<amount>\S+) more needed"
+)
+_OVER_QUOTA = re.compile(
+    r"insufficient quota for (?P<res>\S+) in flavor (?P<flavor>\S+), request > maximum "
+    r"capacity \((?P<need>\S+) > (?P<have>\S+)\)"
+)
+
+
+def kueue_reason(message: str) -> str:
+    """Kueue's admission message with the useful part first: ``4 more cpu needed (flavor
+    default)``, ``cpu request 8 exceeds the quota 4 (flavor default)``, else the message."""
+    found = [
+        f"{m['amount']} more {m['res']} needed (flavor {m['flavor']})"
+        for m in _SHORT_QUOTA.finditer(message)
+    ]
+    found += [
+        f"{m['res']} request {m['need']} exceeds the quota {m['have']} (flavor {m['flavor']})"
+        for m in _OVER_QUOTA.finditer(message)
+    ]
+    return "; ".join(found) or message
+
+
 def queue_line(status: Any) -> str | None:
-    """``Kueue: <queue state, position, message>`` when the job is queued through Kueue."""
+    """``Kueue: 4 more cpu needed (flavor default) · position 1 in LocalQueue q (1 in
+    ClusterQueue cq)`` when the job waits in Kueue: why first, then where, each queue named
+    once; other Kueue states as Kueue says them."""
     queue = getattr(status, "queue", None)
     if queue is None:
         return None
+    if getattr(queue, "state", "") == "Queued" and hasattr(queue, "position_text"):
+        reason = kueue_reason(queue.message) if queue.message else "waiting for quota"
+        return f"Kueue: queued, {reason} · {queue.position_text()}"
     text = queue.summary() if hasattr(queue, "summary") else str(queue)
     return None if text == status.message else f"Kueue: {text}"
 
 
-def format_status(status: Any, now: datetime | None = None, elapsed: float | None = None) -> str:
-    """Headline, message, Kueue line and pod table of a ``JobStatus``."""
-    out = [status_headline(status, elapsed)]
-    if status.message:
-        out.append(f"  {status.message}")
+def status_message(status: Any) -> str:
+    """The status message, unless it only repeats Kueue's summary (the Kueue line says it)."""
+    queue = getattr(status, "queue", None)
+    if queue is not None and hasattr(queue, "summary") and status.message == queue.summary():
+        return "" if queue_line(status) else status.message
+    return status.message
+
+
+def format_status(
+    status: Any,
+    now: datetime | None = None,
+    elapsed: float | None = None,
+    max_runtime: float | None = None,
+    state: str = "",
+    note: str = "",
+) -> str:
+    """Headline, message, Kueue line and pod table of a ``JobStatus`` (``state``: a final
+    state shown instead of the job's; ``note``: one more line, e.g. what was deleted)."""
+    out = [status_headline(status, elapsed, max_runtime, state)]
+    message = "" if state else status_message(status)  # no longer true once it ended
+    if message:
+        out.append(f"  {message}")
     kueue = queue_line(status)
     if kueue:
         out.append(f"  {kueue}")
-    if getattr(status, "problem", ""):
+    if getattr(status, "problem", "") and not state:
         out.append(f"  Waiting: {status.problem}")
+    if getattr(status, "disruption", ""):
+        out.append(f"  Last disruption: {status.disruption}")
+    if note:
+        out.append(f"  {note}")
     pods = list(status.pods or [])
     if pods:
+        if state:
+            out.append(f"  {ended_pods_line(pods)}:")
+        elif len(pods) > POD_TABLE_LIMIT:
+            out.append(f"  {pods_summary(pods)}")
         out.append(table(POD_COLUMNS, pod_rows(pods, now), indent="  "))
     else:
         out.append("  (no pods yet)")
     return "\n".join(out)
+
+
+def ended_pods_line(pods: list[Any]) -> str:
+    """``4 pods as last seen, before the session ended``."""
+    n = len(pods)
+    return f"{n} pod{'s' if n != 1 else ''} as last seen, before the session ended"
+
+
+def pods_summary(pods: Iterable[Any]) -> str:
+    """``32 pods: 31 Running, 1 Pending · 31 ready · waiting: ImagePullBackOff``."""
+    pods = list(pods)
+    phases: dict[str, int] = {}
+    for p in pods:
+        phases[p.phase or "-"] = phases.get(p.phase or "-", 0) + 1
+    ready = sum(1 for p in pods if p.ready)
+    text = f"{len(pods)} pods: " + ", ".join(f"{n} {ph}" for ph, n in phases.items())
+    text += f" · {ready} ready"
+    restarts = sum(int(p.restarts or 0) for p in pods)
+    if restarts:
+        text += f" · {restarts} restarts"
+    reasons = sorted({p.waiting_reason for p in pods if p.waiting_reason})
+    if reasons:
+        text += f" · waiting: {', '.join(reasons)}"
+    return text
 
 
 def status_change_line(status: Any) -> str:
@@ -115,8 +234,9 @@ def status_change_line(status: Any) -> str:
         line += f", {running}/{len(pods)} pods running"
     if reasons:
         line += f" ({', '.join(reasons)})"
-    if status.message:
-        line += f" - {status.message}"
+    message = status_message(status)
+    if message:
+        line += f" - {message}"
     kueue = queue_line(status)
     if kueue and status.state not in ("Running",):
         line += f" [{kueue}]"

@@ -62,8 +62,11 @@ def api_resource_list(reg: Registry, group: str, version: str) -> dict[str, Any]
                 "status": ["get", "patch", "update"],
                 "log": ["get"],
                 "exec": ["create", "get"],
+                "eviction": ["create"],
             }
-            sub_kind = {"log": "Pod", "exec": "PodExecOptions"}.get(sub, k.kind)
+            sub_kind = {"log": "Pod", "exec": "PodExecOptions", "eviction": "Eviction"}.get(
+                sub, k.kind
+            )
             resources.append(
                 {
                     "name": f"{k.plural}/{sub}",
@@ -71,6 +74,8 @@ def api_resource_list(reg: Registry, group: str, version: str) -> dict[str, Any]
                     "namespaced": k.namespaced,
                     "kind": sub_kind,
                     "verbs": verbs.get(sub, ["get"]),
+                    # kubectl drain reads the Eviction's group/version here (CheckEvictionSupport)
+                    **({"group": "policy", "version": "v1"} if sub == "eviction" else {}),
                 }
             )
     gv = f"{group}/{version}" if group else version
