@@ -60,6 +60,7 @@ class Row:
     met: str
     bench: str = ""
     notes: list[str] = field(default_factory=list)
+    floor: str = "-"  # the physical limit measured in the same run (e.g. a raw socket reader)
 
 
 @dataclass
@@ -172,9 +173,11 @@ def vm_hwm_kb(pid: int | str = "self") -> int:
 def fmt_table(rows: Iterable[Row]) -> str:
     """Markdown table of the rows."""
     head = (
-        "| What | Ours | Baseline | Ratio | Goal | Met? |\n| --- | --- | --- | --- | --- | --- |\n"
+        "| What | Ours | Baseline | Floor | Ratio | Goal | Met? |\n"
+        "| --- | --- | --- | --- | --- | --- | --- |\n"
     )
     body = "".join(
-        f"| {r.what} | {r.ours} | {r.baseline} | {r.ratio} | {r.goal} | {r.met} |\n" for r in rows
+        f"| {r.what} | {r.ours} | {r.baseline} | {r.floor} | {r.ratio} | {r.goal} | {r.met} |\n"
+        for r in rows
     )
     return head + body

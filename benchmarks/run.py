@@ -35,6 +35,10 @@ BENCHMARKS: dict[str, str] = {
     "fanout": "benchmarks.bench_fanout",
     "widgets": "benchmarks.bench_widgets",
     "celloutput": "benchmarks.bench_cell_output",
+    "python": "benchmarks.bench_python",
+    "transfer": "benchmarks.bench_transfer",
+    "fanout-stub": "benchmarks.bench_fanout_stub",
+    "connect": "benchmarks.bench_connect",
 }
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results.md"
 
@@ -63,14 +67,15 @@ def cluster_for(
 
 
 @contextlib.contextmanager
-def cluster_process(kubeconfig: Path, root: Path) -> Iterator[None]:
-    """Run LocalCluster in a child process until the block ends."""
+def cluster_process(kubeconfig: Path, root: Path, **options: float) -> Iterator[None]:
+    """Run LocalCluster in a child process until the block ends (``options``: numeric
+    LocalCluster arguments, e.g. ``start_delay=0``)."""
     code = (
         "import signal, sys, threading\n"
         "from trainjob_magics.localcluster import LocalCluster\n"
         "stop = threading.Event()\n"
         "signal.signal(signal.SIGTERM, lambda *a: stop.set())\n"
-        "with LocalCluster(kubeconfig_path=sys.argv[1], root_dir=sys.argv[2]):\n"
+        f"with LocalCluster(kubeconfig_path=sys.argv[1], root_dir=sys.argv[2], **{options!r}):\n"
         "    print('ready', flush=True)\n"
         "    stop.wait()\n"
     )

@@ -1,12 +1,19 @@
-"""A tiny aiohttp pods/exec server (plain HTTP) to develop the baselines without the cluster.
+"""A tiny aiohttp pods/exec server (plain HTTP): the fan-out benchmark's stub, and a way to
+develop the baselines without the cluster.
 
-Not used by the suite itself; `python -m benchmarks.stub_exec` prints its URL and serves until
-interrupted. It runs each exec's argv as a local process and streams stdout/stderr as v5 frames.
+`python -m benchmarks.stub_exec` prints its URL and serves until interrupted. By default it runs
+each exec's argv as a local process and streams stdout/stderr as v5 frames. With `--answer S` it
+spawns nothing: every exec waits S seconds (the command's run time, without a process), then
+answers the pod's name on stdout and a Success status, so a fan-out measures the client alone.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import base64
+import contextlib
+import hashlib
 import json
 import threading
 
@@ -50,6 +57,77 @@ async def _exec(request: web.Request) -> web.WebSocketResponse:
     return ws
 
 
+SUCCESS = b"\x03" + json.dumps({"metadata": {}, "status": "Success"}).encode()
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def _server_frame(payload: bytes, opcode: int = 2) -> bytes:
+    n = len(payload)
+    head = bytes([0x80 | opcode, n]) if n < 126 else bytes([0x80 | opcode, 126]) + n.to_bytes(2)
+    return head + payload
+
+
+async def _answer_conn(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float
+) -> None:
+    """The whole exec on a bare socket: upgrade, wait ``delay``, stdout, status, close."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        path = lines[0].split(" ")[1]
+        pod = path.split("/pods/", 1)[1].split("/", 1)[0]
+        key = next(
+            ln.split(":", 1)[1].strip()
+            for ln in lines
+            if ln.lower().startswith("sec-websocket-key:")
+        )
+        accept = base64.b64encode(hashlib.sha1(key.encode() + GUID).digest())
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: " + accept + b"\r\n"
+            b"Sec-WebSocket-Protocol: v5.channel.k8s.io\r\n\r\n"
+        )
+        if delay:
+            await asyncio.sleep(delay)
+        writer.write(
+            _server_frame(b"\x01" + pod.encode() + b"\n")
+            + _server_frame(SUCCESS)
+            + _server_frame(b"\x03\xe8", 8)
+        )
+        await writer.drain()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(reader.read(64), 1.0)  # the client's close reply
+    except (ConnectionError, asyncio.IncompleteReadError, IndexError, StopIteration):
+        pass
+    finally:
+        writer.close()
+
+
+def start_answering(delay: float) -> tuple[str, threading.Event]:
+    """An exec server on a bare asyncio socket (no aiohttp: a few microseconds per exec) that
+    answers every exec after ``delay`` seconds; returns (url, stop event)."""
+    ready = threading.Event()
+    stop = threading.Event()
+    box: dict[str, str] = {}
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+        server = loop.run_until_complete(
+            asyncio.start_server(
+                lambda r, w: _answer_conn(r, w, delay), "127.0.0.1", 0, backlog=1024
+            )
+        )
+        box["url"] = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        ready.set()
+        while not stop.is_set():
+            loop.run_until_complete(asyncio.sleep(0.1))
+        server.close()
+
+    threading.Thread(target=run, daemon=True).start()
+    ready.wait()
+    return box["url"], stop
+
+
 def start() -> tuple[str, threading.Event]:
     """Serve on a free 127.0.0.1 port in a background thread; return (url, stop event)."""
     app = web.Application()
@@ -77,6 +155,9 @@ def start() -> tuple[str, threading.Event]:
 
 
 if __name__ == "__main__":
-    url, _ = start()
-    print(url)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.stub_exec")
+    ap.add_argument("--answer", type=float, default=None, help="answer after S s, run nothing")
+    answer = ap.parse_args().answer
+    url, _ = start() if answer is None else start_answering(answer)
+    print(url, flush=True)
     threading.Event().wait()

@@ -27,7 +27,7 @@ def test_benchmark_suite_smoke(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = out.read_text()
-    assert "| What | Ours | Baseline | Ratio | Goal | Met? |" in table
+    assert "| What | Ours | Baseline | Floor | Ratio | Goal | Met? |" in table
     assert "Machine:" in table
     rows = json.loads(js.read_text())["rows"]
     assert {r["bench"] for r in rows} == set(BENCHMARKS)

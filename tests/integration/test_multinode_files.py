@@ -13,6 +13,7 @@ import pytest
 
 from trainjob_magics.engine import connect
 from trainjob_magics.engine.errors import InvalidInputError, TransferError, UnsafeArchiveError
+from trainjob_magics.engine.exec.client import ExecClient
 from trainjob_magics.engine.files import transfer as files
 from trainjob_magics.localcluster import LocalCluster
 
@@ -125,7 +126,9 @@ def test_malicious_archive_refused(
     made = session.execute(["python3", "evil.py", kind, abs_target])
     assert made.ok, made.stderr
     session.execute("mkdir -p out && echo fine > out/ok.txt")
-    monkeypatch.setattr(files, "archive_argv", lambda parent, name: ["cat", f"evil-{kind}.tar"])
+    monkeypatch.setattr(
+        files, "download_argv", lambda parent, name, verify: ["cat", f"evil-{kind}.tar"]
+    )
     dest = tmp_path / "target" / "out"
     dest.parent.mkdir()
     with pytest.raises(UnsafeArchiveError, match="refused to unpack") as info:
@@ -139,18 +142,57 @@ def test_malicious_archive_refused(
     assert list((tmp_path / "target").iterdir()) == []  # no staging leftovers
 
 
-def test_integrity_mismatch_detected(
+class _Corrupting:
+    """Flips one byte of ``original`` in what it passes on: a byte damaged in transit, after
+    the sending side hashed it (cannot be produced for real, so it is made here)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.done = False
+
+    def _flip(self, data: bytes) -> bytes:
+        if not self.done and b"original" in data:
+            self.done = True
+            return data.replace(b"original", b"origiNal", 1)
+        return data
+
+    def read(self, n: int = -1) -> bytes:  # upload: the stdin source
+        return self._flip(self.inner.read(n))
+
+    def write(self, data: Any) -> None:  # download: the stdout sink
+        self.inner.write(memoryview(self._flip(bytes(data))))
+
+
+def test_corrupted_byte_in_transit_is_caught(
     session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    session.execute(
-        "mkdir -p integ fake/integ && echo original > integ/a.txt && echo forged > fake/integ/a.txt"
-    )
-    monkeypatch.setattr(
-        files, "archive_argv", lambda parent, name: ["tar", "cf", "-", "-C", "fake", name]
-    )
-    with pytest.raises(TransferError, match=r"integrity check failed .*integ/a.txt differs"):
-        session.download("integ", str(tmp_path / "integ"))
-    assert not (tmp_path / "integ").exists()
+    """One flipped byte between the two hashes fails the copy, either way, with one line."""
+    src = tmp_path / "integ"
+    src.mkdir()
+    (src / "a.txt").write_text("original\n")
+    real_run = ExecClient.run
+    wrapped: list[_Corrupting] = []
+
+    def corrupting_run(self: ExecClient, *args: Any, **kw: Any) -> Any:
+        for key in ("stdin", "stdout_sink"):
+            if kw.get(key) is not None and not isinstance(kw[key], bytes):
+                kw[key] = _Corrupting(kw[key])
+                wrapped.append(kw[key])
+        return real_run(self, *args, **kw)
+
+    monkeypatch.setattr(ExecClient, "run", corrupting_run)
+    failed = r"integrity check failed in pod .*integ/a.txt differs \(sha256\)"
+    with pytest.raises(TransferError, match=failed) as up:
+        session.upload(str(src), "integ")
+    assert "\n" not in str(up.value) and wrapped[-1].done
+    monkeypatch.setattr(ExecClient, "run", real_run)
+    session.upload(str(src), "integ")  # an intact copy to download
+    monkeypatch.setattr(ExecClient, "run", corrupting_run)
+    with pytest.raises(TransferError, match=r"integrity check failed for integ .*a.txt differs"):
+        session.download("integ", str(tmp_path / "back"))
+    assert wrapped[-1].done
+    assert not (tmp_path / "back").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["integ"]  # no staging leftovers
 
 
 def test_write_file_all_pods_and_odd_paths(session: Any, local_cluster: LocalCluster) -> None:
@@ -180,3 +222,16 @@ def test_errors_are_one_line(session: Any, tmp_path: Path) -> None:
         session.upload(str(src), "notadir/sub/f.txt")
     assert "\n" not in str(info.value)
     assert session.execute("cat notadir").stdout == "plain\n"  # nothing was overwritten
+
+
+def test_odd_names_round_trip_verified(session: Any, tmp_path: Path) -> None:
+    """A name starting with '-', spaces, quotes and a newline: hashed on both sides by name."""
+    src = tmp_path / "-odd"
+    (src / "sub dir").mkdir(parents=True)
+    (src / "sub dir" / "it's $x.txt").write_text("one")
+    (src / "new\nline").write_text("two")
+    up = session.upload(str(src), "odd/")
+    assert up.verified == "sha256" and up.files == 2
+    back = session.download("odd/-odd", str(tmp_path / "back"))
+    assert back.verified == "sha256" and back.files == 2
+    assert tree_digest(tmp_path / "back") == tree_digest(src)

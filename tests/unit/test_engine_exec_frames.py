@@ -247,7 +247,7 @@ def test_status_without_close_frame_ends_after_the_grace() -> None:
     collector = Collector(None)
     started = time.monotonic()
     outcome = object.__new__(ExecClient)._io_loop(
-        SimpleNamespace(sock=a),
+        SimpleNamespace(sock=a, leftover=b""),
         StdinSender(a, None, v5=True, on_stdin=None),
         collector,
         None,
@@ -298,7 +298,10 @@ def test_full_duplex_loop_with_a_slow_echo_peer() -> None:
     thread.start()
     collector = Collector(None)
     outcome = object.__new__(ExecClient)._io_loop(
-        SimpleNamespace(sock=a), StdinSender(a, data, v5=True, on_stdin=None), collector, None
+        SimpleNamespace(sock=a, leftover=b""),
+        StdinSender(a, data, v5=True, on_stdin=None),
+        collector,
+        None,
     )
     thread.join(10)
     a.close()

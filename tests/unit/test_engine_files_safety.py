@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from trainjob_magics.engine.errors import InvalidInputError, UnsafeArchiveError
-from trainjob_magics.engine.files.archive import build_tar, extract, scan_archive
-from trainjob_magics.engine.files.manifest import FileInfo, compare, parse_manifest
+from trainjob_magics.engine.errors import InvalidInputError, TransferError, UnsafeArchiveError
+from trainjob_magics.engine.files.archive import TarStream, place, unpack
+from trainjob_magics.engine.files.manifest import (
+    FileInfo,
+    compare,
+    parse_files,
+)
 from trainjob_magics.engine.files.transfer import split_remote
 
 
@@ -57,12 +63,15 @@ def make_tar(*members: tuple[str, str, str]) -> io.BytesIO:
 def test_unsafe_members_refused_before_writing(
     tmp_path: Path, members: tuple[tuple[str, str, str], ...], why: str
 ) -> None:
-    dest = tmp_path / "target" / "out"
+    staging = tmp_path / "staging"
+    staging.mkdir()
     with pytest.raises(UnsafeArchiveError, match=why) as info:
-        scan_archive(make_tar(*members), "out")
+        unpack(make_tar(*members), "out", staging)
     assert "nothing was written" in str(info.value)
     assert "\n" not in str(info.value)
-    assert not dest.exists() and not (tmp_path / "x").exists()
+    assert not (tmp_path / "x").exists() and not (tmp_path / "evil").exists()
+    written = {p.relative_to(staging).as_posix() for p in staging.rglob("*")}
+    assert written <= {"out", "out/sub"}  # only what came before the bad member, in staging
 
 
 def test_safe_archive_with_inner_links_extracts(tmp_path: Path) -> None:
@@ -73,40 +82,72 @@ def test_safe_archive_with_inner_links_extracts(tmp_path: Path) -> None:
         ("sym", "out/link", "sub/a.txt"),
         ("hard", "out/hard", "out/sub/a.txt"),
     )
-    members, manifest = scan_archive(archive, "out")
-    assert manifest["out/sub/a.txt"].size == 5
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    files = unpack(archive, "out", staging)
+    assert files["out/sub/a.txt"].size == 5
     dest = tmp_path / "copy"
-    extract(archive, members, "out", dest)
+    place(staging, "out", dest)
     assert (dest / "sub" / "a.txt").read_text() == "alpha"
     assert (dest / "link").is_symlink() and (dest / "link").read_text() == "alpha"
     assert (dest / "hard").read_text() == "alpha"
-    assert [p.name for p in tmp_path.iterdir()] == ["copy"]  # staging dir cleaned up
 
 
-def test_build_tar_manifest_matches_scan(tmp_path: Path) -> None:
+def test_tar_stream_is_a_tar_with_its_hash_and_size(tmp_path: Path) -> None:
     src = tmp_path / "src"
     (src / "d").mkdir(parents=True)
-    (src / "d" / "f.bin").write_bytes(bytes(range(256)) * 10)
+    (src / "d" / "f.bin").write_bytes(bytes(range(256)) * 1000)
     (src / "top.txt").write_text("top")
+    (src / "empty").write_bytes(b"")
     (src / "ln").symlink_to("top.txt")
-    buf = io.BytesIO()
-    built = build_tar(src, "data", buf)
-    _, scanned = scan_archive(buf, "data")
-    assert built == scanned and set(built) == {"data/d/f.bin", "data/top.txt"}
-    assert compare(built, scanned, "sha256") == []
-    scanned["data/top.txt"] = FileInfo(3, "0" * 64)
-    assert compare(built, scanned, "sha256") == ["data/top.txt differs (sha256)"]
+    (src / "z-hard").hardlink_to(src / "top.txt")  # after top.txt: the link
+    stream = TarStream(src, "data")
+    parts = []
+    while chunk := stream.read(1000):  # small reads cross member boundaries
+        parts.append(chunk)
+    data = b"".join(parts)
+    assert len(data) == stream.size == stream.produced
+    assert set(stream.files) == {"data/d/f.bin", "data/top.txt", "data/empty"}
+    digest = hashlib.sha256(bytes(range(256)) * 1000).hexdigest()
+    assert stream.files["data/d/f.bin"] == FileInfo(256000, digest)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    got = unpack(io.BytesIO(data), "data", staging)
+    assert got == stream.files  # sizes and sha256, hashed here as the files were written
+    assert (staging / "data" / "d" / "f.bin").read_bytes() == bytes(range(256)) * 1000
+    assert (staging / "data" / "ln").readlink() == Path("top.txt")
+    assert (staging / "data" / "z-hard").read_text() == "top"
 
 
-def test_manifest_parsing_fallbacks() -> None:
-    kind, files, method = parse_manifest(
-        '{"kind": "dir"}\n{"path": "d/a", "size": 3, "sha256": "ab"}\n'
+def test_tar_stream_refuses_a_file_that_shrinks(tmp_path: Path) -> None:
+    src = tmp_path / "f.bin"
+    src.write_bytes(b"x" * 5000)
+    stream = TarStream(src, "f.bin")
+    src.write_bytes(b"x" * 10)
+    with pytest.raises(TransferError, match="changed size"):
+        stream.read()
+
+
+def test_pod_reports_parsed() -> None:
+    method, sizes = parse_files(
+        "#trainjob-kind dir 0\n#trainjob-wc\n 12 ./d/a\n3 d/b c\n 15 total\n"
     )
-    assert (kind, method, files["d/a"]) == ("dir", "sha256", FileInfo(3, "ab"))
-    kind, files, method = parse_manifest("dir\n#sha256sum\nabc  d/a\n\\def  d/new\\nline\n")
-    assert method == "sha256" and files["d/new\nline"].sha256 == "def"
-    kind, files, method = parse_manifest("file\n#wc\n 12 f\n 12 total\n")
-    assert (kind, method, files) == ("file", "size", {"f": FileInfo(12)})
+    assert method == "size" and sizes == {"d/a": FileInfo(12), "d/b c": FileInfo(3)}
+    assert compare({"d/a": FileInfo(12), "d/x": FileInfo(1)}, sizes) == ["d/x is missing"]
+    assert compare({"d/a": FileInfo(13)}, sizes) == ["d/a has 12 bytes, expected 13"]
+    a, b = "a" * 64, "b" * 64
+    method, files = parse_files(f"#trainjob-openssl\n{a} *d/x y\n{b} *d/new\nline\n")
+    assert method == "sha256" and files == {
+        "d/x y": FileInfo(-1, a),
+        "d/new\nline": FileInfo(-1, b),
+    }
+    method, files = parse_files(f"#trainjob-sha256sum\n{a}  d/x\n\\{b}  d/new\\nline\n")
+    assert files == {"d/x": FileInfo(-1, a), "d/new\nline": FileInfo(-1, b)}
+    line = json.dumps({"path": "d/a", "sha256": a})
+    assert parse_files(f"#trainjob-python\n{line}\n") == ("sha256", {"d/a": FileInfo(-1, a)})
+    assert compare({"d/a": FileInfo(3, b)}, {"d/a": FileInfo(-1, a)}) == ["d/a differs (sha256)"]
+    with pytest.raises(TransferError, match="did not list the files it hashed: tar: bad"):
+        parse_files("#trainjob-kind file 3\ntar: bad\n")
 
 
 def test_split_remote() -> None:
@@ -117,3 +158,26 @@ def test_split_remote() -> None:
     for bad in ("", "..", "a/..", "/", "x\0y"):
         with pytest.raises(InvalidInputError):
             split_remote(bad, "")
+
+
+def test_tar_stream_as_masked_frames_carries_the_same_bytes(tmp_path: Path) -> None:
+    src = tmp_path / "f.bin"
+    src.write_bytes(bytes(range(256)) * 3000)
+    plain = TarStream(src, "f.bin").read()
+    framed = TarStream(src, "f.bin")
+    got = bytearray()
+    while True:
+        frame, n = framed.read_frame()
+        if not n:
+            break
+        length, off = frame[1] & 0x7F, 2
+        if length == 126:
+            length, off = int.from_bytes(frame[2:4], "big"), 4
+        elif length == 127:
+            length, off = int.from_bytes(frame[2:10], "big"), 10
+        assert frame[0] == 0x82 and frame[1] & 0x80 and length == n + 1
+        key, body = frame[off : off + 4], frame[off + 4 :]
+        data = bytes(b ^ key[i % 4] for i, b in enumerate(body))
+        assert data[0] == 0  # channel 0: stdin
+        got += data[1:]
+    assert bytes(got) == plain and framed.produced == len(plain)

@@ -190,6 +190,7 @@ ENGINE_ORDER = [
     ("kueue",),
     ("trainjob",),
     ("files",),
+    ("python",),
     ("session",),
     ("connecting",),
 ]

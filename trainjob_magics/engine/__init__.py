@@ -22,8 +22,10 @@ from .errors import (
     PodGoneError,
     PodNotRunningError,
     PodStartError,
+    PythonNotFoundError,
     QueuedTimeoutError,
     QueueUnavailableError,
+    RemotePythonError,
     SessionClosedError,
     SessionPreemptedError,
     TrainJobError,
@@ -35,6 +37,8 @@ from .exec.output import MAX_MEMORY_OUTPUT
 from .exec.runs import CommandRun
 from .files.logs import PodLogs
 from .files.transfer import TransferResult
+from .python.results import MultiPythonResult, PythonResult, RemoteError
+from .python.runs import PythonRun
 from .result import (
     ExecResult,
     JobStatus,
@@ -70,6 +74,7 @@ __all__ = [
     "JobStatus",
     "ManagedTrainJob",
     "MultiExecResult",
+    "MultiPythonResult",
     "NotFoundError",
     "PermissionDeniedError",
     "PodGoneError",
@@ -78,9 +83,14 @@ __all__ = [
     "PodNotRunningError",
     "PodRef",
     "PodStartError",
+    "PythonNotFoundError",
+    "PythonResult",
+    "PythonRun",
     "QueueStatus",
     "QueueUnavailableError",
     "QueuedTimeoutError",
+    "RemoteError",
+    "RemotePythonError",
     "SessionClosedError",
     "SessionPreemptedError",
     "StopReport",

@@ -32,6 +32,7 @@ from .trainjob.readiness import OnStatus, wait_ready
 from .trainjob.runtime import (
     fetch_runtime,
     list_runtime_names,
+    target_from_runtime,
     trainer_target,
     unknown_runtime_message,
 )
@@ -171,7 +172,13 @@ def connect(
         delete_trainjob(api, ns, job_name)
         raise QueueUnavailableError(refusal)
     queue = queue_of(created) or queue  # Kueue's webhook may have set the default queue
-    target = trainer_target(api, ns, job_name, info.obj)
+    # Just created from the runtime read above: its JobSet is built from that template, so the
+    # trainer's replicated job is known without fetching the JobSet (one round trip fewer).
+    target = (
+        target_from_runtime(info.obj)
+        if info.obj is not None
+        else trainer_target(api, ns, job_name, None)
+    )
     job_uid = str(((created or {}).get("metadata") or {}).get("uid") or "") or None
     return _session_when_ready(
         api,

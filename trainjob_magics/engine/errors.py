@@ -162,6 +162,20 @@ class UnsafeArchiveError(TransferError):
     """A downloaded archive holds a member that would land outside the target; nothing written."""
 
 
+class PythonNotFoundError(TrainJobError):
+    """The pod has no Python interpreter of the name asked for (``%%trainjob --python``)."""
+
+
+class RemotePythonError(TrainJobError):
+    """Python code raised in the remote interpreter (or a push/pull failed there); ``result``
+    is the :class:`PythonResult` (or ``MultiPythonResult``) with the remote traceback."""
+
+    def __init__(self, message: str, *, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+        self.partial = result
+
+
 __all__ = [
     "ApiServerError",
     "CommandInterruptedError",
@@ -175,8 +189,10 @@ __all__ = [
     "PermissionDeniedError",
     "PodGoneError",
     "PodNotRunningError",
+    "PythonNotFoundError",
     "QueueUnavailableError",
     "QueuedTimeoutError",
+    "RemotePythonError",
     "SessionClosedError",
     "SessionPreemptedError",
     "TrainJobError",

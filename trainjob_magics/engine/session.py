@@ -42,6 +42,9 @@ from .kube.objects import is_running, pod_name, pod_phase
 from .kube.retry import OnNotice, validate_retry_seconds, window_of
 from .kueue.admission import detect_preemption, preempted_message, with_queue
 from .kueue.api import Visibility, queue_status
+from .python.calls import MAX_VALUE_BYTES, PythonCalls
+from .python.results import MultiPythonResult, PythonResult
+from .python.runs import OnPythonDone, PythonRun
 from .result import ExecResult, JobStatus, MultiExecResult, PodRef, StopReport
 from .trainjob.idle import Heartbeat, idle_released_error
 from .trainjob.lifecycle import delete_trainjob, fetch_trainjob, wait_pods_gone, wait_trainjob_gone
@@ -128,6 +131,9 @@ class TrainJobSession:
         if queue and job_uid:
             self._evictions = eviction_baseline(api_client, namespace, job_uid)
         self._heartbeat = self._start_heartbeat()
+        self._python = PythonCalls(
+            self._exec, namespace, self.start, self._targets, lambda: self.container
+        )
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -449,6 +455,107 @@ class TrainJobSession:
             queue=None,
             job_uid=None,
         )
+
+    # -- Python interpreters -----------------------------------------------------------------
+    @property
+    def interpreter(self) -> str:
+        """The Python interpreter ``python``/``push``/``pull`` start in the pods (``python3``)."""
+        return self._python.interpreter
+
+    @interpreter.setter
+    def interpreter(self, value: str) -> None:
+        self._python.interpreter = value
+
+    def python(
+        self,
+        code: str,
+        *,
+        pods: TargetSpec = None,
+        on_output: OnPodOutput | None = None,
+        timeout: float | None = None,
+        container: str | None = None,
+        interpreter: str | None = None,
+    ) -> PythonResult | MultiPythonResult:
+        """Run ``code`` in the persistent Python interpreter of each target pod (started on
+        first use; names stay for the next call). The result holds stdout, stderr, the last
+        expression's value (``.value``, rich forms in ``.data``) and the remote ``.error``."""
+        return self._python.wait(
+            self.start_python(
+                code,
+                pods=pods,
+                on_output=on_output,
+                timeout=timeout,
+                container=container,
+                interpreter=interpreter,
+            )
+        )
+
+    def start_python(
+        self,
+        code: str,
+        *,
+        pods: TargetSpec = None,
+        on_output: OnPodOutput | None = None,
+        on_done: OnPythonDone | None = None,
+        timeout: float | None = None,
+        container: str | None = None,
+        interpreter: str | None = None,
+    ) -> PythonRun:
+        """``python`` in the background: a :class:`PythonRun` (``.result()``, ``.interrupt()``)."""
+        self._check_open()
+        if not isinstance(code, str):
+            raise InvalidInputError(f"code must be a str, got {type(code).__name__}")
+        return self._python.start(
+            {"op": "run", "code": code},
+            pods=pods,
+            container=container,
+            on_output=on_output,
+            on_done=on_done,
+            timeout=timeout,
+            interpreter=interpreter,
+        )
+
+    def push(
+        self,
+        values: Mapping[str, Any] | None = None,
+        /,
+        *,
+        pods: TargetSpec = None,
+        timeout: float | None = None,
+        interpreter: str | None = None,
+        max_bytes: int = MAX_VALUE_BYTES,
+        **named: Any,
+    ) -> list[str]:
+        """Send values (pickled) into the interpreters: ``push(x=1)`` or ``push({"x": 1})``;
+        returns the pods."""
+        self._check_open()
+        return self._python.push(
+            {**(values or {}), **named},
+            pods=pods,
+            timeout=timeout,
+            interpreter=interpreter,
+            max_bytes=max_bytes,
+        )
+
+    def pull(
+        self,
+        *names: str,
+        pods: TargetSpec = None,
+        timeout: float | None = None,
+        interpreter: str | None = None,
+        max_bytes: int = MAX_VALUE_BYTES,
+    ) -> Any:
+        """Values from the trainer's interpreter: one name gives its value, several a tuple;
+        with several ``pods`` a dict pod -> value (or tuple)."""
+        self._check_open()
+        return self._python.pull(
+            names, pods=pods, timeout=timeout, interpreter=interpreter, max_bytes=max_bytes
+        )
+
+    def python_reset(self, *, pods: TargetSpec = None, interpreter: str | None = None) -> list[str]:
+        """Kill the interpreters and start new ones (every name is gone); returns the pods."""
+        self._check_open()
+        return self._python.reset(pods=pods, interpreter=interpreter)
 
     # -- idle release -----------------------------------------------------------------------
     def _start_heartbeat(self) -> Heartbeat | None:

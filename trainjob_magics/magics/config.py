@@ -71,6 +71,12 @@ class TrainJobConfig(Configurable):
         default_value="auto",
         help="Widget output: 'auto' uses widgets in a Jupyter kernel and text in a terminal.",
     ).tag(config=True)
+    python = _setting(
+        Unicode,
+        "python3",
+        "Python interpreter of %%trainjob --python, %trainjob_push and %trainjob_pull in the "
+        "pods (a name on the pod's PATH or a path).",
+    )
     close_timeout = _setting(
         Float, 180.0, "Seconds %trainjob_close waits for the TrainJob's pods to go."
     )

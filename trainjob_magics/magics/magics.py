@@ -12,11 +12,12 @@ from typing import Any
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from . import cell, connect, files, sessions
+from . import cell, connect, files, python, sessions
 from .config import TrainJobConfig
 from .host import MagicsHost
 from .options import (
     POD_HELP,
+    PYTHON_HELP,
     cluster_args,
     connect_args,
     exec_args,
@@ -77,16 +78,53 @@ class TrainJobMagics(Magics, TrainJobConfig):
         help="Run on these pods at once: all, node, node-2, launcher, a pod name, a comma list "
         "(default: the trainer). Output grouped per pod.",
     )
+    @argument("--python", action="store_true", help=PYTHON_HELP)
     @exec_args
     @output_args
     @cell_magic
-    def trainjob(self, line: str, cell_body: str) -> None:
-        """Run the cell body as a shell script (``sh -c``) in the session's trainer pod.
+    def trainjob(self, line: str, cell_body: str) -> Any:
+        """Run the cell body as a shell script (``sh -c``) in the session's trainer pod; with
+        --python, as Python in the pod's persistent interpreter (names stay for the next cell).
 
-        Output streams live; a non-zero exit fails the cell. The result is kept in ``_trainjob``
-        (and ``trainjob_magics.magics.last_result()``).
+        Output streams live; a non-zero exit (or a Python exception) fails the cell. The result
+        is kept in ``_trainjob`` (and ``trainjob_magics.magics.last_result()``).
         """
-        cell.run_cell(self.host, parse(self.trainjob, line), cell_body)
+        args = parse(self.trainjob, line)
+        if args.python:
+            return python.run_cell(self.host, args, cell_body)
+        cell.run_cell(self.host, args, cell_body)
+        return None
+
+    @magic_arguments()
+    @argument("names", nargs="+", metavar="NAME", help="Variables of the notebook to send.")
+    @argument("--pod", default="trainer", help=POD_HELP)
+    @session_option
+    @line_magic
+    def trainjob_push(self, line: str = "") -> None:
+        """Send notebook variables (pickled) into the pods' Python interpreters."""
+        python.push(self.host, parse(self.trainjob_push, line))
+
+    @magic_arguments()
+    @argument("names", nargs="+", metavar="NAME", help="Variables of the remote interpreter.")
+    @argument(
+        "--pod",
+        default="trainer",
+        help="One pod (trainer, node-2, a pod name), or several (all, node): then each NAME "
+        "becomes a dict pod -> value.",
+    )
+    @session_option
+    @line_magic
+    def trainjob_pull(self, line: str = "") -> None:
+        """Bring values (pickled) from a pod's Python interpreter into the notebook."""
+        python.pull(self.host, parse(self.trainjob_pull, line))
+
+    @magic_arguments()
+    @argument("--pod", default="trainer", help=POD_HELP)
+    @session_option
+    @line_magic
+    def trainjob_python_reset(self, line: str = "") -> None:
+        """Restart the pods' Python interpreters: every name defined there is gone."""
+        python.reset(self.host, parse(self.trainjob_python_reset, line))
 
     @magic_arguments()
     @argument(

@@ -162,6 +162,12 @@ def connect_args(f: Callable[..., Any]) -> Callable[..., Any]:
 POD_HELP = "Target: trainer, all, node, node-2, a pod name."
 
 
+PYTHON_HELP = (
+    "The body is Python, run in a persistent interpreter in each target pod "
+    "(TrainJobMagics.python); the last expression's value is shown."
+)
+
+
 def no_verify(f: Callable[..., Any]) -> Callable[..., Any]:
     """--no-verify of the file transfers."""
     return argument("--no-verify", action="store_true", help="Skip the size/sha256 check.")(f)

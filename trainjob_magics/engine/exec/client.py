@@ -59,6 +59,7 @@ from ..kube.credentials import with_fresh_credentials
 from ..kube.requests import connection_failure, map_http_failure, parse_status_body
 from ..kube.retry import window_of, with_retries
 from ..result import ExecResult
+from . import handshake
 from .frames import (
     OP_CLOSE,
     STDERR,
@@ -222,20 +223,26 @@ class ExecClient:
             headers.append(f"authorization: {cfg.get_basic_auth_token()}")
         return headers
 
-    def _connect(self, url: str, namespace: str, pod: str) -> websocket.WebSocket:
+    def _connect(self, url: str, namespace: str, pod: str) -> handshake.ExecSocket:
         cfg = self.configuration
         sslopt: dict[str, Any] = {}
         if url.startswith("wss://"):
             sslopt["context"] = self._context()
             if cfg.tls_server_name:
                 sslopt["server_hostname"] = cfg.tls_server_name
-        options: dict[str, Any] = {"header": self._headers(), "subprotocols": PROTOCOLS}
+        proxy: dict[str, Any] = {}
         if cfg.proxy or cfg.proxy_headers:
-            options = websocket_proxycare(options, cfg, url, None)
-            options.setdefault("proxy_type", "http")
-        ws = websocket.WebSocket(sslopt=sslopt, skip_utf8_validation=True, enable_multithread=True)
+            proxy = websocket_proxycare(proxy, cfg, url, None)
+            proxy.setdefault("proxy_type", "http")
         try:
-            ws.connect(url, timeout=CONNECT_TIMEOUT, **options)
+            ws = handshake.connect(
+                url,
+                headers=self._headers(),
+                protocols=PROTOCOLS,
+                sslopt=sslopt,
+                timeout=CONNECT_TIMEOUT,
+                proxy=proxy,
+            )
         except websocket.WebSocketBadStatusException as exc:
             raise self._handshake_error(exc, namespace, pod) from None
         except (websocket.WebSocketException, OSError) as exc:
@@ -333,7 +340,7 @@ class ExecClient:
         )
         if on_start is not None:
             on_start(lambda: collector.snapshot(started, pod))
-        sender = StdinSender(ws.sock, stdin, v5=ws.getsubprotocol() == V5, on_stdin=on_stdin)
+        sender = StdinSender(ws.sock, stdin, v5=ws.subprotocol == V5, on_stdin=on_stdin)
         try:
             returncode, message, got_status = self._io_loop(ws, sender, collector, deadline)
         except KeyboardInterrupt as exc:
@@ -374,7 +381,7 @@ class ExecClient:
 
     def _io_loop(
         self,
-        ws: websocket.WebSocket,
+        ws: handshake.ExecSocket,
         sender: StdinSender,
         collector: Collector,
         deadline: float | None,
@@ -388,6 +395,7 @@ class ExecClient:
         ``deadline`` and :class:`ConnectionDropped` / ``OSError`` when the connection breaks."""
         sock = ws.sock
         reader = FrameReader(sock)
+        reader.buf += ws.leftover  # frames that came with the upgrade response
         frames = FrameHandler(collector, sender)
         pending = getattr(sock, "pending", None)  # TLS bytes already decrypted (no select)
         sock.settimeout(0.0)

@@ -20,7 +20,7 @@ from ..result import ExecResult, StopReport
 from .client import LOST_HINT, ExecClient, OnOutput
 from .disruption import KILLED_EXIT_CODES, pod_disruption
 from .inflight import InFlight, InFlightCommand
-from .pool import run_each
+from .pool import PodPool
 from .scripts import new_exec_id, wants_wrapper, wrap
 from .stop import stop_command, stop_summary
 
@@ -231,14 +231,7 @@ class CommandRunner:
             if report.stopped:
                 self.inflight.remove(key)
 
-        done = threading.Event()
-
-        def stop_all() -> None:
-            run_each(stop, targets, name="trainjob-stop")
-            done.set()
-
-        threading.Thread(target=stop_all, daemon=True, name="trainjob-stoppers").start()
-        done.wait(STOP_WAIT)
+        PodPool(stop, targets, name="trainjob-stop").start().join(STOP_WAIT)
         return [
             reports.get(k)
             or StopReport(c.pod, c.exec_id or "", False, "the stopper did not answer in time")

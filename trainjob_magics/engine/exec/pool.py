@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
-MAX_PARALLEL = 32
+MAX_PARALLEL = 256
 
 
 class PodPool(Generic[T]):

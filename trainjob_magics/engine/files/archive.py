@@ -1,36 +1,22 @@
-"""Tar archives of local trees (hashed while written) and the safe unpack of downloaded ones:
-no member may land outside the destination."""
+"""Tar streams of local trees (produced as they are sent, and hashed) and the safe unpack of
+downloaded ones: no member may land outside the destination."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import posixpath
-import shutil
-import stat
+import queue
 import tarfile
-import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ..errors import TransferError, UnsafeArchiveError
+from ..exec.frames import client_frame
 from .manifest import FileInfo
-
-
-class _HashingReader:
-    """Reads a file for tarfile while hashing it."""
-
-    def __init__(self, fh: BinaryIO) -> None:
-        self.fh = fh
-        self.sha = hashlib.sha256()
-        self.size = 0
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.fh.read(n)
-        self.sha.update(data)
-        self.size += len(data)
-        return data
 
 
 def _walk(local: Path) -> Iterator[Path]:
@@ -51,28 +37,162 @@ def _walk(local: Path) -> Iterator[Path]:
                     yield p
 
 
-def build_tar(local: Path, arcname: str, out: BinaryIO) -> dict[str, FileInfo]:
-    """Write ``local`` (file or directory) as ``arcname`` to ``out``; return its manifest."""
-    manifest: dict[str, FileInfo] = {}
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+STREAM_CHUNK = 1 << 18  # bytes of a file read at once (one stdin frame)
+BLOCK = tarfile.BLOCKSIZE
+AHEAD = 16  # chunks read ahead of the sender at most
+
+
+class TarStream:
+    """A tar archive (PAX) of a local file or tree, produced as it is read: ``read(n)`` returns
+    the next bytes, reading each file once. :attr:`size` is known up front (headers from
+    ``lstat``); :attr:`files` is each regular file's size and sha256 (complete once ``read``
+    returned b""): one helper thread reads the files ahead and hashes them, off the sender's
+    thread. :meth:`read_frame` has that thread build the stdin frames too (the masking then
+    overlaps the sender's socket waits). A file that shrinks while it is read raises
+    :class:`TransferError`; :meth:`close` stops the reader early."""
+
+    def __init__(self, local: Path, arcname: str) -> None:
+        self.files: dict[str, FileInfo] = {}
+        self.produced = 0
+        self._members: list[tuple[bytes, Path | None, int, str]] = []
+        with tarfile.open(fileobj=io.BytesIO(), mode="w", format=tarfile.PAX_FORMAT) as namer:
+            size = self._add_members(namer, local, arcname)
+        self.size = size + 2 * BLOCK
+        self._queue: queue.Queue[Any] = queue.Queue(AHEAD)
+        self._framed = False
+        self._reader: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._left: memoryview | None = None
+        self._done = False
+
+    def _add_members(self, namer: tarfile.TarFile, local: Path, arcname: str) -> int:
+        """Headers of every member (``namer`` only names them: hard links, PAX fields)."""
+        size = 0
         for path in _walk(local):
             rel = path.relative_to(local).as_posix()
             name = arcname if rel == "." else f"{arcname}/{rel}"
-            info = tar.gettarinfo(str(path), arcname=name)
-            if info is None or not (info.isreg() or info.isdir() or info.issym()):
+            info = namer.gettarinfo(str(path), arcname=name)
+            if info is None or not (info.isreg() or info.isdir() or info.issym() or info.islnk()):
                 continue  # sockets, fifos, devices: not copied
             info.uid = info.gid = 0
             info.uname = info.gname = "root"
+            header = info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+            data = info.size if info.isreg() else 0
+            self._members.append((header, path if info.isreg() else None, data, name))
             if info.isreg():
-                with open(path, "rb") as fh:
-                    reader = _HashingReader(fh)
-                    tar.addfile(info, reader)  # type: ignore[arg-type]
-                if reader.size != info.size:
-                    raise TransferError(f"{path} changed size while it was being read")
-                manifest[name] = FileInfo(reader.size, reader.sha.hexdigest())
-            else:
-                tar.addfile(info)
-    return manifest
+                self.files[name] = FileInfo(data)
+            size += len(header) + data + (-data % BLOCK)
+        return size
+
+    def _pieces(self) -> Iterator[bytes]:
+        small = bytearray()  # headers and small files go out together
+        for header, path, size, name in self._members:
+            small += header
+            if path is None:
+                continue
+            sha = hashlib.sha256()
+            with open(path, "rb") as fh:
+                left = size
+                while left:
+                    data = fh.read(min(STREAM_CHUNK, left))
+                    if not data:
+                        raise TransferError(f"{path} changed size while it was being read")
+                    sha.update(data)
+                    left -= len(data)
+                    if len(small) + len(data) <= STREAM_CHUNK:
+                        small += data
+                        continue
+                    if small:
+                        yield bytes(small)
+                        small.clear()
+                    yield data
+            self.files[name].sha256 = sha.hexdigest()
+            small += bytes(-size % BLOCK)
+        yield bytes(small) + bytes(2 * BLOCK)
+
+    def _read_ahead(self) -> None:
+        try:
+            for piece in self._pieces():
+                if self._framed:
+                    piece = (client_frame(b"\x00" + piece), len(piece))
+                if not self._put(piece):
+                    return
+            self._put(None)
+        except BaseException as exc:  # handed to the sender by read()
+            self._put(exc)
+
+    def _put(self, item: Any) -> bool:
+        while not self._closed.is_set():
+            try:
+                self._queue.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _next(self) -> memoryview | None:
+        if self._done:
+            return None
+        item = self._queue.get()
+        if item is None:
+            self._done = True
+            return None
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        return memoryview(item)
+
+    def _start(self, framed: bool) -> None:
+        if self._reader is None:
+            self._framed = framed
+            self._reader = threading.Thread(
+                target=self._read_ahead, daemon=True, name="trainjob-tar"
+            )
+            self._reader.start()
+        elif self._framed != framed:
+            raise ValueError("a TarStream is read either as bytes or as frames")
+
+    def read_frame(self) -> tuple[bytes, int]:
+        """The next masked stdin frame (channel 0) and its payload size; ``(b"", 0)`` at the
+        end."""
+        self._start(framed=True)
+        if self._done:
+            return b"", 0
+        item = self._queue.get()
+        if item is None:
+            self._done = True
+            return b"", 0
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        frame, n = item
+        self.produced += n
+        return frame, n
+
+    def read(self, n: int = -1) -> bytes:
+        """Up to ``n`` bytes of the archive (all that is left for ``n < 0``); b"" at the end."""
+        self._start(framed=False)
+        want = self.size if n < 0 else n
+        parts: list[memoryview] = []
+        got = 0
+        while got < want:
+            piece = self._left if self._left is not None else self._next()
+            self._left = None
+            if piece is None:
+                break
+            take = want - got
+            if len(piece) > take:
+                self._left = piece[take:]
+                piece = piece[:take]
+            parts.append(piece)
+            got += len(piece)
+        out = b"".join(parts)
+        self.produced += len(out)
+        return out
+
+    def close(self) -> None:
+        """Stop reading ahead (the transfer ended early)."""
+        self._closed.set()
 
 
 def _is_within(base: str, target: str) -> bool:
@@ -109,19 +229,29 @@ def check_member(member: tarfile.TarInfo, root: str, names: set[str]) -> str | N
     return None
 
 
-def scan_archive(archive: BinaryIO, root: str) -> tuple[list[tarfile.TarInfo], dict[str, FileInfo]]:
-    """Check every member (raise :class:`UnsafeArchiveError` on the first bad one) and hash the
-    regular files; nothing is written."""
-    archive.seek(0)
-    members: list[tarfile.TarInfo] = []
-    manifest: dict[str, FileInfo] = {}
+def _normalise(member: tarfile.TarInfo) -> None:
+    member.name = member.name.rstrip("/") or member.name
+    if member.name.startswith("./"):
+        member.name = member.name[2:]
+    if member.islnk() and member.linkname.startswith("./"):
+        member.linkname = member.linkname[2:]
+
+
+def unpack(archive: BinaryIO, root: str, staging: Path) -> dict[str, FileInfo]:
+    """Extract the tar stream ``archive`` (read once, in order) into the empty directory
+    ``staging``, checking every member before it is written: the first unsafe one raises
+    :class:`UnsafeArchiveError` (the caller removes ``staging``). Returns the size and sha256 of
+    each regular file, hashed as it is written."""
+    files: dict[str, FileInfo] = {}
     names: set[str] = set()
+    directories: list[tuple[Path, tarfile.TarInfo]] = []
     try:
-        with tarfile.open(fileobj=archive, mode="r:") as tar:
+        # copybufsize: tarfile's default (16 KiB reads) re-slices its stream buffer per read
+        with tarfile.open(
+            fileobj=archive, mode="r|", bufsize=STREAM_CHUNK, copybufsize=4 * STREAM_CHUNK
+        ) as tar:
             for member in tar:
-                member.name = member.name.rstrip("/") or member.name
-                if member.name.startswith("./"):
-                    member.name = member.name[2:]
+                _normalise(member)
                 why = check_member(member, root, names)
                 if why is not None:
                     raise UnsafeArchiveError(
@@ -129,43 +259,53 @@ def scan_archive(archive: BinaryIO, root: str) -> tuple[list[tarfile.TarInfo], d
                         f"({why}); nothing was written"
                     )
                 names.add(member.name)
-                members.append(member)
-                if member.isreg():
-                    sha = hashlib.sha256()
-                    fh = tar.extractfile(member)
-                    assert fh is not None
-                    for block in iter(lambda: fh.read(1 << 20), b""):  # noqa: B023
-                        sha.update(block)
-                    manifest[member.name] = FileInfo(member.size, sha.hexdigest())
+                safe = tarfile.data_filter(member, str(staging))
+                target = staging / safe.name
+                if safe.isreg():
+                    files[member.name] = _write_file(tar, member, safe, target)
+                elif safe.isdir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    directories.append((target, safe))  # modes last: a read-only directory
+                else:
+                    tar.extract(safe, staging, set_attrs=False, filter="data")
+        for target, safe in reversed(directories):
+            _set_attrs(target, safe)
+    except UnsafeArchiveError:
+        raise
+    except tarfile.FilterError as exc:  # the data filter refused something our checks let by
+        raise UnsafeArchiveError(f"refused to unpack the download: {exc}") from None
     except tarfile.TarError as exc:
         raise TransferError(f"the pod sent a broken tar stream: {exc}") from None
-    return members, manifest
+    return files
 
 
-def extract(archive: BinaryIO, members: list[tarfile.TarInfo], root: str, dest: Path) -> None:
-    """Extract the checked ``members`` so archive root ``root`` becomes local path ``dest``."""
-    archive.seek(0)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".trainjob-download-", dir=dest.parent))
-    try:
-        with tarfile.open(fileobj=archive, mode="r:") as tar:
-            wanted = {m.name for m in members}
-            chosen = []
-            for member in tar:
-                name = member.name.rstrip("/") or member.name
-                if name.startswith("./"):
-                    name = name[2:]
-                if name in wanted:
-                    member.name = name
-                    if member.islnk() and member.linkname.startswith("./"):
-                        member.linkname = member.linkname[2:]
-                    chosen.append(member)
-            tar.extractall(staging, members=chosen, filter="data")
-        _place(staging / root, dest)
-    except tarfile.TarError as exc:  # the data filter refused something our checks let through
-        raise UnsafeArchiveError(f"refused to unpack the download: {exc}") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+def _write_file(
+    tar: tarfile.TarFile, member: tarfile.TarInfo, safe: tarfile.TarInfo, target: Path
+) -> FileInfo:
+    """Write one regular member to ``target``, hashing it on the way."""
+    source = tar.extractfile(member)
+    assert source is not None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    sha = hashlib.sha256()
+    with open(target, "wb") as out:
+        for chunk in iter(lambda: source.read(4 * STREAM_CHUNK), b""):
+            sha.update(chunk)
+            out.write(chunk)
+    _set_attrs(target, safe)
+    return FileInfo(member.size, sha.hexdigest())
+
+
+def _set_attrs(target: Path, safe: tarfile.TarInfo) -> None:
+    if safe.mode is not None:
+        os.chmod(target, safe.mode)
+    if safe.mtime is not None:
+        os.utime(target, (safe.mtime, safe.mtime))
+
+
+def place(staging: Path, root: str, dest: Path) -> None:
+    """Move the unpacked archive root from ``staging`` to ``dest`` (a directory merges into
+    an existing one)."""
+    _place(staging / root, dest)
 
 
 def _place(src: Path, dest: Path) -> None:
@@ -177,19 +317,3 @@ def _place(src: Path, dest: Path) -> None:
     if dest.is_dir() and not dest.is_symlink():
         raise TransferError(f"cannot overwrite the directory {dest} with a file; remove it first")
     os.replace(src, dest)
-
-
-def local_manifest(path: Path, arcname: str) -> dict[str, FileInfo]:
-    """Size and sha256 of each regular file under ``path``, keyed like archive members."""
-    out: dict[str, FileInfo] = {}
-    for p in _walk(path):
-        st = p.lstat()
-        if stat.S_ISREG(st.st_mode):
-            rel = p.relative_to(path).as_posix()
-            key = arcname if rel == "." else f"{arcname}/{rel}"
-            sha = hashlib.sha256()
-            with open(p, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    sha.update(block)
-            out[key] = FileInfo(st.st_size, sha.hexdigest())
-    return out

@@ -2,7 +2,8 @@
 
 The response is read as a stream (``_preload_content=False``) so followed logs reach
 ``on_output(pod, text)`` as they arrive; setting ``stop`` (a ``threading.Event``) closes the
-stream from another thread. Several pods are read concurrently, one thread each.
+streams from another thread (one watcher per call, however many pods). Several pods are read
+concurrently through the bounded :class:`~..exec.pool.PodPool`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ..errors import InvalidInputError, TrainJobError
 from ..exec.fanout import PodCommand
+from ..exec.pool import run_each
 from ..kube.credentials import with_fresh_credentials
 from ..kube.requests import connection_failure, map_api_exception
 
@@ -51,10 +53,25 @@ def read_log(
     on_output: OnLog | None = None,
     stop: threading.Event | None = None,
     timeout: float | None = None,
+    closer: _Closer | None = None,
 ) -> str:
     """The log of one pod's container; with ``follow`` it returns when the container ends,
     ``stop`` is set, or ``timeout`` seconds pass without data."""
     _validate(tail)
+    if stop is not None and closer is None:
+        with _Closer(stop) as own:
+            return read_log(
+                api,
+                namespace,
+                target,
+                tail=tail,
+                follow=follow,
+                timestamps=timestamps,
+                on_output=on_output,
+                stop=stop,
+                timeout=timeout,
+                closer=own,
+            )
     kwargs: dict[str, Any] = {"follow": follow, "timestamps": timestamps}
     if target.container:
         kwargs["container"] = target.container
@@ -86,7 +103,8 @@ def read_log(
             raise connection_failure(exc, host) from None
 
     resp = with_fresh_credentials(api.configuration, open_log)
-    closer = _close_on(stop, resp) if stop is not None else None
+    if closer is not None:
+        closer.add(resp)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     parts: list[str] = []
     try:
@@ -104,7 +122,7 @@ def read_log(
             raise connection_failure(exc, host) from None
     finally:
         if closer is not None:
-            closer.set()
+            closer.discard(resp)
         with contextlib.suppress(Exception):
             resp.release_conn()
     tail_text = decoder.decode(b"", final=True)
@@ -119,20 +137,48 @@ def _is_timeout(exc: BaseException) -> bool:
     return "timed out" in str(exc).lower() or isinstance(exc, TimeoutError)
 
 
-def _close_on(stop: threading.Event, resp: Any) -> threading.Event:
-    """Close ``resp`` once ``stop`` is set; returns an event that ends the watcher."""
-    finished = threading.Event()
+class _Closer:
+    """One watcher thread that closes every registered response once ``stop`` is set."""
 
-    def watch() -> None:
-        while not finished.is_set():
-            if stop.wait(0.2):
-                shutdown = getattr(resp, "shutdown", None)
-                with contextlib.suppress(Exception):
-                    (shutdown or resp.close)()
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.finished = threading.Event()
+        self.lock = threading.Lock()
+        self.responses: list[Any] = []
+        self.thread = threading.Thread(target=self._watch, daemon=True, name="trainjob-log-stop")
+
+    def __enter__(self) -> _Closer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.finished.set()
+
+    def add(self, resp: Any) -> None:
+        with self.lock:
+            self.responses.append(resp)
+        if self.stop.is_set():
+            _shutdown(resp)
+
+    def discard(self, resp: Any) -> None:
+        with self.lock:
+            if resp in self.responses:
+                self.responses.remove(resp)
+
+    def _watch(self) -> None:
+        while not self.finished.is_set():
+            if self.stop.wait(0.2):
+                with self.lock:
+                    responses = list(self.responses)
+                for resp in responses:
+                    _shutdown(resp)
                 return
 
-    threading.Thread(target=watch, daemon=True, name="trainjob-log-stop").start()
-    return finished
+
+def _shutdown(resp: Any) -> None:
+    shutdown = getattr(resp, "shutdown", None)
+    with contextlib.suppress(Exception):
+        (shutdown or resp.close)()
 
 
 def read_logs(
@@ -145,16 +191,15 @@ def read_logs(
     out = PodLogs()
     for t in targets:
         out[t.pod] = ""
+    stop = kwargs.get("stop")
+    with contextlib.ExitStack() as stack:
+        closer = stack.enter_context(_Closer(stop)) if stop is not None else None
 
-    def one(target: PodCommand) -> None:
-        try:
-            out[target.pod] = read_log(api, namespace, target, **kwargs)
-        except Exception as exc:
-            out.errors[target.pod] = exc
+        def one(target: PodCommand) -> None:
+            try:
+                out[target.pod] = read_log(api, namespace, target, closer=closer, **kwargs)
+            except Exception as exc:
+                out.errors[target.pod] = exc
 
-    threads = [threading.Thread(target=one, args=(t,), daemon=True) for t in targets]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+        run_each(one, targets, name="trainjob-logs")
     return out

@@ -1,12 +1,14 @@
 """Copy files and directories to and from pods as tar streams over exec, like ``kubectl cp``.
 
-Upload: the tar is built locally (hashing each file as it is read), sent on stdin to
-``sh -c 'mkdir -p -- "$1" && exec tar xf - -C "$1"' sh DIR`` (paths only ever as argv), then the
-pod reports size + sha256 of what landed (``python3``, else ``sha256sum``, else byte counts).
-Download: the pod's manifest first, then ``tar cf - -C DIR -- NAME`` streamed into a temporary
-file, every member checked before anything is written (no absolute names, no ``..``, nothing
-outside the target, no links escaping it, no devices: the ``kubectl cp`` CVE-2019-1002101
-family), then extracted with ``tarfile``'s ``data`` filter and compared with the manifest.
+One exec per pod each way (the scripts are in ``manifest.py``; paths only ever as argv).
+Upload: the tar stream is produced while it is sent (one pod) or once into a temporary file that
+every pod reads (several pods), each file hashed as it is read; the pod runs ``tar xf -`` and
+then reports the sha256 of every file that landed, which must match. Download: the pod runs
+``tar cf - -- NAME`` and, next to it, hashes the same files; the stream is unpacked here as it
+arrives into a staging directory, every member checked before it is written (no absolute names,
+no ``..``, nothing outside the target, no links escaping it, no devices: the ``kubectl cp``
+CVE-2019-1002101 family; then ``tarfile``'s ``data`` filter), each file hashed as it is written;
+it is moved into place only when every file's sha256 equals the pod's.
 
 Destinations: ``dest`` is the path of the copy; a ``dest`` ending in ``/`` (or, on download, an
 existing local directory when the source is a file) means "inside it, under the source's name".
@@ -15,8 +17,11 @@ Relative remote paths are relative to the container's working directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
+import queue
+import shutil
 import tempfile
 import threading
 import time
@@ -28,14 +33,19 @@ from typing import Any
 from ..errors import InvalidInputError, TransferError
 from ..exec.client import ExecClient
 from ..exec.fanout import PodCommand
+from ..exec.pool import run_each
+from ..exec.stop import INTERRUPT_WAIT
 from ..result import ExecResult
-from .archive import build_tar, extract, scan_archive
-from .manifest import FileInfo, compare, manifest_argv, parse_manifest
+from .archive import STREAM_CHUNK, TarStream, place, unpack
+from .manifest import (
+    FileInfo,
+    compare,
+    download_argv,
+    parse_files,
+    upload_argv,
+)
 
 TransferProgress = Callable[[int, int], None]  # (bytes done, bytes total)
-
-
-UNPACK_SH = 'mkdir -p -- "$1" && exec tar xf - -C "$1"'
 
 
 WRITE_SH = 'd=$(dirname -- "$1") && mkdir -p -- "$d" && cat > "$1" && wc -c < "$1"'
@@ -105,11 +115,6 @@ def split_remote(path: str, source_name: str) -> tuple[str, str]:
     return parent, name
 
 
-def archive_argv(parent: str, name: str) -> list[str]:
-    """The pod-side command that writes ``parent/name`` as a tar stream to stdout."""
-    return ["tar", "cf", "-", "-C", parent, "--", name]
-
-
 class _RangeReader:
     """A private read cursor over an open file descriptor (one per pod, thread-safe)."""
 
@@ -142,8 +147,10 @@ class _ProgressTotal:
             done = min(self.done, self.total)
         self.callback(done, self.total)
 
-    def finish(self) -> None:
+    def finish(self, final: int | None = None) -> None:
+        """Report the end: ``(final, final)``, by default the total announced."""
         if self.callback is not None:
+            self.total = self.total if final is None else final
             self.callback(self.total, self.total)
 
 
@@ -164,8 +171,11 @@ def upload(
     verify: bool = True,
     timeout: float | None = None,
 ) -> TransferResult:
-    """Copy a local file or directory to ``remote`` on every target pod (concurrently).
+    """Copy a local file or directory to ``remote`` on every target pod (concurrently, through
+    the bounded pod pool), in one exec per pod.
 
+    The tar stream is produced while it is sent (one pod) or once into a temporary file that
+    every pod reads (several), hashed as it is produced; the pod hashes it as ``tar`` reads it.
     Raises :class:`TransferError` naming the pods that failed (``.result`` has the details).
     """
     started = time.monotonic()
@@ -174,36 +184,40 @@ def upload(
         raise InvalidInputError(f"local path {str(local)!r} does not exist")
     parent, name = split_remote(remote, src.resolve().name if src.name in ("", ".") else src.name)
     result = TransferResult(str(local), remote, [t.pod for t in targets])
-    with tempfile.TemporaryFile(prefix="trainjob-upload-") as tmp:
-        manifest = build_tar(src, name, tmp)  # type: ignore[arg-type]
-        tmp.flush()
-        size = tmp.seek(0, os.SEEK_END)
-        result.files = len(manifest)
-        result.bytes = sum(f.size for f in manifest.values())
-        total = _ProgressTotal(size * len(targets), progress)
-        methods: dict[str, str] = {}
+    stream = TarStream(src, name)
+    result.files = len(stream.files)
+    result.bytes = sum(f.size for f in stream.files.values())
+    total = _ProgressTotal(stream.size * len(targets), progress)
+    argv = upload_argv(parent, name, verify)
+    methods: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        stack.callback(stream.close)
+        if len(targets) == 1:
+            sources: Callable[[], Any] = lambda: stream  # noqa: E731
+        else:
+            tmp = stack.enter_context(tempfile.TemporaryFile(prefix="trainjob-upload-"))
+            shutil.copyfileobj(stream, tmp, STREAM_CHUNK)  # type: ignore[misc]
+            tmp.flush()
+            sources = lambda: _RangeReader(tmp.fileno(), stream.size)  # noqa: E731
 
         def one(target: PodCommand) -> None:
             try:
-                reader = _RangeReader(tmp.fileno(), size)
                 res = client.run(
                     namespace,
                     target.pod,
-                    ["sh", "-c", UNPACK_SH, "sh", parent],
+                    argv,
                     container=target.container,
-                    stdin=reader,  # type: ignore[arg-type]
+                    stdin=sources(),
                     on_stdin=total.add,
                     timeout=timeout,
                 )
                 _check(res, f"unpacking into {parent}", target.pod)
                 if verify:
-                    methods[target.pod] = _verify_remote(
-                        client, namespace, target, parent, name, manifest
-                    )
+                    methods[target.pod] = _verify_upload(res.stdout, stream, target.pod)
             except Exception as exc:
                 result.errors[target.pod] = exc
 
-        _run_all(one, targets)
+        run_each(one, targets, name="trainjob-upload")
     total.finish()
     result.verified = _weakest(methods.values()) if verify and methods else "none"
     result.duration = time.monotonic() - started
@@ -217,38 +231,19 @@ def upload(
     return result
 
 
+def _verify_upload(stdout: str, stream: TarStream, pod: str) -> str:
+    """Compare the files that landed (sha256, or sizes) with those sent; return the method."""
+    method, landed = parse_files(stdout)
+    problems = compare(stream.files, landed)
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise TransferError(f"integrity check failed in pod {pod}: {'; '.join(problems[:3])}{more}")
+    return method
+
+
 def _weakest(methods: Any) -> str:
     found = set(methods)
     return "size" if "size" in found else "sha256"
-
-
-def _run_all(fn: Callable[[PodCommand], None], targets: Sequence[PodCommand]) -> None:
-    threads = [threading.Thread(target=fn, args=(t,), daemon=True) for t in targets]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-
-
-def _verify_remote(
-    client: ExecClient,
-    namespace: str,
-    target: PodCommand,
-    parent: str,
-    name: str,
-    expected: dict[str, FileInfo],
-) -> str:
-    """Compare what landed in the pod with ``expected``; return the method used."""
-    res = client.run(namespace, target.pod, manifest_argv(parent, name), container=target.container)
-    _check(res, f"listing {posixpath.join(parent, name)}", target.pod)
-    _kind, actual, method = parse_manifest(res.stdout)
-    problems = compare(expected, actual, method)
-    if problems:
-        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-        raise TransferError(
-            f"integrity check failed in pod {target.pod}: {'; '.join(problems[:3])}{more}"
-        )
-    return method
 
 
 def write_file(
@@ -287,7 +282,7 @@ def write_file(
         except Exception as exc:
             result.errors[target.pod] = exc
 
-    _run_all(one, targets)
+    run_each(one, targets, name="trainjob-write")
     result.duration = time.monotonic() - started
     if result.errors:
         first = next(iter(result.errors.values()))
@@ -295,6 +290,107 @@ def write_file(
             f"writing {path} failed on {', '.join(result.failed)}: {_one_line(str(first))}", result
         )
     return result
+
+
+class _PodReport:
+    """The download script's stderr: the kind and size of the source first, the stream's hash
+    last, tar's own messages between them."""
+
+    def __init__(self, total: _ProgressTotal) -> None:
+        self.total = total
+        self.buf = bytearray()
+        self.kind = ""
+
+    def write(self, data: memoryview) -> None:
+        self.buf += data
+        if not self.kind and b"\n" in self.buf:
+            first = self.buf.split(b"\n", 1)[0].decode("utf-8", "replace").split()
+            if first[:1] == ["#trainjob-kind"] and len(first) >= 3:
+                self.kind = first[1]
+                self.total.total = int(first[2]) if first[2].isdigit() else 0
+
+    def lines(self) -> list[str]:
+        return self.buf.decode("utf-8", "replace").splitlines()
+
+    def marker(self, name: str) -> str | None:
+        for line in self.lines():
+            if line.startswith(f"#trainjob-{name}"):
+                return line[len(f"#trainjob-{name}") :].strip()
+        return None
+
+    def messages(self) -> str:
+        return " ".join(ln for ln in self.lines() if not ln.startswith("#trainjob-"))
+
+
+class _Unpacker:
+    """The receiving end of a download: the tar stream is unpacked as it arrives, in one helper
+    thread, into a staging directory (created with the first byte), each file hashed as it is
+    written, off the socket's thread. Memory is bounded by the queue."""
+
+    DEPTH = 32  # chunks queued at most
+
+    def __init__(self, root: str, staging_parent: Path, total: _ProgressTotal) -> None:
+        self.root = root
+        self.staging_parent = staging_parent
+        self.total = total
+        self.files: dict[str, FileInfo] = {}
+        self.staging: Path | None = None
+        self.error: BaseException | None = None
+        self._queue: queue.Queue[bytes | None] = queue.Queue(self.DEPTH)
+        self._thread: threading.Thread | None = None
+        self._pending = b""
+
+    def write(self, data: memoryview) -> None:
+        """The stdout sink: queue a copy of the chunk (the reader's buffer is reused)."""
+        if self._thread is None:
+            self.staging_parent.mkdir(parents=True, exist_ok=True)
+            self.staging = Path(
+                tempfile.mkdtemp(prefix=".trainjob-download-", dir=self.staging_parent)
+            )
+            self._thread = threading.Thread(target=self._work, daemon=True, name="trainjob-unpack")
+            self._thread.start()
+        self._queue.put(bytes(data))
+        self.total.add(len(data))
+
+    def read(self, n: int = -1) -> bytes:
+        """tarfile's side: the next bytes of the stream."""
+        while not self._pending:
+            chunk = self._queue.get()
+            if chunk is None:
+                self._queue.put(None)  # stays at the end for every later read
+                return b""
+            self._pending = chunk
+        if n < 0 or n >= len(self._pending):
+            out, self._pending = self._pending, b""
+        else:
+            out, self._pending = self._pending[:n], self._pending[n:]
+        return out
+
+    def _work(self) -> None:
+        assert self.staging is not None
+        try:
+            self.files = unpack(self, self.root, self.staging)  # type: ignore[arg-type]
+        except BaseException as exc:  # reported by finish()
+            self.error = exc
+        while self.read(STREAM_CHUNK):  # the rest (tar's padding), or all of it after an error
+            pass
+
+    def finish(self) -> None:
+        """Wait until everything received is unpacked; raise its error."""
+        if self._thread is None:
+            return
+        self._queue.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def discard(self) -> None:
+        """Stop (if running) and remove the staging directory."""
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(INTERRUPT_WAIT)
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
 
 
 def download(
@@ -308,56 +404,68 @@ def download(
     verify: bool = True,
     timeout: float | None = None,
 ) -> TransferResult:
-    """Copy ``remote`` (file or directory) from one pod to ``local``, checked and verified."""
+    """Copy ``remote`` (file or directory) from one pod to ``local`` in one exec: the pod packs
+    and hashes the tar stream, which is unpacked here as it arrives (every member checked
+    before it is written), hashed, and compared with the pod's hash before it is moved into
+    place."""
     started = time.monotonic()
     parent, name = split_remote(remote.rstrip("/") or remote, "")
-    listing = client.run(
-        namespace, target.pod, manifest_argv(parent, name), container=target.container
-    )
-    _check(listing, f"listing {remote}", target.pod)
-    kind, expected, method = parse_manifest(listing.stdout)
-    if kind == "missing":
-        raise TransferError(f"{remote} does not exist in pod {target.pod}")
-    if kind not in ("file", "dir"):
-        raise TransferError(f"{remote} in pod {target.pod} is not a regular file or directory")
     dest = Path(local).expanduser()
-    if str(local).endswith(("/", os.sep)) or (kind == "file" and dest.is_dir()):
-        dest = dest / name
-    total = _ProgressTotal(sum(max(f.size, 0) for f in expected.values()), progress)
-    with tempfile.TemporaryFile(prefix="trainjob-download-") as tmp:
-
-        def sink(data: bytes) -> None:
-            tmp.write(data)
-            total.add(len(data))
-
+    into = str(local).endswith(("/", os.sep))
+    staging_parent = dest if into or dest.is_dir() else dest.parent
+    total = _ProgressTotal(0, progress)
+    report = _PodReport(total)
+    sink = _Unpacker(name, staging_parent, total)
+    try:
         res = client.run(
             namespace,
             target.pod,
-            archive_argv(parent, name),
+            download_argv(parent, name, verify),
             container=target.container,
             stdout_sink=sink,
+            stderr_sink=report,
             timeout=timeout,
         )
-        _check(res, f"archiving {remote}", target.pod)
-        tmp.flush()
-        members, got = scan_archive(tmp, name)  # type: ignore[arg-type]
-        if not any(m.name == name for m in members):
+        sink.finish()
+        _check_download(res, report, remote, target.pod)
+        if not any(f == name or f.startswith(f"{name}/") for f in sink.files) and (
+            sink.staging is None or not (sink.staging / name).exists()
+        ):
             raise TransferError(f"the archive from pod {target.pod} does not contain {name!r}")
+        method = "none"
         if verify:
-            problems = compare(expected, got, method)
+            method, listed = parse_files("\n".join(report.lines()))
+            problems = compare(listed, sink.files)
             if problems:
+                more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
                 raise TransferError(
                     f"integrity check failed for {remote} from pod {target.pod}: "
-                    + "; ".join(problems[:3])
+                    f"{'; '.join(problems[:3])}{more} (did files change during the copy?)"
                 )
-        extract(tmp, members, name, dest)  # type: ignore[arg-type]
-    total.finish()
+        if into or (report.kind == "file" and dest.is_dir()):
+            dest = dest / name
+        assert sink.staging is not None
+        place(sink.staging, name, dest)
+    finally:
+        sink.discard()
+    nbytes = sum(f.size for f in sink.files.values())
+    total.finish(nbytes)
     return TransferResult(
         remote,
         str(dest),
         [target.pod],
-        files=len(got),
-        bytes=sum(f.size for f in got.values()),
-        verified=method if verify else "none",
+        files=len(sink.files),
+        bytes=nbytes,
+        verified=method,
         duration=time.monotonic() - started,
     )
+
+
+def _check_download(res: ExecResult, report: _PodReport, remote: str, pod: str) -> None:
+    if report.marker("missing") is not None:
+        raise TransferError(f"{remote} does not exist in pod {pod}")
+    if report.marker("other") is not None:
+        raise TransferError(f"{remote} in pod {pod} is not a regular file or directory")
+    if res.returncode != 0:
+        detail = _one_line(report.messages()) or f"exit code {res.returncode}"
+        raise TransferError(f"archiving {remote} failed in pod {pod}: {detail}")

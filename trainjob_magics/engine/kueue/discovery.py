@@ -1,5 +1,8 @@
 """Which Kueue APIs the cluster serves, from discovery (``/apis/kueue.x-k8s.io`` and
-``/apis/visibility.kueue.x-k8s.io``), read once per API client.
+``/apis/visibility.kueue.x-k8s.io``), read once per API client, and shared for
+``SERVER_TTL`` seconds by the clients of one API server (same URL and CA: each ``connect()``
+loads its own client, so without it every connect paid one discovery round trip; kubectl keeps
+its discovery cache for hours).
 
 Kueue 0.14 serves ``v1beta1`` only (both groups); 0.15 and later add ``v1beta2`` and still serve
 ``v1beta1`` (kubernetes-sigs/kueue ``apis/kueue``, ``apis/visibility`` at each tag). Only
@@ -10,6 +13,7 @@ means the queue manager has not seen that queue yet.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +44,14 @@ class KueueAPI:
 ASSUMED = KueueAPI("v1beta2", PREFERENCE, known=False)
 
 _CACHE: weakref.WeakKeyDictionary[Any, KueueAPI] = weakref.WeakKeyDictionary()
+_BY_SERVER: dict[tuple[str, str], tuple[float, KueueAPI]] = {}
 _LOCK = threading.Lock()
+SERVER_TTL = 300.0
+
+
+def _server_key(api: ApiClient) -> tuple[str, str]:
+    cfg = api.configuration
+    return str(cfg.host), str(cfg.ssl_ca_cert or getattr(cfg, "ca_cert_data", "") or "")
 
 
 def _served(api: ApiClient, group: str) -> list[str] | None:
@@ -58,8 +69,12 @@ def _pick(served: list[str]) -> list[str]:
 
 def kueue_api(api: ApiClient) -> KueueAPI:
     """The Kueue APIs ``api``'s cluster serves (cached; assumed v1beta2 when unreadable)."""
+    key = _server_key(api)
     with _LOCK:
         found = _CACHE.get(api)
+        shared = _BY_SERVER.get(key)
+        if found is None and shared is not None and time.monotonic() - shared[0] < SERVER_TTL:
+            found = _CACHE[api] = shared[1]
     if found is not None:
         return found
     try:
@@ -77,6 +92,7 @@ def kueue_api(api: ApiClient) -> KueueAPI:
         )
     with _LOCK:
         _CACHE[api] = found
+        _BY_SERVER[key] = (time.monotonic(), found)
     return found
 
 

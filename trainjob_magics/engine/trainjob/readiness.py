@@ -41,6 +41,7 @@ from .trainer_pod import TrainerTarget, select_trainer_pod
 log = logging.getLogger(__name__)
 
 EVENTS_EVERY = 2.0  # seconds between two reads of the waiting trainer pod's Events
+EVENTS_AFTER = 1.0  # a trainer pod waiting at least this long gets its Events read (why)
 
 
 def _fingerprint(status: JobStatus) -> tuple[Any, ...]:
@@ -119,13 +120,19 @@ def wait_for_trainer_pod(
 
     problem: list[PodProblem | None] = [None]
     events_read = [0.0]
+    waiting_since = time.monotonic()
 
     def why_waiting(trainer: dict[str, Any] | None) -> PodProblem | None:
-        """The trainer pod's problem (its Events read at most every EVENTS_EVERY s)."""
+        """The trainer pod's problem: from the pod itself at every change; its Events too once
+        it has waited EVENTS_AFTER s, then at most every EVENTS_EVERY s (a pod that starts at
+        once costs no Events request)."""
         if trainer is None or is_running(trainer):
             return None
         now = time.monotonic()
-        if problem[0] is None or now - events_read[0] >= EVENTS_EVERY:
+        if now - waiting_since < EVENTS_AFTER:
+            found = pod_problem(trainer, [], image_pull_retries=image_pull_retries)
+            return found if found is not None else problem[0]
+        if now - events_read[0] >= EVENTS_EVERY:
             events_read[0] = now
             events = events_about(api, namespace, pod_name(trainer), "Pod")
             problem[0] = pod_problem(trainer, events, image_pull_retries=image_pull_retries)

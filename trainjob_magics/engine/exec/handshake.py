@@ -1,0 +1,148 @@
+"""The WebSocket opening handshake of one exec, reading the response in whole chunks.
+
+websocket-client opens the socket (TCP, proxy tunnel, TLS); the upgrade request and the 101
+response are ours: websocket-client reads the response one byte per ``recv`` (about 200
+``SSL_read`` calls per exec, each a GIL release and retake, which dominated a fan-out to
+hundreds of pods). Bytes that arrive after the response head (the first frames) are handed to
+the frame reader. A refused upgrade raises websocket-client's
+``WebSocketBadStatusException`` (status, headers, body), as before.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import websocket
+from websocket._http import connect as open_socket  # TCP, proxy tunnel and TLS
+from websocket._http import proxy_info
+from websocket._socket import sock_opt
+
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+MAX_HEAD = 64 * 1024  # a response head larger than this is not an API server's
+
+
+@dataclass
+class ExecSocket:
+    """An upgraded exec connection: the socket, the negotiated subprotocol, and the bytes
+    already read past the response head."""
+
+    sock: socket.socket
+    subprotocol: str | None
+    leftover: bytes
+
+    def shutdown(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+def _request(url: str, headers: Sequence[str], protocols: Sequence[str], key: str) -> bytes:
+    parts = urlsplit(url)
+    resource = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    default = 443 if parts.scheme == "wss" else 80
+    if parts.port and parts.port != default:
+        host = f"{host}:{parts.port}"
+    lines = [
+        f"GET {resource} HTTP/1.1",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        f"Host: {host}",
+        f"Sec-WebSocket-Key: {key}",
+        "Sec-WebSocket-Version: 13",
+        f"Sec-WebSocket-Protocol: {','.join(protocols)}",
+        *headers,
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _read_head(sock: socket.socket) -> tuple[bytes, bytes]:
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(16384)
+        if not chunk:
+            raise websocket.WebSocketConnectionClosedException(
+                "the connection closed during the WebSocket upgrade"
+            )
+        buf += chunk
+        if len(buf) > MAX_HEAD:
+            raise websocket.WebSocketException("the upgrade response head is too large")
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    return head, rest
+
+
+def _parse(head: bytes) -> tuple[int, str, dict[str, str]]:
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    fields = status_line.split(" ", 2)
+    if len(fields) < 2 or not fields[1].isdigit():
+        raise websocket.WebSocketException(f"bad upgrade response: {status_line[:100]!r}")
+    headers: dict[str, str] = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(fields[1]), fields[2] if len(fields) > 2 else "", headers
+
+
+def _body(sock: socket.socket, rest: bytes, headers: dict[str, str]) -> bytes | None:
+    try:
+        length = int(headers.get("content-length", ""))
+    except ValueError:
+        return rest or None
+    body = rest
+    while len(body) < min(length, MAX_HEAD):
+        chunk = sock.recv(16384)
+        if not chunk:
+            break
+        body += chunk
+    return body[:length]
+
+
+def connect(
+    url: str,
+    *,
+    headers: Sequence[str],
+    protocols: Sequence[str],
+    sslopt: dict[str, Any],
+    timeout: float,
+    proxy: dict[str, Any] | None = None,
+) -> ExecSocket:
+    """Open ``url`` (``ws://`` or ``wss://``) and upgrade it, offering ``protocols``."""
+    options = sock_opt(None, sslopt)
+    options.timeout = timeout
+    sock, _addrs = open_socket(url, options, proxy_info(**(proxy or {})), None)
+    try:
+        key = base64.b64encode(os.urandom(16)).decode()
+        sock.sendall(_request(url, headers, protocols, key))
+        head, rest = _read_head(sock)
+        status, reason, resp = _parse(head)
+        if status != 101:
+            body = _body(sock, rest, resp)
+            raise websocket.WebSocketBadStatusException(
+                f"Handshake status {status} {reason}", status, reason, resp, body
+            )
+        accept = base64.b64encode(hashlib.sha1(key.encode() + GUID).digest()).decode()
+        if (
+            resp.get("upgrade", "").lower() != "websocket"
+            or resp.get("sec-websocket-accept") != accept
+        ):
+            raise websocket.WebSocketException("Invalid WebSocket Header")
+        chosen = resp.get("sec-websocket-protocol") or None
+        if chosen is not None and chosen not in protocols:
+            raise websocket.WebSocketException(f"the server chose subprotocol {chosen!r}")
+        return ExecSocket(sock, chosen, rest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            sock.close()
+        raise
+
+
+__all__ = ["ExecSocket", "connect"]

@@ -1,0 +1,1 @@
+"""Persistent Python interpreters in the pods (``%%trainjob --python``, push, pull)."""

@@ -1,0 +1,168 @@
+"""The argv of every exec of the Python room: boot, cell, interrupt, kill.
+
+Each is ``sh -c <constant script> trainjob-magics ARGS...``: the scripts (this module's
+constants and the two stdlib-only files next to it) are fixed text passed as argv elements;
+the user's code and values travel only on stdin, as data.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import functools
+import hashlib
+import json
+import struct
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..exec.scripts import ARGV0, STATE_DIR, stop_argv
+
+HERE = Path(__file__).resolve().parent
+NOT_FOUND = "trainjob-magics: python-not-found:"
+
+# $1 interpreter, $2 agent name, $3 mode (run | boot), $4 script, $5... its arguments.
+# A cell uses the interpreter the agent recorded (``exe``: no PATH shims, 5 ms starts) when it
+# is there; a missing interpreter is one marked line on stderr and exit 127.
+LAUNCH = f"""d={STATE_DIR}/$2; p=$1; m=$3; s=$4; shift 4
+if [ "$m" = run ] && [ -r "$d/exe" ]; then read -r p <"$d/exe" || p=; [ -x "$p" ] || p=$1; fi
+if ! command -v "$p" >/dev/null 2>&1; then echo "{NOT_FOUND} $p" >&2; exit 127; fi
+if [ "$m" = run ]; then exec "$p" -I -S -c "$s" "$@"; fi
+exec "$p" -c "$s" "$@"
+"""
+
+# The fast client of a cell ($1 the agent name), POSIX sh only: no interpreter starts. stdin:
+# the nonce line, the JSON request line. The agent writes the output into this process's stdout
+# and stderr (copied to fds 7 and 8, since a builtin's redirection moves fd 1 for a moment),
+# then says ``done`` on the FIFO c.$$ (remote_agent.py, PipeConn). No agent: the ``no-agent``
+# status; no mkfifo or no /proc: ``fallback`` (the engine then uses remote_client.py).
+CELL = f"""d={STATE_DIR}/$1
+IFS= read -r n || exit 3
+IFS= read -r r || exit 3
+no() {{ printf '%s{{"status": "%s"}}\\n' "$n" "$1"; exit 0; }}
+[ -p "$d/ctl" ] && read -r p 2>/dev/null <"$d/agent.pid" || no no-agent
+case $p in ''|*[!0-9]*|1) no no-agent;; esac
+[ -r /proc/$$/stat ] || no fallback
+read -r l 2>/dev/null </proc/$p/stat || no no-agent
+l=${{l##*) }}; case $l in Z*|X*) no no-agent;; esac
+c="$d/c.$$"
+mkfifo -m 600 "$c" 2>/dev/null || no fallback
+printf '%s\\n%s\\n' "$n" "$r" >"$d/q.$$"
+exec 7>&1 8>&2
+trap 'kill -INT "$p" 2>/dev/null' INT TERM
+printf '%s\\n' "$$" >"$d/ctl"
+IFS= read -r s <"$c"
+[ "$s" = done ] || no "${{s:-agent-gone}}"
+"""
+
+FAST_MAX = 16 << 10  # bytes of request the sh client reads (it reads stdin byte by byte)
+
+# Sends SIGINT to the agent $1 (KeyboardInterrupt in its running code); exit 3: no agent.
+INTERRUPT = f"""f={STATE_DIR}/$1/agent.pid
+read -r p 2>/dev/null <"$f" || exit 3
+case $p in ''|*[!0-9]*|1) exit 3;; esac
+kill -INT "$p" 2>/dev/null || exit 3
+"""
+
+BOOTSTRAP = (
+    "import base64,sys,zlib;"
+    "exec(compile(zlib.decompress(base64.b64decode(sys.argv[1])),"
+    "'<trainjob-magics-agent>','exec'))"
+)
+
+
+def minified(name: str) -> str:
+    """A remote script without its docstrings and comments (the same code)."""
+    tree = ast.parse((HERE / name).read_text(), name)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            body[:] = body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
+@functools.cache
+def agent_source() -> str:
+    """The agent, compressed for argv: the exec URL stays below 8 KiB (the request-line limit
+    of many proxies, and of the local cluster)."""
+    raw = minified("remote_agent.py").encode("utf-8")
+    return base64.b64encode(zlib.compress(raw, 9)).decode("ascii")
+
+
+@functools.cache
+def client_source() -> str:
+    return minified("remote_client.py")
+
+
+def agent_name(python: str) -> str:
+    """The state directory of the agent run by ``python`` (one agent per interpreter)."""
+    return "py-" + hashlib.sha256(python.encode("utf-8")).hexdigest()[:12]
+
+
+def boot_argv(python: str, name: str) -> list[str]:
+    return [
+        "sh",
+        "-c",
+        LAUNCH,
+        ARGV0,
+        python,
+        name,
+        "boot",
+        BOOTSTRAP,
+        agent_source(),
+        "boot",
+        name,
+    ]
+
+
+def cell_argv(python: str, name: str) -> list[str]:
+    return ["sh", "-c", LAUNCH, ARGV0, python, name, "run", client_source(), name]
+
+
+def fast_cell_argv(name: str) -> list[str]:
+    return ["sh", "-c", CELL, ARGV0, name]
+
+
+def encode_fast_request(nonce: str, request: Mapping[str, Any]) -> bytes | None:
+    """The sh client's stdin (two lines), or None when the request is too big for it."""
+    body = json.dumps(request)
+    if len(body) > FAST_MAX or "\n" in nonce:
+        return None
+    return f"{nonce}\n{body}\n".encode()
+
+
+def interrupt_argv(name: str) -> list[str]:
+    return ["sh", "-c", INTERRUPT, ARGV0, name]
+
+
+def kill_argv(name: str) -> list[str]:
+    """The stopper on the agent's pid file: its whole process tree goes."""
+    return stop_argv(f"{name}/agent", int_grace=0.1, term_grace=1.0)
+
+
+def encode_request(nonce: str, request: Mapping[str, Any]) -> bytes:
+    """The client's stdin: lengths, the nonce, the JSON request."""
+    key = nonce.encode("utf-8")
+    body = json.dumps(request).encode("utf-8")
+    return struct.pack("!II", len(key), len(body)) + key + body
+
+
+__all__ = [
+    "NOT_FOUND",
+    "agent_name",
+    "boot_argv",
+    "cell_argv",
+    "encode_fast_request",
+    "encode_request",
+    "fast_cell_argv",
+    "interrupt_argv",
+    "kill_argv",
+]
