@@ -194,3 +194,51 @@ def test_a_job_that_ended_by_itself_reads_failed_in_its_panel(
     assert " · Failed · " in head and "Running" not in head, head
     reply, _ = kernel.run("%trainjob_close")
     assert reply["status"] == "ok", reply
+
+
+def _run_until_idle(k: Kernel, code: str, started: Any) -> tuple[dict[str, Any], list[Any]]:
+    """Execute ``code``; once ``started()`` holds, the caller's disruption happens; returns the
+    shell reply's content and the cell's iopub messages."""
+    msg_id = k.kc.execute(code)
+    started()
+    msgs = []
+    while True:
+        msg = k.kc.get_iopub_msg(timeout=60)
+        msgs.append(msg)
+        mine = msg["parent_header"].get("msg_id") == msg_id
+        if mine and msg["content"].get("execution_state") == "idle":
+            return k.kc.get_shell_msg(timeout=30)["content"], msgs
+
+
+def test_a_preempted_session_reads_preempted_in_its_panel(kueue_cluster: LocalCluster) -> None:
+    """Kueue preempts the job while a cell runs: the cell fails with SessionPreemptedError
+    and the connect panel reads Preempted (not Running)."""
+    with Kernel() as k:
+        setup(k, kueue_cluster.kubeconfig_path)
+        reply, connect_msgs = k.run("%trainjob_connect torch-distributed --queue user-queue")
+        assert reply["status"] == "ok", reply
+        (panel,) = display_ids(connect_msgs)
+        reply, text = k.run_text(
+            "from trainjob_magics.magics.extension import loaded_magics\n"
+            "print(loaded_magics(get_ipython()).host.registry.get('default').session.name)"
+        )
+        name = text.strip().splitlines()[-1]
+        marker = f"{4000 + secrets.randbelow(5000)}.3"
+
+        def preempt() -> None:
+            wait_until(lambda: marker_processes(f"sleep {marker}"), timeout=30)
+            kueue_cluster.kueue.set_quota({"cpu": "0"})  # nothing readmits it meanwhile
+            kueue_cluster.kueue.preempt(name)
+
+        try:
+            reply, msgs = _run_until_idle(k, f"%%trainjob\necho started; sleep {marker}", preempt)
+            assert reply["ename"] == "SessionPreemptedError", reply
+            final = frozen(msgs)
+            assert panel in final, final
+            head = headline(final[panel])
+            assert " · Preempted · " in head and "Running" not in head, head
+            assert "Kueue preempted" in head
+        finally:
+            kueue_cluster.kueue.set_quota({"cpu": "4"})
+        reply, _ = k.run("%trainjob_close")
+        assert reply["status"] == "ok", reply
