@@ -17,6 +17,7 @@ from .cell import QuietPodsView
 from .failures import TrainJobCellError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, check_var, chosen_session
+from .outcomes import learn_from_cell, learn_from_cell_error
 from .views.text import NullOutputView
 from .worker import Pump
 
@@ -74,7 +75,8 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> Any:
         raise TrainJobUsageError(
             "the cell is empty: write the Python code below %%trainjob --python"
         )
-    session = _session(host, args)
+    entry = host.entry(chosen_session(args))
+    session = entry.session
     pump = Pump()
     try:
         run = session.start_python(
@@ -87,9 +89,11 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> Any:
             on_done=lambda pod, result, error: pump.emit("done", pod, result, _why(result, error)),
         )
     except Exception as exc:
+        learn_from_cell_error(entry, exc)  # e.g. preempted, or the job ended
         raise as_one_line(exc) from None
     view = _view(host, run, args)
     result, error = _follow(run, pump, view)
+    learn_from_cell(entry, result, error)
     if result is not None:
         _store(host, result, args)
     if error is not None:
