@@ -57,7 +57,7 @@ def test_executed_notebook_and_logs_hold_no_token(
     path = tmp_path / "executed.ipynb"
     nbformat.write(nb, path)
     saved = path.read_text()
-    assert "hello" in saved and "ready: TrainJob" in saved
+    assert "hello" in saved and "runtime mpi-interactive" in saved  # the cell and the panel
     assert "pods/exec" in saved  # the denied cell failed with the RBAC message
     assert "metadata" in saved
     for secret in (cluster.token, denied):
