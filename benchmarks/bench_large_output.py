@@ -94,13 +94,23 @@ def run(ctx: Context) -> list[Row]:
 
         if size == sizes[0]:
             stock_s: list[float] = []
+            lost: list[str] = []  # the stock client drops output now and then: count, not fail
             t_budget = time.perf_counter()
             for _ in range(1 if ctx.smoke else 5):
+                t0 = time.perf_counter()
+                got, status = _stock(core, ctx, pod, cmd)
+                if got == size:
+                    stock_s.append(time.perf_counter() - t0)
+                else:
+                    lost.append(f"read {got} of {size} bytes (status {status})")
+                if time.perf_counter() - t_budget > STOCK_BUDGET:
+                    break
+            if lost:
+                ctx.note(f"stock {label}: lost output in {len(lost)} run(s): {'; '.join(lost)}")
+            if not stock_s:  # every stock run lost output: time one more, for the record
                 stock_s.append(
                     _checked(ctx, f"stock {label}", size, partial(_stock, core, ctx, pod, cmd))
                 )
-                if time.perf_counter() - t_budget > STOCK_BUDGET:
-                    break
             stock = Stats(stock_s)
             # The stock loop is bimodal: linear while it keeps up with every frame, quadratic
             # once frames pile up inside one update() (each appends to a growing str).
