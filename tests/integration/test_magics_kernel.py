@@ -40,7 +40,9 @@ def test_errors_fail_the_cell_and_widgets_render(kernel: Kernel, cluster: LocalC
     reply, msgs = kernel.run("%trainjob_connect mpi-interactive --nodes 2")
     assert reply["status"] == "ok", reply
     types = [m["msg_type"] for m in msgs]
-    assert "comm_open" in types and "display_data" in types  # the live status widget
+    # the status panel: one display kept current through its display id, with no widget model
+    assert "display_data" in types and "update_display_data" in types
+    assert "comm_open" not in types
     reply, msgs = kernel.run("%%trainjob\necho partial-output\nexit 3")
     assert reply["status"] == "error" and reply["ename"] == "TrainJobCellError", reply
     assert "exited with code 3" in reply["evalue"] and len(reply["traceback"]) == 1
