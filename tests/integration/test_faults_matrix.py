@@ -204,7 +204,9 @@ def test_watch_410_relists(cluster, unique_name, sessions) -> None:
     wait_until(lambda: any(k == "watch" for k, _ in pod_requests(cluster, since, name)))
     up = cluster.faults.restart_apiserver(downtime=3.0)
     cut = len(cluster.faults.requests_seen())
-    cluster.store.create(NAMESPACES, {"metadata": {"name": unique_name("rv")}})  # history moves
+    # history moves (a namespace as the API server stores one: PrepareForCreate sets its phase)
+    ns = {"metadata": {"name": unique_name("rv")}, "status": {"phase": "Active"}}
+    cluster.store.create(NAMESPACES, ns)
     compacted = cluster.compact()  # a watch from an older resourceVersion now gets 410
     assert not up.is_set(), "compacted after the server came back: the watch may not resume"
     assert up.wait(30)
