@@ -107,6 +107,26 @@ def test_interrupt_stops_the_remote_tree(session) -> None:
     assert left.stdout.strip() in ("0", "")
 
 
+def test_python_state_stays_on_every_pod(session) -> None:
+    """``%%trainjob --python``'s engine: one persistent interpreter per pod (the image needs
+    python3), the last value, the remote error, push and pull, and reset."""
+    refs = session.pods("all")
+    first = session.python("import os\nhost = os.environ['HOSTNAME']\nsteps = 1", pods="all")
+    assert first.ok and set(first) == {r.name for r in refs}, first.summary()
+    second = session.python("steps += 1\nsteps", pods="all")
+    assert {r.value for r in second.values()} == {"2"}, second.summary()
+    failed = session.python("1 / 0")
+    assert not failed.ok and failed.error is not None
+    assert failed.error.type == "ZeroDivisionError"
+    session.push(config={"lr": 0.1, "layers": [1, 2]}, pods="all")
+    assert session.pull("config") == {"lr": 0.1, "layers": [1, 2]}
+    hosts = session.pull("host", pods="all")
+    assert set(hosts) == {r.name for r in refs} and len(set(hosts.values())) == len(refs)
+    session.python_reset(pods="all")
+    gone = session.python("steps")
+    assert not gone.ok and gone.error is not None and gone.error.type == "NameError"
+
+
 def test_attach_and_orphans(session) -> None:
     jobs = {j.name: j for j in list_trainjobs(NAMESPACE, config_file=KUBECONFIG)}
     assert session.name in jobs and jobs[session.name].mine
