@@ -13,7 +13,7 @@ from typing import Any
 from IPython.display import display
 
 from ..engine import MultiPythonResult, PythonResult, PythonRun, RemoteError
-from .cell import QuietPodsView
+from .cell import QuietPodsView, SinglePodView
 from .failures import TrainJobCellError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, check_var, chosen_session
@@ -123,20 +123,8 @@ def _view(host: MagicsHost, run: PythonRun, args: Any) -> Any:
     return _SingleView(NullOutputView() if args.quiet else host.output_view(f"{where}.stdout"))
 
 
-class _SingleView:
-    """One pod's output view behind the per-pod events."""
-
-    def __init__(self, view: Any) -> None:
-        self.view = view
-
-    def write(self, pod: str, stream: str, text: str) -> None:
-        self.view.write(stream, text)
-
-    def pod_done(self, pod: str, result: Any, error: BaseException | None) -> None:
-        pass
-
-    def tick(self) -> None:
-        self.view.tick()
+class _SingleView(SinglePodView):
+    """The shell cell's single-pod adapter, finished with a summary line (no exit code)."""
 
     def finish(self, summary: str, ok: bool = True, interrupted: bool = False) -> None:
         self.view.finish(summary, ok=ok, interrupted=interrupted)
