@@ -4,7 +4,8 @@ develop the baselines without the cluster.
 `python -m benchmarks.stub_exec` prints its URL and serves until interrupted. By default it runs
 each exec's argv as a local process and streams stdout/stderr as v5 frames. With `--answer S` it
 spawns nothing: every exec waits S seconds (the command's run time, without a process), then
-answers the pod's name on stdout and a Success status, so a fan-out measures the client alone.
+answers the pod's name on stdout and a Success status, so a fan-out measures the client alone
+(a pod named ``gone-*`` gets the API server's 404 instead).
 """
 
 from __future__ import annotations
@@ -81,6 +82,25 @@ async def _answer_conn(
             for ln in lines
             if ln.lower().startswith("sec-websocket-key:")
         )
+        if pod.startswith("gone-"):  # a pod that does not exist: the API server's 404
+            body = json.dumps(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Failure",
+                    "message": f'pods "{pod}" not found',
+                    "reason": "NotFound",
+                    "details": {"name": pod, "kind": "pods"},
+                    "code": 404,
+                }
+            ).encode()
+            writer.write(
+                b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            )
+            await writer.drain()
+            return
         accept = base64.b64encode(hashlib.sha1(key.encode() + GUID).digest())
         writer.write(
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"

@@ -33,6 +33,7 @@ from .exec.client import ExecClient
 from .exec.commands import CommandGroup, CommandRunner
 from .exec.fanout import OnPodDone, OnPodOutput, run_on_pods
 from .exec.inflight import InFlight
+from .exec.multiplexed import Multiplexed
 from .exec.output import MAX_MEMORY_OUTPUT, SpillDir
 from .exec.runs import CommandRun
 from .files.logs import OnLog, PodLogs, read_log, read_logs
@@ -301,6 +302,14 @@ class TrainJobSession:
                     on_output=on_output,
                     on_done=on_done,
                     labels=labels,
+                    multiplexed=Multiplexed(
+                        self._commands,
+                        argv,
+                        lambda ref: container or self._default_container(ref),
+                        stdin=data,
+                        timeout=timeout,
+                        max_memory_output=limit,
+                    ),
                 )
                 if self.queue and not result.ok:
                     self._check_preempted(result)
@@ -347,9 +356,8 @@ class TrainJobSession:
                 group=group,
             )
 
-        default = self.container if ref.role == TRAINER else ref.container
         try:
-            return attempt(ref.name, default)
+            return attempt(ref.name, self._default_container(ref))
         except PodNotRunningError as exc:
             if self.queue:
                 self._check_preempted(None)
@@ -358,6 +366,9 @@ class TrainJobSession:
             if new_pod == ref.name:
                 raise
             return attempt(new_pod, self.container if ref.role == TRAINER else ref.container)
+
+    def _default_container(self, ref: PodRef) -> str | None:
+        return self.container if ref.role == TRAINER else ref.container
 
     def interrupt(self) -> list[StopReport]:
         """Stop every command of this session still running in a pod (from any thread): its

@@ -211,6 +211,14 @@ class ExecClient:
             ctx.load_cert_chain(cfg.cert_file, cfg.key_file or None)
         return ctx
 
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS context of every exec (built once)."""
+        return self._context()
+
+    def headers(self) -> list[str]:
+        """The credential headers an exec sends now (refreshing an expiring token)."""
+        return self._headers()
+
     def _headers(self) -> list[str]:
         cfg = self.configuration
         if not (cfg.host.startswith("https://") or _is_loopback(cfg.host)):
@@ -331,53 +339,40 @@ class ExecClient:
                 window=window_of(self.configuration),
             ),
         )
-        collector = Collector(
-            on_output,
-            pod=pod,
-            limit=self.max_memory_output if max_memory_output is None else max_memory_output,
-            spill_dir=self.spill_dir,
-            sinks={STDOUT: stdout_sink, STDERR: stderr_sink},
-        )
+        collector = self.collector(on_output, pod, max_memory_output, stdout_sink, stderr_sink)
         if on_start is not None:
             on_start(lambda: collector.snapshot(started, pod))
         sender = StdinSender(ws.sock, stdin, v5=ws.subprotocol == V5, on_stdin=on_stdin)
         try:
-            returncode, message, got_status = self._io_loop(ws, sender, collector, deadline)
+            outcome = self._io_loop(ws, sender, collector, deadline)
         except KeyboardInterrupt as exc:
             collector.flush()
             exc.partial = collector.result(None, started, pod)  # type: ignore[attr-defined]
             raise
         except StdinError as exc:
             raise exc.__cause__ from None  # type: ignore[misc]
-        except TimeoutError:
-            collector.flush()
-            raise ExecTimeoutError(
-                f"the command did not finish within {timeout:g}s; it may still be running in pod "
-                f"{pod} (closing the connection does not stop it)",
-                partial=collector.result(None, started, pod),
-            ) from None
-        except (ConnectionDropped, OSError) as exc:  # ssl.SSLError is an OSError
-            collector.flush()
-            raise ConnectionLostError(
-                f"the connection to pod {pod} was lost before the command finished ({exc}); "
-                f"the command may still be running in the pod: {LOST_HINT}",
-                partial=collector.result(None, started, pod),
-            ) from None
+        except (TimeoutError, ConnectionDropped, OSError) as exc:  # ssl.SSLError is an OSError
+            raise exec_failure(exc, collector, started, pod, timeout) from None
         finally:
             ws.shutdown()
-        collector.flush()
-        never_started = not collector.received and _NEVER_STARTED.search(message)
-        if got_status and returncode is None and never_started:
-            # Upgraded, then refused (1.30+ apiserver): nothing ran, like a 404/400 handshake,
-            # so the session may re-resolve the trainer pod and retry.
-            raise not_running_error(pod, message, status=500, reason="InternalError")
-        if got_status and returncode is None:
-            raise ApiServerError(
-                f"the command could not run in pod {pod}: {message}",
-                reason="InternalError",
-                partial=collector.result(None, started, pod),
-            )
-        return collector.result(returncode, started, pod)
+        return exec_outcome(outcome, collector, started, pod)
+
+    def collector(
+        self,
+        on_output: OnOutput | None,
+        pod: str,
+        max_memory_output: int | None = None,
+        stdout_sink: Sink | None = None,
+        stderr_sink: Sink | None = None,
+    ) -> Collector:
+        """Where one exec's output goes (memory limit and spill directory of this client)."""
+        return Collector(
+            on_output,
+            pod=pod,
+            limit=self.max_memory_output if max_memory_output is None else max_memory_output,
+            spill_dir=self.spill_dir,
+            sinks={STDOUT: stdout_sink, STDERR: stderr_sink},
+        )
 
     def _io_loop(
         self,
@@ -481,3 +476,44 @@ class ExecClient:
                 if remaining <= 0 or not selector.select(remaining):
                     return
                 sender.waits_for = 0
+
+
+def exec_failure(
+    exc: BaseException, collector: Collector, started: float, pod: str, timeout: float | None
+) -> TrainJobError:
+    """The error for an exec whose stream ended early: past its deadline (``TimeoutError``)
+    or cut (``ConnectionDropped``/``OSError``); the output so far in ``.partial``."""
+    collector.flush()
+    partial = collector.result(None, started, pod)
+    if isinstance(exc, TimeoutError):
+        return ExecTimeoutError(
+            f"the command did not finish within {timeout:g}s; it may still be running in pod "
+            f"{pod} (closing the connection does not stop it)",
+            partial=partial,
+        )
+    return ConnectionLostError(
+        f"the connection to pod {pod} was lost before the command finished ({exc}); "
+        f"the command may still be running in the pod: {LOST_HINT}",
+        partial=partial,
+    )
+
+
+def exec_outcome(
+    outcome: tuple[int | None, str, bool], collector: Collector, started: float, pod: str
+) -> ExecResult:
+    """The result of an exec that ended with its close frame; raises when the status says
+    the command could not run."""
+    returncode, message, got_status = outcome
+    collector.flush()
+    never_started = not collector.received and _NEVER_STARTED.search(message)
+    if got_status and returncode is None and never_started:
+        # Upgraded, then refused (1.30+ apiserver): nothing ran, like a 404/400 handshake,
+        # so the session may re-resolve the trainer pod and retry.
+        raise not_running_error(pod, message, status=500, reason="InternalError")
+    if got_status and returncode is None:
+        raise ApiServerError(
+            f"the command could not run in pod {pod}: {message}",
+            reason="InternalError",
+            partial=collector.result(None, started, pod),
+        )
+    return collector.result(returncode, started, pod)

@@ -12,10 +12,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 
 from kubernetes.client import ApiClient
 
-from ..errors import CommandInterruptedError, ConnectionLostError, ExecTimeoutError, PodGoneError
+from ..errors import (
+    CommandInterruptedError,
+    ConnectionLostError,
+    ExecTimeoutError,
+    PodGoneError,
+    TrainJobError,
+)
 from ..result import ExecResult, StopReport
 from .client import LOST_HINT, ExecClient, OnOutput
 from .disruption import KILLED_EXIT_CODES, pod_disruption
@@ -103,6 +110,21 @@ class CommandGroup:
         return {c.pod: c.output_so_far() for c in commands}
 
 
+@dataclass
+class Begun:
+    """A registered command: its pod, pid-file id, registry key and the argv that runs."""
+
+    pod: str
+    exec_id: str | None
+    key: str
+    command: InFlightCommand
+    argv: list[str]
+
+    def watch(self, snapshot: Callable[[], ExecResult]) -> None:
+        """Where :meth:`InFlightCommand.output_so_far` reads while the command runs."""
+        self.command.snapshot = snapshot
+
+
 class CommandRunner:
     """Runs a session's commands through one :class:`ExecClient`, registering each in the
     session's :class:`InFlight` (which the session owns and hands in)."""
@@ -130,6 +152,71 @@ class CommandRunner:
             pod_gone_message(found.describe(), ended), partial=partial, pod=pod, cause=found.cause
         )
 
+    def begin(
+        self, pod: str, argv: Sequence[str], container: str | None, group: CommandGroup | None
+    ) -> Begun:
+        """Register a command about to start (raises :class:`CommandInterruptedError` when its
+        group was interrupted already); a shell command gets the pid-file wrapper."""
+        exec_id = new_exec_id() if wants_wrapper(argv) else None
+        command = InFlightCommand(pod, container, exec_id)
+        key = self.inflight.add(command)
+        if group is not None and not group.joined(key, command):
+            self.inflight.remove(key)
+            raise CommandInterruptedError(
+                f"interrupted: the command never started in {pod}",
+                partial=ExecResult("", "", None, 0.0, pod=pod),
+                reports=[],
+            )
+        return Begun(pod, exec_id, key, command, wrap(exec_id, argv) if exec_id else list(argv))
+
+    def release(self, begun: Begun) -> None:
+        """The command ended (or never ran): forget it."""
+        self.inflight.remove(begun.key)
+
+    def succeeded(self, begun: Begun, result: ExecResult) -> ExecResult:
+        """The command ended with an exit status; a killed one whose pod went away raises
+        :class:`PodGoneError`."""
+        self.release(begun)
+        begun.command.result = result
+        if result.returncode in KILLED_EXIT_CODES:
+            gone = self._pod_gone(
+                begun.pod, result, f"it was killed, exit code {result.returncode}"
+            )
+            if gone is not None:
+                raise gone
+        return result
+
+    def failed(
+        self, begun: Begun, exc: ExecTimeoutError | ConnectionLostError, timeout: float | None
+    ) -> TrainJobError:
+        """The error to raise for a command that timed out or lost its connection, after
+        stopping it (a stop that failed leaves it registered for :meth:`interrupt`)."""
+        pod, key = begun.pod, begun.key
+        keep_registered = False
+        try:
+            if isinstance(exc, ExecTimeoutError):
+                if not begun.exec_id:
+                    return exc
+                reports = self.interrupt(only=[key])
+                return ExecTimeoutError(
+                    timeout_message(pod, timeout, reports), partial=exc.partial, reports=reports
+                )
+            gone = self._pod_gone(pod, exc.partial, "the connection dropped")
+            if gone is not None:
+                return gone
+            if not begun.exec_id:
+                return exc
+            # Its output is lost from here on: stop it (waiting for a restarting API server,
+            # within the retry window); if that fails it stays registered for interrupt().
+            reports = self.interrupt(only=[key])
+            keep_registered = not all(r.stopped for r in reports)
+            return ConnectionLostError(
+                lost_message(str(exc), pod, reports), partial=exc.partial, reports=reports
+            )
+        finally:
+            if not keep_registered:
+                self.release(begun)
+
     def run(
         self,
         pod: str,
@@ -150,70 +237,39 @@ class CommandRunner:
         :class:`ExecTimeoutError`; a dropped connection leaves it registered so that
         :meth:`interrupt` can still stop it. Every error keeps the output so far in
         ``.partial``."""
-        exec_id = new_exec_id() if wants_wrapper(argv) else None
-        command = InFlightCommand(pod, container, exec_id)
-        key = self.inflight.add(command)
-        if group is not None and not group.joined(key, command):
-            self.inflight.remove(key)
-            raise CommandInterruptedError(
-                f"interrupted: the command never started in {pod}",
-                partial=ExecResult("", "", None, 0.0, pod=pod),
-                reports=[],
-            )
-        keep_registered = False
-
-        def snapshot_source(snapshot: Callable[[], ExecResult]) -> None:
-            command.snapshot = snapshot
-
+        begun = self.begin(pod, argv, container, group)
         try:
             result = self.client.run(
                 self.namespace,
                 pod,
-                wrap(exec_id, argv) if exec_id else list(argv),
+                begun.argv,
                 container=container,
                 stdin=stdin,
                 timeout=timeout,
                 on_output=on_output,
                 max_memory_output=max_memory_output,
-                on_start=snapshot_source,
+                on_start=begun.watch,
             )
         except KeyboardInterrupt as exc:
             partial = getattr(exc, "partial", None)
-            reports = self.interrupt(only=[key]) if exec_id else []
+            try:
+                reports = self.interrupt(only=[begun.key]) if begun.exec_id else []
+            finally:
+                self.release(begun)
             raise CommandInterruptedError(
-                interrupted_message(pod, reports, wrapped=exec_id is not None),
+                interrupted_message(pod, reports, wrapped=begun.exec_id is not None),
                 partial=partial,
                 reports=reports,
             ) from None
-        except ExecTimeoutError as exc:
-            if not exec_id:
+        except (ExecTimeoutError, ConnectionLostError) as exc:
+            error = self.failed(begun, exc, timeout)
+            if error is exc:
                 raise
-            reports = self.interrupt(only=[key])
-            raise ExecTimeoutError(
-                timeout_message(pod, timeout, reports), partial=exc.partial, reports=reports
-            ) from None
-        except ConnectionLostError as exc:
-            gone = self._pod_gone(pod, exc.partial, "the connection dropped")
-            if gone is not None:
-                raise gone from None
-            if not exec_id:
-                raise
-            # Its output is lost from here on: stop it (waiting for a restarting API server,
-            # within the retry window); if that fails it stays registered for interrupt().
-            reports = self.interrupt(only=[key])
-            keep_registered = not all(r.stopped for r in reports)
-            raise ConnectionLostError(
-                lost_message(str(exc), pod, reports), partial=exc.partial, reports=reports
-            ) from None
-        finally:
-            if not keep_registered:
-                self.inflight.remove(key)
-        command.result = result
-        if result.returncode in KILLED_EXIT_CODES:
-            gone = self._pod_gone(pod, result, f"it was killed, exit code {result.returncode}")
-            if gone is not None:
-                raise gone
-        return result
+            raise error from None
+        except BaseException:
+            self.release(begun)
+            raise
+        return self.succeeded(begun, result)
 
     def interrupt(self, only: Collection[str] | None = None) -> list[StopReport]:
         """Stop the running commands (all, or those with the keys ``only``), each with SIGINT,
@@ -240,6 +296,7 @@ class CommandRunner:
 
 
 __all__ = [
+    "Begun",
     "CommandGroup",
     "CommandRunner",
     "interrupted_message",

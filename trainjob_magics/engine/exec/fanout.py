@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from ..errors import CommandInterruptedError
 from ..result import ExecResult, MultiExecResult, PodRef
 from .commands import CommandGroup
+from .multiplexed import Multiplexed, MultiplexedRun
 from .pool import MAX_PARALLEL, PodPool
 from .stop import INTERRUPT_WAIT, stop_summary
 
@@ -50,8 +51,11 @@ def run_on_pods(
     on_done: OnPodDone | None = None,
     labels: dict[str, str] | None = None,
     max_parallel: int = MAX_PARALLEL,
+    multiplexed: Multiplexed | None = None,
 ) -> MultiExecResult:
-    """``run_one(ref, on_output)`` for every pod concurrently; wait for all of them.
+    """``run_one(ref, on_output)`` for every pod concurrently; wait for all of them. With
+    ``multiplexed`` the commands run on one thread (:mod:`.multiplexed`), ``run_one`` only
+    for a pod that cannot.
 
     ``on_output`` and ``on_done`` are called from the workers (make them thread-safe). A pod
     that fails gets an entry in ``errors`` and does not delay the others. An interrupt (a
@@ -64,22 +68,17 @@ def run_on_pods(
     errors: dict[str, BaseException] = {}
     lock = threading.Lock()
 
-    def one(ref: PodRef) -> None:
-        pod = ref.name
-        callback = None
-        if on_output is not None:
+    def output_of(pod: str) -> Callable[[str, str], None] | None:
+        if on_output is None:
+            return None
+        return lambda stream, text: on_output(pod, stream, text)
 
-            def callback(stream: str, text: str) -> None:
-                on_output(pod, stream, text)
-
-        error: BaseException | None = None
-        try:
-            result = run_one(ref, callback)
-        except Exception as exc:  # each pod's failure is its own entry
-            error = exc
-            partial = getattr(exc, "partial", None)
+    def record(pod: str, result: ExecResult | None, error: BaseException | None) -> None:
+        if error is not None:
+            partial = getattr(error, "partial", None)
             result = partial if isinstance(partial, ExecResult) else _empty(pod, started)
             result.pod = pod
+        assert result is not None
         with lock:
             results[pod] = result
             finished.add(pod)
@@ -87,6 +86,14 @@ def run_on_pods(
                 errors[pod] = error
         if on_done is not None:
             on_done(pod, result, error)
+
+    def one(ref: PodRef) -> None:
+        try:
+            result = run_one(ref, output_of(ref.name))
+        except Exception as exc:  # each pod's failure is its own entry
+            record(ref.name, None, exc)
+            return
+        record(ref.name, result, None)
 
     def snapshot() -> MultiExecResult:
         live = group.output_so_far()
@@ -100,7 +107,21 @@ def run_on_pods(
                 refs={r.name: r for r in refs},
             )
 
-    pool = PodPool(one, list(refs), max_parallel=max_parallel, name="trainjob-exec").start()
+    target = multiplexed.target() if multiplexed is not None and refs else None
+    pool: PodPool[PodRef] | MultiplexedRun
+    if multiplexed is not None and target is not None:
+        pool = MultiplexedRun(
+            multiplexed,
+            target,
+            refs,
+            group=group,
+            output_of=output_of,
+            usual=one,
+            record=record,
+            max_parallel=max_parallel,
+        ).start()
+    else:
+        pool = PodPool(one, list(refs), max_parallel=max_parallel, name="trainjob-exec").start()
     try:
         pool.join()
     except KeyboardInterrupt:

@@ -43,7 +43,7 @@ class ExecSocket:
             self.sock.close()
 
 
-def _request(url: str, headers: Sequence[str], protocols: Sequence[str], key: str) -> bytes:
+def request_bytes(url: str, headers: Sequence[str], protocols: Sequence[str], key: str) -> bytes:
     parts = urlsplit(url)
     resource = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     host = parts.hostname or ""
@@ -80,7 +80,7 @@ def _read_head(sock: socket.socket) -> tuple[bytes, bytes]:
     return head, rest
 
 
-def _parse(head: bytes) -> tuple[int, str, dict[str, str]]:
+def parse_head(head: bytes) -> tuple[int, str, dict[str, str]]:
     status_line, *lines = head.decode("latin-1").split("\r\n")
     fields = status_line.split(" ", 2)
     if len(fields) < 2 or not fields[1].isdigit():
@@ -106,6 +106,22 @@ def _body(sock: socket.socket, rest: bytes, headers: dict[str, str]) -> bytes | 
     return body[:length]
 
 
+def new_key() -> str:
+    """A fresh ``Sec-WebSocket-Key``."""
+    return base64.b64encode(os.urandom(16)).decode()
+
+
+def accepted(resp: dict[str, str], key: str, protocols: Sequence[str]) -> str | None:
+    """The subprotocol of a valid 101 response to ``key`` (``WebSocketException`` if invalid)."""
+    accept = base64.b64encode(hashlib.sha1(key.encode() + GUID).digest()).decode()
+    if resp.get("upgrade", "").lower() != "websocket" or resp.get("sec-websocket-accept") != accept:
+        raise websocket.WebSocketException("Invalid WebSocket Header")
+    chosen = resp.get("sec-websocket-protocol") or None
+    if chosen is not None and chosen not in protocols:
+        raise websocket.WebSocketException(f"the server chose subprotocol {chosen!r}")
+    return chosen
+
+
 def connect(
     url: str,
     *,
@@ -120,29 +136,20 @@ def connect(
     options.timeout = timeout
     sock, _addrs = open_socket(url, options, proxy_info(**(proxy or {})), None)
     try:
-        key = base64.b64encode(os.urandom(16)).decode()
-        sock.sendall(_request(url, headers, protocols, key))
+        key = new_key()
+        sock.sendall(request_bytes(url, headers, protocols, key))
         head, rest = _read_head(sock)
-        status, reason, resp = _parse(head)
+        status, reason, resp = parse_head(head)
         if status != 101:
             body = _body(sock, rest, resp)
             raise websocket.WebSocketBadStatusException(
                 f"Handshake status {status} {reason}", status, reason, resp, body
             )
-        accept = base64.b64encode(hashlib.sha1(key.encode() + GUID).digest()).decode()
-        if (
-            resp.get("upgrade", "").lower() != "websocket"
-            or resp.get("sec-websocket-accept") != accept
-        ):
-            raise websocket.WebSocketException("Invalid WebSocket Header")
-        chosen = resp.get("sec-websocket-protocol") or None
-        if chosen is not None and chosen not in protocols:
-            raise websocket.WebSocketException(f"the server chose subprotocol {chosen!r}")
-        return ExecSocket(sock, chosen, rest)
+        return ExecSocket(sock, accepted(resp, key, protocols), rest)
     except BaseException:
         with contextlib.suppress(OSError):
             sock.close()
         raise
 
 
-__all__ = ["ExecSocket", "connect"]
+__all__ = ["ExecSocket", "accepted", "connect", "new_key", "parse_head", "request_bytes"]

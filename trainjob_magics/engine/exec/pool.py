@@ -3,6 +3,8 @@ threads. Fan-out, file transfers, logs and stopping commands all go through it."
 
 from __future__ import annotations
 
+import collections
+import logging
 import queue
 import threading
 import time
@@ -10,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 MAX_PARALLEL = 256
 
 
@@ -63,6 +66,42 @@ class PodPool(Generic[T]):
         return not any(t.is_alive() for t in self._threads)
 
 
+class WorkQueue:
+    """Calls each submitted function once, on at most ``max_parallel`` daemon threads that
+    start on demand and end when nothing is left (for work that may block: the fan-out's
+    fallbacks and error handling)."""
+
+    def __init__(self, *, max_parallel: int = MAX_PARALLEL, name: str = "trainjob-work") -> None:
+        self._todo: collections.deque[Callable[[], None]] = collections.deque()
+        self._lock = threading.Lock()
+        self._workers = 0
+        self._max = max(1, max_parallel)
+        self._name = name
+        self._spawned = 0
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            self._todo.append(fn)
+            if self._workers >= self._max:
+                return
+            self._workers += 1
+            self._spawned += 1
+            name = f"{self._name}-{self._spawned}"
+        threading.Thread(target=self._work, daemon=True, name=name).start()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                if not self._todo:
+                    self._workers -= 1
+                    return
+                fn = self._todo.popleft()
+            try:
+                fn()
+            except Exception:  # each function records its own failure
+                log.exception("a pod worker failed")
+
+
 def run_each(
     fn: Callable[[T], None],
     items: Sequence[T],
@@ -75,4 +114,4 @@ def run_each(
     PodPool(fn, items, max_parallel=max_parallel, name=name).start().join()
 
 
-__all__ = ["MAX_PARALLEL", "PodPool", "run_each"]
+__all__ = ["MAX_PARALLEL", "PodPool", "WorkQueue", "run_each"]

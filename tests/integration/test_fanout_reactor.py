@@ -1,0 +1,149 @@
+"""A fan-out runs every pod's exec on one thread (the reactor): hundreds of pods, beyond the
+old thread bound, with no thread per pod; a pod the reactor cannot run (a 404 handshake) goes
+the usual way, alone. Against the stub exec server (plain HTTP) and the local cluster (HTTPS)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient, Configuration
+
+from trainjob_magics.engine import connect
+from trainjob_magics.engine.errors import PodNotRunningError
+from trainjob_magics.engine.exec.commands import CommandGroup
+from trainjob_magics.engine.exec.fanout import run_on_pods
+from trainjob_magics.engine.exec.multiplexed import Multiplexed
+from trainjob_magics.engine.exec.pool import MAX_PARALLEL
+from trainjob_magics.engine.result import ExecResult, PodRef
+from trainjob_magics.engine.session import TrainJobSession
+from trainjob_magics.localcluster import LocalCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def stub_url() -> Iterator[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.stub_exec", "--answer", "0.05"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = (proc.stdout.readline() if proc.stdout else "").strip()
+        assert url.startswith("http://"), f"stub did not start (exit {proc.poll()})"
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture
+def stub_session(stub_url: str) -> TrainJobSession:
+    cfg = Configuration(host=stub_url, api_key={"authorization": "stub"})
+    cfg.api_key_prefix = {"authorization": "Bearer"}
+    return TrainJobSession("stub", "default", "stub", ApiClient(cfg), "stub-0", "node")
+
+
+def refs(n: int, prefix: str = "stub") -> list[PodRef]:
+    return [PodRef(f"{prefix}-{i}", "node", i, "Running", "node") for i in range(n)]
+
+
+def threads_during(work: Callable[[], Any]) -> tuple[int, set[str], Any]:
+    """The most threads alive above those before ``work``, and every new thread's name."""
+    before = {t.ident for t in threading.enumerate()}
+    peak = [0]
+    names: set[str] = set()
+    done = threading.Event()
+    me = threading.current_thread()
+
+    def sample() -> None:
+        while not done.wait(0.001):
+            new = [t for t in threading.enumerate() if t.ident not in before and t is not me]
+            new = [t for t in new if t.name != "fanout-sampler"]
+            peak[0] = max(peak[0], len(new))
+            names.update(t.name for t in new)
+
+    sampler = threading.Thread(target=sample, daemon=True, name="fanout-sampler")
+    sampler.start()
+    try:
+        result = work()
+    finally:
+        done.set()
+        sampler.join()
+    return peak[0], names, result
+
+
+def test_more_pods_than_the_old_bound_on_one_thread(stub_session: TrainJobSession) -> None:
+    n = MAX_PARALLEL + 44
+    seen: dict[str, str] = {}
+    finished: list[str] = []
+
+    def on_output(pod: str, stream: str, text: str) -> None:
+        seen[pod] = seen.get(pod, "") + text
+
+    peak, names, res = threads_during(
+        lambda: stub_session.execute(
+            "hostname",
+            pods=refs(n),
+            on_output=on_output,
+            on_done=lambda pod, result, error: finished.append(pod),
+        )
+    )
+    assert res.ok and len(res) == n
+    assert {r.stdout for r in res.values()} == {f"stub-{i}\n" for i in range(n)}
+    assert seen == {f"stub-{i}": f"stub-{i}\n" for i in range(n)}  # live, per pod
+    assert sorted(finished) == sorted(res.pods)
+    assert peak <= 2, names  # the reactor (no thread per pod)
+    assert any(name.startswith("trainjob-reactor") for name in names), names
+
+
+def test_a_pod_the_reactor_cannot_run_goes_the_usual_way(stub_session: TrainJobSession) -> None:
+    runner = stub_session._commands  # the session's runner, as execute() uses it
+    group = CommandGroup(runner)
+    usual: list[str] = []
+
+    def run_one(ref: PodRef, on_output: Any) -> ExecResult:
+        usual.append(ref.name)
+        return runner.run(ref.name, ["hostname"], container="node", group=group)
+
+    pods = [*refs(20), PodRef("gone-1", "node", 20, "Running", "node")]
+    res = run_on_pods(
+        run_one,
+        pods,
+        group=group,
+        multiplexed=Multiplexed(runner, ["hostname"], lambda ref: "node"),
+    )
+    assert usual == ["gone-1"]  # only the pod the reactor handed back
+    assert res.failed == ["gone-1"]
+    assert isinstance(res.errors["gone-1"], PodNotRunningError)
+    assert "pod gone-1 is gone from namespace default" in str(res.errors["gone-1"])
+    assert all(res.results[p.name].stdout == f"{p.name}\n" for p in pods[:20])
+    assert runner.inflight == {}  # nothing left registered
+
+
+@pytest.fixture(scope="module")
+def session(local_cluster: LocalCluster) -> Iterator[Any]:
+    s = connect("torch-distributed", num_nodes=4, config_file=str(local_cluster.kubeconfig_path))
+    yield s
+    s.close(timeout=30)
+
+
+def test_https_fan_out_runs_on_the_reactor(session: Any) -> None:
+    _peak, names, res = threads_during(
+        lambda: session.execute('echo "$POD_NAME"; echo err >&2; exit 3', pods="all")
+    )
+    assert len(res) == 4 and res.failed == res.pods  # exit 3 everywhere
+    assert all(
+        r.returncode == 3 and r.stdout == f"{p}\n" and r.stderr == "err\n" for p, r in res.items()
+    )
+    assert any(name.startswith("trainjob-reactor") for name in names), names
+    assert not any(name.startswith("trainjob-exec") for name in names), names
