@@ -32,6 +32,7 @@ Framing (reader, masked frames, the stdin sender) is in ``frames.py``; what the 
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import re
 import selectors
@@ -41,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlsplit
 
 import websocket
 from kubernetes.client import ApiClient
@@ -121,6 +122,13 @@ _NEVER_STARTED = re.compile(
 LOST_HINT = "check with another command"
 
 
+@functools.lru_cache(maxsize=1024)
+def _quoted(value: str) -> str:
+    """``value`` percent-encoded for a query (cached: a fan-out sends the same script to
+    every pod)."""
+    return quote(value, safe="")
+
+
 def exec_url(
     host: str,
     namespace: str,
@@ -146,7 +154,7 @@ def exec_url(
     elif base.startswith("http://"):
         base = "ws://" + base[len("http://") :]
     path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/exec"
-    return f"{base}{path}?{urlencode(query, quote_via=quote, safe='')}"
+    return f"{base}{path}?" + "&".join(f"{key}={_quoted(value)}" for key, value in query)
 
 
 def _is_loopback(host: str) -> bool:
