@@ -5,7 +5,8 @@ develop the baselines without the cluster.
 each exec's argv as a local process and streams stdout/stderr as v5 frames. With `--answer S` it
 spawns nothing: every exec waits S seconds (the command's run time, without a process), then
 answers the pod's name on stdout and a Success status, so a fan-out measures the client alone
-(a pod named ``gone-*`` gets the API server's 404 instead).
+(a pod named ``gone-*`` gets the API server's 404 instead, ``badaccept-*`` a 101 with a wrong
+``Sec-WebSocket-Accept``).
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ async def _answer_conn(
             await writer.drain()
             return
         accept = base64.b64encode(hashlib.sha1(key.encode() + GUID).digest())
+        if pod.startswith("badaccept-"):  # a broken intermediary: 101 with a wrong accept key
+            accept = base64.b64encode(b"not the accept key for this request")
         writer.write(
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
             b"Sec-WebSocket-Accept: " + accept + b"\r\n"

@@ -15,7 +15,7 @@ import pytest
 from kubernetes.client import ApiClient, Configuration
 
 from trainjob_magics.engine import connect
-from trainjob_magics.engine.errors import PodNotRunningError
+from trainjob_magics.engine.errors import ApiServerError, PodNotRunningError
 from trainjob_magics.engine.exec.commands import CommandGroup
 from trainjob_magics.engine.exec.fanout import run_on_pods
 from trainjob_magics.engine.exec.multiplexed import Multiplexed
@@ -128,6 +128,31 @@ def test_a_pod_the_reactor_cannot_run_goes_the_usual_way(stub_session: TrainJobS
     assert "pod gone-1 is gone from namespace default" in str(res.errors["gone-1"])
     assert all(res.results[p.name].stdout == f"{p.name}\n" for p in pods[:20])
     assert runner.inflight == {}  # nothing left registered
+
+
+def test_a_bad_upgrade_fails_that_pod_without_running_it_twice(
+    stub_session: TrainJobSession,
+) -> None:
+    """A 101 whose accept key is wrong may have started the command: no second try."""
+    runner = stub_session._commands
+    group = CommandGroup(runner)
+    usual: list[str] = []
+
+    def run_one(ref: PodRef, on_output: Any) -> ExecResult:
+        usual.append(ref.name)
+        return runner.run(ref.name, ["hostname"], container="node", group=group)
+
+    pods = [*refs(3), PodRef("badaccept-1", "node", 3, "Running", "node")]
+    res = run_on_pods(
+        run_one,
+        pods,
+        group=group,
+        multiplexed=Multiplexed(runner, ["hostname"], lambda ref: "node"),
+    )
+    assert usual == []
+    assert res.failed == ["badaccept-1"]
+    assert isinstance(res.errors["badaccept-1"], ApiServerError)
+    assert runner.inflight == {}
 
 
 @pytest.fixture(scope="module")

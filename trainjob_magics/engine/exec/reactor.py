@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 import websocket
 
 from ..errors import ConnectionLostError, PodNotRunningError
+from ..kube.requests import connection_failure
 from ..result import ExecResult
 from . import handshake
 from .client import (
@@ -369,11 +370,15 @@ class Reactor:
         head, _, rest = job.head.partition(b"\r\n\r\n")
         try:
             status, _reason, resp = handshake.parse_head(head)
-            if status != 101:
-                raise Fallback(f"upgrade answered {status}")  # the usual path maps it
-            subprotocol = handshake.accepted(resp, job.key, PROTOCOLS)
         except websocket.WebSocketException as exc:
             raise Fallback(str(exc)) from None
+        if status != 101:
+            raise Fallback(f"upgrade answered {status}")  # the usual path maps it
+        try:
+            subprotocol = handshake.accepted(resp, job.key, PROTOCOLS)
+        except websocket.WebSocketException as exc:  # upgraded: the command may have started
+            self._finish(job, None, connection_failure(exc, self.target.host))
+            return
         self._upgraded(job, subprotocol, rest)
 
     def _upgraded(self, job: ExecJob, subprotocol: str | None, rest: bytes) -> None:
