@@ -99,6 +99,39 @@ def test_32_pods_one_failing_summary_first_failed_marked_rest_grouped(
     assert "31 pods: identical output (node-0, node-1, node-2, … node-31)" in text
 
 
+def test_frozen_text_keeps_each_group_once_so_its_size_does_not_grow_with_pods(
+    published: list[dict[str, Any]],
+) -> None:
+    sizes = {}
+    for n in (32, 256):
+        view = MultiPodWidgetView(pods(n), interval=0.0)
+        run_pods(view, n, failing=7)
+        view.finish("", ok=False)
+        text = last_bundle(published)["text/plain"]
+        assert text.count("[node-7] RuntimeError: NCCL timeout") == 1  # the failed pod's own
+        assert text.count("] epoch 1 loss 0.25") == 2  # once for the failed pod, once for the rest
+        assert f"\n[✓ {n - 1} pods: identical output (node-0, node-1" in text  # the group's head
+        sizes[n] = len(text)
+    assert sizes[256] - sizes[32] < 50  # only the counts in the lines grow
+
+
+def test_beyond_the_kept_groups_a_note_says_where_the_rest_is(
+    published: list[dict[str, Any]],
+) -> None:
+    n = MultiPodWidgetView.STATIC_GROUPS + 3
+    view = MultiPodWidgetView(pods(n), interval=0.0)
+    for pod, label in pods(n):
+        view.write(pod, "stdout", f"only {label} says this\n")
+    view.tick()
+    for pod, _label in pods(n):
+        view.pod_done(pod, res(0), None)
+    view.finish("", ok=True)
+    text = last_bundle(published)["text/plain"]
+    kept = [i for i in range(n) if f"[node-{i}] only node-{i} says this" in text]
+    assert len(kept) == view.STATIC_GROUPS
+    assert "[… the output of 3 more pods is not kept here;" in text
+
+
 def test_selector_shows_the_chosen_pod() -> None:
     view = MultiPodWidgetView(pods(12), interval=0.0, show=False)
     view.write("job-node-0-4-x", "stdout", "four\n")

@@ -15,6 +15,7 @@ from .pod_summary import (
     OK,
     RUNNING,
     TIMED_OUT,
+    PodGroup,
     PodOutcome,
     group_outcomes,
     outcome_of,
@@ -324,8 +325,7 @@ class MultiPodWidgetView:
         groups = group_outcomes(outcomes)
         short = sum(len(g.first.lines) for g in groups) <= 40
         parts = [summary_html(outcomes)] if self.has_outcomes else []
-        kept = [g for g in groups if g.failed]  # failed outputs always, then the largest groups
-        kept += [g for g in groups if not g.failed][: max(0, self.STATIC_GROUPS - len(kept))]
+        kept = self._kept(groups)
         for g in groups:
             if g not in kept:
                 continue
@@ -342,7 +342,7 @@ class MultiPodWidgetView:
             )
         left = sum(len(g.members) for g in groups if g not in kept)
         if left:
-            note = f"[… the output of {left} more pods is not kept here; it is in {self.where}]"
+            note = self._left_note(left)
             parts.append(f'<div class="tjm-note" style="{NOTE_STYLE}">{html.escape(note)}</div>')
         if summary:
             style = OK_STYLE if ok else FAIL_STYLE
@@ -352,13 +352,34 @@ class MultiPodWidgetView:
             )
         return f'<div class="trainjob-multipod-output">{"".join(parts)}</div>'
 
+    def _left_note(self, left: int) -> str:
+        return f"[… the output of {left} more pods is not kept here; it is in {self.where}]"
+
+    def _kept(self, groups: list[PodGroup]) -> list[PodGroup]:
+        """The groups the frozen output keeps: failed ones always, then the largest."""
+        kept = [g for g in groups if g.failed]
+        kept += [g for g in groups if not g.failed][: max(0, self.STATIC_GROUPS - len(kept))]
+        return kept
+
     def text(self, summary: str = "") -> str:
-        """Plain-text fallback: the per-pod summary, then every pod's lines, prefixed."""
-        lines = [summary_text(self.outcomes())] if self.has_outcomes else []
-        for pod, view in self.views.items():
-            body = view.text()
+        """Plain-text fallback: the per-pod summary, then the lines of each group of identical
+        output (as the frozen HTML keeps them: its size does not grow with the pod count),
+        prefixed with the first pod's label."""
+        outcomes = self.outcomes()
+        lines = [summary_text(outcomes)] if self.has_outcomes else []
+        groups = group_outcomes(outcomes)
+        kept = self._kept(groups)
+        for g in kept:
+            pod = g.first.pod
+            if len(g.members) > 1:
+                lines.append(f"[{g.title()}]")
             prefix = f"[{self.labels[pod]}] "
-            lines += [prefix + line for line in body.splitlines()]
+            lines += [prefix + line for line in self.views[pod].text().splitlines()]
+        left = sum(len(g.members) for g in groups if g not in kept)
+        if left:
+            lines.append(
+                f"[… the output of {left} more pods is not kept here; it is in {self.where}]"
+            )
         if summary:
             lines.append(summary)
         return "\n".join(lines)
