@@ -75,6 +75,7 @@ def test_state_values_errors_and_pods(kernel: Kernel, cluster: LocalCluster) -> 
     assert reply["status"] == "ok", shown_text(msgs)
     shown = shown_text(msgs)
     assert "[node-0] 0" in shown and "[node-1] 1" in shown
+    assert "[node-0] ok · " in shown and "exit code" not in shown  # no exit code for Python
     pids = agent_pids(kernel)
     assert len(set(pids.values())) == 2
 

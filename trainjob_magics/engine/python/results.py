@@ -52,6 +52,11 @@ class PythonResult:
         """0 when the code raised nothing, else 1 (for views that show exit codes)."""
         return 0 if self.error is None else 1
 
+    @property
+    def status_label(self) -> str:
+        """What a view shows instead of an exit code: ``ok``, or the exception's name."""
+        return "ok" if self.error is None else self.error.type
+
     def __repr__(self) -> str:
         what = f"error={self.error.line()!r}" if self.error else f"value={self.value!r}"
         return f"PythonResult(pod={self.pod!r}, {what}, duration={self.duration:.3f})"

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import struct
+import threading
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -73,8 +74,17 @@ BOOTSTRAP = (
 )
 
 
+_AST_LOCK = threading.Lock()  # CPython 3.11's AST conversion is not safe in two threads at once
+# (concurrent first calls from the boot threads raised "AST constructor recursion depth mismatch")
+
+
 def minified(name: str) -> str:
     """A remote script without its docstrings and comments (the same code)."""
+    with _AST_LOCK:
+        return _minified(name)
+
+
+def _minified(name: str) -> str:
     tree = ast.parse((HERE / name).read_text(), name)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)

@@ -105,7 +105,8 @@ def outcome_of(result: Any, error: BaseException | None) -> tuple[str, str]:
         return ENDED, "ended"
     if result.returncode is None:
         return FAILED, "no exit code"
-    return (OK if result.returncode == 0 else FAILED), f"exit {result.returncode}"
+    mark = OK if result.returncode == 0 else FAILED
+    return mark, getattr(result, "status_label", None) or f"exit {result.returncode}"
 
 
 def _order(o: PodOutcome) -> int:

@@ -31,6 +31,7 @@ def pod_footer(result: Any, error: BaseException | None) -> str:
     if error is not None:
         return f"{type(error).__name__}: {' '.join(str(error).split())}"
     code = "no exit code" if result.returncode is None else f"exit code {result.returncode}"
+    code = getattr(result, "status_label", None) or code  # a Python cell has no exit code
     return f"{code} · {result.duration:.2f} s"
 
 
