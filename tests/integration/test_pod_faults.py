@@ -141,6 +141,34 @@ def test_kubelet_eviction_mid_command_ends_the_job(cluster, session) -> None:
     assert "evicted by the kubelet" in session.status().disruption
 
 
+def test_a_fan_out_names_the_deleted_pod_and_status_remembers_it(cluster) -> None:
+    session = connect(RUNTIME, num_nodes=2, config_file=str(cluster.kubeconfig_path), timeout=30)
+    try:
+        victim = session.pods("node-1")[0].name
+        marker = str(4000 + secrets.randbelow(5000)) + "." + str(secrets.randbelow(999))
+        box: dict[str, Any] = {}
+        run = threading.Thread(
+            target=lambda: box.update(
+                r=session.execute(f"echo before; sleep {marker}", pods="all", timeout=60)
+            ),
+            daemon=True,
+        )
+        run.start()
+        sleeps = lambda: len(marker_processes(f"sleep {marker}", prefix=True))  # noqa: E731
+        wait_until(lambda: sleeps() == 2, timeout=20)
+        k8s.CoreV1Api(session.api_client).delete_namespaced_pod(victim, "default")
+        wait_until(lambda: sleeps() < 2, timeout=20)
+        session.interrupt()  # the other pod's command
+        run.join(30)
+        result = box["r"]
+        assert isinstance(result.errors[victim], E.PodGoneError), repr(result.errors)
+        assert str(result.errors[victim]).startswith(f"pod {victim} was deleted while")
+        assert result[victim].stdout == "before\n"  # its output so far is kept
+        assert f"pod {victim} was deleted" in session.status().disruption
+    finally:
+        session.close(timeout=20)
+
+
 def test_cell_keeps_partial_output_and_status_shows_it(cluster, shell, capsys) -> None:
     shell.run_line_magic("trainjob_connect", f"{RUNTIME} --as podgone")
     entry_session = _session(shell, "podgone")

@@ -313,6 +313,7 @@ class TrainJobSession:
                 )
                 if self.queue and not result.ok:
                     self._check_preempted(result)
+                self._record_pods_gone(result)
                 return result
             try:
                 single = run_one(refs[0], functools.partial(_bound, on_output))
@@ -388,6 +389,17 @@ class TrainJobSession:
         message = f"{exc}; {after_pod_gone(self.name, trainjob)}"
         self._disruption = f"{time.strftime('%H:%M:%S')}: {exc}"
         return PodGoneError(message, partial=exc.partial, pod=exc.pod, cause=exc.cause)
+
+    def _record_pods_gone(self, result: MultiExecResult) -> None:
+        """Pods of a fan-out that were deleted or evicted: the first one's error says what the
+        next command will do, and :meth:`status` remembers it."""
+        gone = [p for p, e in result.errors.items() if isinstance(e, PodGoneError)]
+        if not gone:
+            return
+        result.errors[gone[0]] = self._pod_gone(result.errors[gone[0]])  # type: ignore[arg-type]
+        if len(gone) > 1:
+            self._disruption += f" (and {len(gone) - 1} more pods: {', '.join(gone[1:4])}"
+            self._disruption += ", …)" if len(gone) > 4 else ")"
 
     def _check_preempted(self, partial: Any, pod: str | None = None) -> None:
         """Raise SessionPreemptedError (keeping ``partial``) if Kueue took the job away."""
