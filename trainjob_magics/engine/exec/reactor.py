@@ -201,9 +201,11 @@ class Reactor:
                 self._expire()
         except BaseException as exc:  # a bug here must not leave the caller waiting
             log.exception("the exec reactor stopped")
-            for job in [*self._open.values(), *self._waiting]:
+            for job in list(self._open.values()):
                 lost = ConnectionLostError(f"the exec in pod {job.pod} stopped: {exc}")
                 self._finish(job, None, lost)
+            for job in self._waiting:  # never started: the usual way
+                self._finish(job, None, Fallback(f"the reactor stopped: {exc}"))
         finally:
             self._selector.close()
 
