@@ -10,7 +10,7 @@ import posixpath
 import queue
 import tarfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -40,6 +40,7 @@ def _walk(local: Path) -> Iterator[Path]:
 STREAM_CHUNK = 1 << 18  # bytes of a file read at once (one stdin frame)
 BLOCK = tarfile.BLOCKSIZE
 AHEAD = 16  # chunks read ahead of the sender at most
+UNPACK_CHUNK = 1 << 20  # bytes handed to the unpacking thread at once
 
 
 class TarStream:
@@ -75,6 +76,7 @@ class TarStream:
             if info is None or not (info.isreg() or info.isdir() or info.issym() or info.islnk()):
                 continue  # sockets, fifos, devices: not copied
             info.uid = info.gid = 0
+            info.mtime = int(info.mtime)  # a float would cost a PAX header per member
             info.uname = info.gname = "root"
             header = info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
             data = info.size if info.isreg() else 0
@@ -237,19 +239,74 @@ def _normalise(member: tarfile.TarInfo) -> None:
         member.linkname = member.linkname[2:]
 
 
-def unpack(archive: BinaryIO, root: str, staging: Path) -> dict[str, FileInfo]:
+class ChunkStream:
+    """A forward-only byte stream over a series of chunks (``next_chunk()`` returns the next
+    one, or None / b"" at the end): exact reads, ``tell`` and forward ``seek`` (all that
+    tarfile's ``"r:"`` mode needs to parse headers), and :meth:`views` of the data in place."""
+
+    def __init__(self, next_chunk: Callable[[], bytes | bytearray | None]) -> None:
+        self._next = next_chunk
+        self._view = memoryview(b"")
+        self._pos = 0  # in ``_view``
+        self._offset = 0  # in the stream
+        self._ended = False
+
+    def _fill(self) -> bool:
+        while self._pos >= len(self._view):
+            if self._ended:
+                return False
+            chunk = self._next()
+            if not chunk:
+                self._ended = True
+                return False
+            self._view, self._pos = memoryview(chunk), 0
+        return True
+
+    def views(self, n: int) -> Iterator[memoryview]:
+        """The next ``n`` bytes (fewer at the end) as views of the chunks, no copies."""
+        while n > 0 and self._fill():
+            piece = self._view[self._pos : self._pos + n]
+            self._pos += len(piece)
+            self._offset += len(piece)
+            n -= len(piece)
+            yield piece
+
+    def read(self, n: int = -1) -> bytes:
+        pieces = list(self.views(n if n >= 0 else 1 << 62))
+        return bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
+
+    def tell(self) -> int:
+        return self._offset
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        """Forward anywhere; back only within the current chunk."""
+        back = self._offset - offset
+        if whence != 0 or back > self._pos:
+            raise tarfile.ReadError("the tar stream cannot be read out of order")
+        if back > 0:
+            self._pos -= back
+            self._offset = offset
+        for _ in self.views(-back):
+            pass
+        return self._offset
+
+
+def unpack(archive: BinaryIO | ChunkStream, root: str, staging: Path) -> dict[str, FileInfo]:
     """Extract the tar stream ``archive`` (read once, in order) into the empty directory
     ``staging``, checking every member before it is written: the first unsafe one raises
     :class:`UnsafeArchiveError` (the caller removes ``staging``). Returns the size and sha256 of
-    each regular file, hashed as it is written."""
+    each regular file, hashed as it is written.
+
+    tarfile parses the headers (PAX, GNU, ustar); file data goes from the received chunks to
+    the hash and the file without copies."""
+    if not isinstance(archive, ChunkStream):
+        source = archive
+        archive = ChunkStream(lambda: source.read(UNPACK_CHUNK))
     files: dict[str, FileInfo] = {}
     names: set[str] = set()
     directories: list[tuple[Path, tarfile.TarInfo]] = []
     try:
-        # copybufsize: tarfile's default (16 KiB reads) re-slices its stream buffer per read
-        with tarfile.open(
-            fileobj=archive, mode="r|", bufsize=STREAM_CHUNK, copybufsize=4 * STREAM_CHUNK
-        ) as tar:
+        with tarfile.open(fileobj=archive, mode="r:") as tar:  # type: ignore[call-overload]
             for member in tar:
                 _normalise(member)
                 why = check_member(member, root, names)
@@ -262,7 +319,10 @@ def unpack(archive: BinaryIO, root: str, staging: Path) -> dict[str, FileInfo]:
                 safe = tarfile.data_filter(member, str(staging))
                 target = staging / safe.name
                 if safe.isreg():
-                    files[member.name] = _write_file(tar, member, safe, target)
+                    if member.sparse is not None:
+                        raise tarfile.ReadError(f"sparse member {member.name!r} not supported")
+                    files[member.name] = _write_file(archive, member, safe, target)
+                    archive.seek(member.offset_data + member.size + (-member.size % BLOCK))
                 elif safe.isdir():
                     target.mkdir(parents=True, exist_ok=True)
                     directories.append((target, safe))  # modes last: a read-only directory
@@ -280,17 +340,20 @@ def unpack(archive: BinaryIO, root: str, staging: Path) -> dict[str, FileInfo]:
 
 
 def _write_file(
-    tar: tarfile.TarFile, member: tarfile.TarInfo, safe: tarfile.TarInfo, target: Path
+    archive: ChunkStream, member: tarfile.TarInfo, safe: tarfile.TarInfo, target: Path
 ) -> FileInfo:
     """Write one regular member to ``target``, hashing it on the way."""
-    source = tar.extractfile(member)
-    assert source is not None
     target.parent.mkdir(parents=True, exist_ok=True)
     sha = hashlib.sha256()
-    with open(target, "wb") as out:
-        for chunk in iter(lambda: source.read(4 * STREAM_CHUNK), b""):
-            sha.update(chunk)
-            out.write(chunk)
+    got = 0
+    with open(target, "wb", buffering=0) as out:
+        for piece in archive.views(member.size):
+            sha.update(piece)
+            got += len(piece)
+            while piece:
+                piece = piece[out.write(piece) :]
+    if got != member.size:
+        raise tarfile.ReadError(f"the stream ended inside {member.name!r}")
     _set_attrs(target, safe)
     return FileInfo(member.size, sha.hexdigest())
 

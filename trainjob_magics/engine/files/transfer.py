@@ -36,7 +36,7 @@ from ..exec.fanout import PodCommand
 from ..exec.pool import run_each
 from ..exec.stop import INTERRUPT_WAIT
 from ..result import ExecResult
-from .archive import STREAM_CHUNK, TarStream, place, unpack
+from .archive import STREAM_CHUNK, UNPACK_CHUNK, ChunkStream, TarStream, place, unpack
 from .manifest import (
     FileInfo,
     compare,
@@ -325,9 +325,10 @@ class _PodReport:
 class _Unpacker:
     """The receiving end of a download: the tar stream is unpacked as it arrives, in one helper
     thread, into a staging directory (created with the first byte), each file hashed as it is
-    written, off the socket's thread. Memory is bounded by the queue."""
+    written, off the socket's thread. The received bytes are copied once, into batches of
+    ``UNPACK_CHUNK`` handed over through a bounded queue (memory stays bounded)."""
 
-    DEPTH = 32  # chunks queued at most
+    DEPTH = 16  # batches queued at most
 
     def __init__(self, root: str, staging_parent: Path, total: _ProgressTotal) -> None:
         self.root = root
@@ -336,12 +337,15 @@ class _Unpacker:
         self.files: dict[str, FileInfo] = {}
         self.staging: Path | None = None
         self.error: BaseException | None = None
-        self._queue: queue.Queue[bytes | None] = queue.Queue(self.DEPTH)
+        self._queue: queue.Queue[bytearray | None] = queue.Queue(self.DEPTH)
         self._thread: threading.Thread | None = None
-        self._pending = b""
+        self._batch = bytearray(UNPACK_CHUNK)
+        self._filled = 0
+        self._ended = False
 
     def write(self, data: memoryview) -> None:
-        """The stdout sink: queue a copy of the chunk (the reader's buffer is reused)."""
+        """The stdout sink: copy the chunk into the current batch (the reader's buffer may be
+        reused); a full batch goes to the unpacking thread."""
         if self._thread is None:
             self.staging_parent.mkdir(parents=True, exist_ok=True)
             self.staging = Path(
@@ -349,36 +353,46 @@ class _Unpacker:
             )
             self._thread = threading.Thread(target=self._work, daemon=True, name="trainjob-unpack")
             self._thread.start()
-        self._queue.put(bytes(data))
-        self.total.add(len(data))
+        n = len(data)
+        if self._filled + n > len(self._batch):
+            self._hand_over()
+            if n > len(self._batch):
+                self._queue.put(bytearray(data))
+                self.total.add(n)
+                return
+        self._batch[self._filled : self._filled + n] = data
+        self._filled += n
+        self.total.add(n)
 
-    def read(self, n: int = -1) -> bytes:
-        """tarfile's side: the next bytes of the stream."""
-        while not self._pending:
-            chunk = self._queue.get()
-            if chunk is None:
-                self._queue.put(None)  # stays at the end for every later read
-                return b""
-            self._pending = chunk
-        if n < 0 or n >= len(self._pending):
-            out, self._pending = self._pending, b""
-        else:
-            out, self._pending = self._pending[:n], self._pending[n:]
-        return out
+    def _hand_over(self) -> None:
+        if self._filled:
+            batch = self._batch
+            del batch[self._filled :]
+            self._queue.put(batch)
+            self._batch, self._filled = bytearray(UNPACK_CHUNK), 0
+
+    def _next_batch(self) -> bytearray | None:
+        if self._ended:
+            return None
+        batch = self._queue.get()
+        self._ended = batch is None
+        return batch
 
     def _work(self) -> None:
         assert self.staging is not None
+        stream = ChunkStream(self._next_batch)
         try:
-            self.files = unpack(self, self.root, self.staging)  # type: ignore[arg-type]
+            self.files = unpack(stream, self.root, self.staging)
         except BaseException as exc:  # reported by finish()
             self.error = exc
-        while self.read(STREAM_CHUNK):  # the rest (tar's padding), or all of it after an error
+        while self._next_batch() is not None:  # tar's padding, or all of it after an error
             pass
 
     def finish(self) -> None:
         """Wait until everything received is unpacked; raise its error."""
         if self._thread is None:
             return
+        self._hand_over()
         self._queue.put(None)
         self._thread.join()
         if self.error is not None:
