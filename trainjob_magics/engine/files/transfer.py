@@ -17,6 +17,7 @@ Relative remote paths are relative to the container's working directory.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import posixpath
@@ -337,10 +338,13 @@ class _Unpacker:
         self.files: dict[str, FileInfo] = {}
         self.staging: Path | None = None
         self.error: BaseException | None = None
-        self._queue: queue.Queue[bytearray | None] = queue.Queue(self.DEPTH)
+        self._queue: queue.Queue[memoryview | None] = queue.Queue(self.DEPTH)
         self._thread: threading.Thread | None = None
+        # Batches are reused: fresh memory costs page faults, on a VM often the host's too.
+        self._spare: collections.deque[bytearray] = collections.deque()
         self._batch = bytearray(UNPACK_CHUNK)
         self._filled = 0
+        self._current: memoryview | None = None  # the batch the unpacking thread reads
         self._ended = False
 
     def write(self, data: memoryview) -> None:
@@ -354,10 +358,10 @@ class _Unpacker:
             self._thread = threading.Thread(target=self._work, daemon=True, name="trainjob-unpack")
             self._thread.start()
         n = len(data)
-        if self._filled + n > len(self._batch):
+        if self._filled + n > UNPACK_CHUNK:
             self._hand_over()
-            if n > len(self._batch):
-                self._queue.put(bytearray(data))
+            if n > UNPACK_CHUNK:
+                self._queue.put(memoryview(bytes(data)))
                 self.total.add(n)
                 return
         self._batch[self._filled : self._filled + n] = data
@@ -366,16 +370,20 @@ class _Unpacker:
 
     def _hand_over(self) -> None:
         if self._filled:
-            batch = self._batch
-            del batch[self._filled :]
-            self._queue.put(batch)
-            self._batch, self._filled = bytearray(UNPACK_CHUNK), 0
+            self._queue.put(memoryview(self._batch)[: self._filled])
+            self._batch = self._spare.pop() if self._spare else bytearray(UNPACK_CHUNK)
+            self._filled = 0
 
-    def _next_batch(self) -> bytearray | None:
+    def _next_batch(self) -> memoryview | None:
+        """The unpacking thread's next batch; the one before is done with and reused."""
+        done, self._current = self._current, None
+        if done is not None and isinstance(done.obj, bytearray):
+            self._spare.append(done.obj)
         if self._ended:
             return None
         batch = self._queue.get()
         self._ended = batch is None
+        self._current = batch
         return batch
 
     def _work(self) -> None:
