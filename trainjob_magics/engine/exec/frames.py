@@ -38,6 +38,24 @@ DIRECT_READ = 1 << 16  # payloads at least this big are read straight into their
 STDIN_CHUNK = 1 << 18  # stdin payload bytes per frame
 
 
+FAST_MASK = 1 << 16  # payloads this big are masked with numpy's XOR when numpy is installed
+
+_NUMPY: Any = None  # numpy once looked for; False: not there
+
+
+def _numpy() -> Any:
+    """numpy, imported on the first large frame (optional: masking 256 MB takes ~0.2 s of
+    ``bytes.translate``, ~0.02 s of numpy's XOR, which releases the GIL too); else False."""
+    global _NUMPY
+    if _NUMPY is None:
+        try:
+            import numpy
+        except Exception:  # not installed, or broken: translate it is
+            numpy = False
+        _NUMPY = numpy
+    return _NUMPY
+
+
 Progress = Callable[[int], None]  # bytes of stdin sent in this step
 
 
@@ -164,7 +182,7 @@ def _mask_byte() -> int:
         return _KEYS.popleft()
 
 
-def client_frame(payload: bytes, opcode: int = OP_BINARY) -> bytes:
+def client_frame(payload: bytes, opcode: int = OP_BINARY) -> bytes | bytearray:
     """A masked client frame (RFC 6455 5.3: every client frame masked, with a fresh key).
 
     The key is one random byte repeated, so the XOR is a single ``bytes.translate`` (C speed,
@@ -179,7 +197,15 @@ def client_frame(payload: bytes, opcode: int = OP_BINARY) -> bytes:
         head = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, n)
     else:
         head = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, n)
-    return head + bytes((k, k, k, k)) + payload.translate(_XOR[k])
+    np = _numpy() if n >= FAST_MASK else None
+    if not np:
+        return head + bytes((k, k, k, k)) + payload.translate(_XOR[k])
+    frame = bytearray(len(head) + 4 + n)  # numpy's XOR: ~10x bytes.translate
+    frame[: len(head)] = head
+    frame[len(head) : len(head) + 4] = bytes((k, k, k, k))
+    out = np.frombuffer(frame, np.uint8, n, len(head) + 4)
+    np.bitwise_xor(np.frombuffer(payload, np.uint8), k, out=out)
+    return frame
 
 
 class StdinError(Exception):

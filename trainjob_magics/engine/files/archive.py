@@ -43,6 +43,14 @@ AHEAD = 16  # chunks read ahead of the sender at most
 UNPACK_CHUNK = 1 << 20  # bytes handed to the unpacking thread at once
 
 
+_ZEROS = bytes(STREAM_CHUNK)
+
+
+def _zeros(n: int) -> memoryview:
+    """``n`` zero bytes (``n`` <= STREAM_CHUNK), without allocating them."""
+    return memoryview(_ZEROS)[:n]
+
+
 class TarStream:
     """A tar archive (PAX) of a local file or tree, produced as it is read: ``read(n)`` returns
     the next bytes, reading each file once. :attr:`size` is known up front (headers from
@@ -86,38 +94,55 @@ class TarStream:
             size += len(header) + data + (-data % BLOCK)
         return size
 
-    def _pieces(self) -> Iterator[bytes]:
-        small = bytearray()  # headers and small files go out together
+    def _pieces(self, lead: bytes) -> Iterator[bytearray]:
+        """The archive as pieces of ``lead`` (the stdin channel byte, for frames) and at most
+        ``STREAM_CHUNK`` bytes: headers and small files packed together, file data read
+        straight into its piece and hashed there."""
+        cap = len(lead) + STREAM_CHUNK
+        piece, fill = bytearray(lead), len(lead)
         for header, path, size, name in self._members:
-            small += header
+            if fill + len(header) > cap:
+                yield piece
+                piece, fill = bytearray(lead), len(lead)
+            piece += header
+            fill += len(header)
             if path is None:
                 continue
             sha = hashlib.sha256()
-            with open(path, "rb") as fh:
+            with open(path, "rb", buffering=0) as fh:
                 left = size
                 while left:
-                    data = fh.read(min(STREAM_CHUNK, left))
-                    if not data:
-                        raise TransferError(f"{path} changed size while it was being read")
-                    sha.update(data)
-                    left -= len(data)
-                    if len(small) + len(data) <= STREAM_CHUNK:
-                        small += data
-                        continue
-                    if small:
-                        yield bytes(small)
-                        small.clear()
-                    yield data
+                    if fill == cap:
+                        yield piece
+                        piece, fill = bytearray(lead), len(lead)
+                    want = min(left, cap - fill)
+                    piece.extend(_zeros(want))
+                    with memoryview(piece)[fill:] as view:
+                        got = fh.readinto(view)
+                        if not got:
+                            raise TransferError(f"{path} changed size while it was being read")
+                        sha.update(view[:got])
+                    if got < want:
+                        del piece[fill + got :]
+                    fill += got
+                    left -= got
             self.files[name].sha256 = sha.hexdigest()
-            small += bytes(-size % BLOCK)
-        yield bytes(small) + bytes(2 * BLOCK)
+            tail = -size % BLOCK
+            if fill + tail > cap:
+                yield piece
+                piece, fill = bytearray(lead), len(lead)
+            piece += _zeros(tail)
+            fill += tail
+        if fill + 2 * BLOCK > cap:
+            yield piece
+            piece = bytearray(lead)
+        yield piece + _zeros(2 * BLOCK)
 
     def _read_ahead(self) -> None:
         try:
-            for piece in self._pieces():
-                if self._framed:
-                    piece = (client_frame(b"\x00" + piece), len(piece))
-                if not self._put(piece):
+            for piece in self._pieces(b"\x00" if self._framed else b""):
+                item = (client_frame(piece), len(piece) - 1) if self._framed else piece
+                if not self._put(item):
                     return
             self._put(None)
         except BaseException as exc:  # handed to the sender by read()
