@@ -316,11 +316,16 @@ class ChunkStream:
         return self._offset
 
 
-def unpack(archive: BinaryIO | ChunkStream, root: str, staging: Path) -> dict[str, FileInfo]:
+def unpack(
+    archive: BinaryIO | ChunkStream,
+    root: str,
+    staging: Path,
+    links: dict[str, str] | None = None,
+) -> dict[str, FileInfo]:
     """Extract the tar stream ``archive`` (read once, in order) into the empty directory
     ``staging``, checking every member before it is written: the first unsafe one raises
     :class:`UnsafeArchiveError` (the caller removes ``staging``). Returns the size and sha256 of
-    each regular file, hashed as it is written.
+    each regular file, hashed as it is written; ``links`` gets each hard link's target.
 
     tarfile parses the headers (PAX, GNU, ustar); file data goes from the received chunks to
     the hash and the file without copies."""
@@ -352,6 +357,8 @@ def unpack(archive: BinaryIO | ChunkStream, root: str, staging: Path) -> dict[st
                     target.mkdir(parents=True, exist_ok=True)
                     directories.append((target, safe))  # modes last: a read-only directory
                 else:
+                    if member.islnk() and links is not None:
+                        links[member.name] = member.linkname
                     tar.extract(safe, staging, set_attrs=False, filter="data")
         for target, safe in reversed(directories):
             _set_attrs(target, safe)

@@ -66,8 +66,7 @@ UPLOAD_SH = (
 # python3 packs and hashes in one read (PACK_PY); without it, "tar cf -" and, next to it, the
 # hashing of the same files. The exit status is tar's.
 DOWNLOAD_SH = (
-    _ARGS
-    + 'cd -- "$d" 2>/dev/null || { echo "#trainjob-missing" >&2; exit 2; }; '
+    _ARGS + 'cd -- "$d" 2>/dev/null || { echo "#trainjob-missing" >&2; exit 2; }; '
     'if [ ! -e "$n" ] && [ ! -L "$n" ]; then echo "#trainjob-missing" >&2; exit 2; fi; '
     'if [ -L "$n" ] || { [ ! -f "$n" ] && [ ! -d "$n" ]; }; then '
     'echo "#trainjob-other" >&2; exit 2; fi; '

@@ -24,6 +24,7 @@ def big_pipe(fd):
         fcntl.fcntl(fd, 1031, BIG)  # F_SETPIPE_SZ: fewer, larger pipe reads/writes
     except Exception:
         pass
+SPARE = memoryview(bytearray(BIG))  # every data read goes here: no fresh memory per read
 def say(msg):
     sys.stderr.write("tar: " + msg + "\n")
 """
@@ -61,12 +62,13 @@ class Stdin:
         while n > 0:
             have = len(self.buf) - self.pos
             if have:
-                piece = self.buf[self.pos:self.pos + n]
+                piece = memoryview(self.buf)[self.pos:self.pos + n]
                 self.pos += len(piece)
             else:
-                piece = os.read(0, min(n, BIG))
-                if not piece:
+                got = os.readv(0, [SPARE[:min(n, BIG)]])
+                if not got:
                     raise OSError("unexpected end of the tar stream")
+                piece = SPARE[:got]
             self.off += len(piece)
             n -= len(piece)
             yield piece
@@ -94,7 +96,7 @@ def unpack_file(src, m, name, keep):
     try:
         for piece in src.data(m.size):
             sha.update(piece)
-            view = memoryview(piece)
+            view = piece
             while view and failed is None:
                 try:
                     view = view[os.write(fd, view):]
@@ -225,14 +227,15 @@ class Packer:
             header(info)
             sha = hashlib.sha256()
             while left:
-                piece = os.read(fd, min(left, BIG))
-                if not piece:
+                got = os.readv(fd, [SPARE[:min(left, BIG)]])
+                if not got:
                     say(path + ": file shrank while it was read; padded with zeros")
                     self.rc = 1
-                    piece = bytes(min(left, BIG))
-                sha.update(piece)
-                emit(piece)
-                left -= len(piece)
+                    SPARE[:min(left, BIG)] = bytes(min(left, BIG))
+                    got = min(left, BIG)
+                sha.update(SPARE[:got])
+                emit(SPARE[:got])
+                left -= got
             emit(bytes(-info.size % 512))
             if os.fstat(fd).st_size != info.size:
                 say(path + ": file changed as we read it")
