@@ -207,7 +207,10 @@ class Packer:
             for name in names:
                 self.add(path + "/" + name)
         elif stat.S_ISLNK(mode):
-            info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
+            try:
+                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
+            except OSError as exc:
+                return self.fail(path, exc)
             header(info)
         elif stat.S_ISSOCK(mode):
             say(path + ": socket ignored")
