@@ -334,6 +334,7 @@ def unpack(
         archive = ChunkStream(lambda: source.read(UNPACK_CHUNK))
     files: dict[str, FileInfo] = {}
     names: set[str] = set()
+    made: set[Path] = set()  # directories created
     directories: list[tuple[Path, tarfile.TarInfo]] = []
     try:
         with tarfile.open(fileobj=archive, mode="r:") as tar:  # type: ignore[call-overload]
@@ -351,10 +352,11 @@ def unpack(
                 if safe.isreg():
                     if member.sparse is not None:
                         raise tarfile.ReadError(f"sparse member {member.name!r} not supported")
-                    files[member.name] = _write_file(archive, member, safe, target)
+                    files[member.name] = _write_file(archive, member, safe, target, made)
                     archive.seek(member.offset_data + member.size + (-member.size % BLOCK))
                 elif safe.isdir():
                     target.mkdir(parents=True, exist_ok=True)
+                    made.add(target)
                     directories.append((target, safe))  # modes last: a read-only directory
                 else:
                     if member.islnk() and links is not None:
@@ -372,10 +374,17 @@ def unpack(
 
 
 def _write_file(
-    archive: ChunkStream, member: tarfile.TarInfo, safe: tarfile.TarInfo, target: Path
+    archive: ChunkStream,
+    member: tarfile.TarInfo,
+    safe: tarfile.TarInfo,
+    target: Path,
+    made: set[Path],
 ) -> FileInfo:
-    """Write one regular member to ``target``, hashing it on the way."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    """Write one regular member to ``target``, hashing it on the way (``made``: directories
+    known to exist)."""
+    if target.parent not in made:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        made.add(target.parent)
     sha = hashlib.sha256()
     got = 0
     with open(target, "wb", buffering=0) as out:
@@ -384,10 +393,19 @@ def _write_file(
             got += len(piece)
             while piece:
                 piece = piece[out.write(piece) :]
+        if _BY_FD:  # attributes through the open file: no second path lookup
+            if safe.mode is not None:
+                os.fchmod(out.fileno(), safe.mode)
+            if safe.mtime is not None:
+                os.utime(out.fileno(), (safe.mtime, safe.mtime))
     if got != member.size:
         raise tarfile.ReadError(f"the stream ended inside {member.name!r}")
-    _set_attrs(target, safe)
+    if not _BY_FD:
+        _set_attrs(target, safe)
     return FileInfo(member.size, sha.hexdigest())
+
+
+_BY_FD = hasattr(os, "fchmod") and os.utime in os.supports_fd
 
 
 def _set_attrs(target: Path, safe: tarfile.TarInfo) -> None:
