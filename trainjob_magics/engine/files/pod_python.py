@@ -78,16 +78,23 @@ def replace(path):
             os.unlink(path)
     except FileNotFoundError:
         pass
+MADE = set()
 def parent(path):
     d = os.path.dirname(path)
-    if d and not os.path.isdir(d):
-        os.makedirs(d)
+    if d and d not in MADE:
+        if not os.path.isdir(d):
+            os.makedirs(d)
+        MADE.add(d)
 def unpack_file(src, m, name, keep):
     end = m.offset_data + -(-m.size // 512) * 512
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     try:
         parent(name)
-        replace(name)
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            fd = os.open(name, flags | os.O_EXCL, 0o600)  # new: nothing to replace
+        except FileExistsError:
+            replace(name)
+            fd = os.open(name, flags, 0o600)
     except OSError as exc:
         say(name + ": " + (exc.strerror or str(exc)))
         src.seek(end)
@@ -102,16 +109,17 @@ def unpack_file(src, m, name, keep):
                     view = view[os.write(fd, view):]
                 except OSError as exc:
                     failed = exc
+        if failed is None:
+            try:
+                os.fchmod(fd, m.mode & ~keep)
+                os.utime(fd, (m.mtime, m.mtime))
+            except OSError as exc:
+                failed = exc
     finally:
         os.close(fd)
     src.seek(end)
-    try:
-        if failed is not None:
-            raise failed
-        os.chmod(name, m.mode & ~keep)
-        os.utime(name, (m.mtime, m.mtime))
-    except OSError as exc:
-        say(name + ": " + (exc.strerror or str(exc)))
+    if failed is not None:
+        say(name + ": " + (failed.strerror or str(failed)))
         return None
     return json.dumps({"path": name, "sha256": sha.hexdigest()})
 def main():
@@ -141,6 +149,7 @@ def main():
                     if not os.path.isdir(name):
                         replace(name)
                         os.makedirs(name)
+                    MADE.add(name)
                     dirs.append(m)
                 elif m.issym() or m.islnk():
                     parent(name)
