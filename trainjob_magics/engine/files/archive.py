@@ -8,6 +8,7 @@ import io
 import os
 import posixpath
 import queue
+import stat
 import tarfile
 import threading
 from collections.abc import Callable, Iterator
@@ -35,6 +36,24 @@ def _walk(local: Path) -> Iterator[Path]:
                 p = base / name
                 if not p.is_symlink():
                     yield p
+
+
+def stream_order(paths: Iterator[Path]) -> list[Path]:
+    """Directories first (in walk order: parents before children), then links, then regular
+    files from the smallest: the receiver creates the many small files (costly per file) while
+    the large ones are still on their way, instead of after them."""
+
+    def key(item: tuple[int, Path]) -> tuple[int, int, int]:
+        index, path = item
+        try:
+            st = os.lstat(path)
+        except OSError:  # gone: gettarinfo reports it
+            return (1, 0, index)
+        if stat.S_ISDIR(st.st_mode):
+            return (0, 0, index)
+        return (2, st.st_size, index) if stat.S_ISREG(st.st_mode) else (1, 0, index)
+
+    return [path for _, path in sorted(enumerate(paths), key=key)]
 
 
 STREAM_CHUNK = 1 << 18  # bytes of a file read at once (one stdin frame)
@@ -77,7 +96,7 @@ class TarStream:
     def _add_members(self, namer: tarfile.TarFile, local: Path, arcname: str) -> int:
         """Headers of every member (``namer`` only names them: hard links, PAX fields)."""
         size = 0
-        for path in _walk(local):
+        for path in stream_order(_walk(local)):
             rel = path.relative_to(local).as_posix()
             name = arcname if rel == "." else f"{arcname}/{rel}"
             info = namer.gettarinfo(str(path), arcname=name)

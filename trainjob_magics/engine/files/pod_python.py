@@ -190,11 +190,31 @@ def header(info):
 class Packer:
     def __init__(self):
         self.rc, self.rows, self.links = 0, [], {}
-    def add(self, path):
-        try:
-            st = os.lstat(path)
-        except OSError as exc:
-            return self.fail(path, exc)
+    def walk(self, top):
+        out, todo = [], [top]
+        while todo:
+            path = todo.pop()
+            try:
+                st = os.lstat(path)
+                names = sorted(os.listdir(path)) if stat.S_ISDIR(st.st_mode) else []
+            except OSError as exc:
+                self.fail(path, exc)
+                continue
+            out.append((path, st))
+            todo.extend(path + "/" + name for name in reversed(names))
+        return out
+    def pack(self, top):
+        # directories first (parents before children), then links, then files from the
+        # smallest: the receiver creates the many small files while large ones still arrive
+        entries = self.walk(top)
+        def order(item):
+            i, (path, st) = item
+            if stat.S_ISDIR(st.st_mode):
+                return (0, 0, i)
+            return (2, st.st_size, i) if stat.S_ISREG(st.st_mode) else (1, 0, i)
+        for _, (path, st) in sorted(enumerate(entries), key=order):
+            self.add(path, st)
+    def add(self, path, st):
         mode = st.st_mode
         info = tarfile.TarInfo(path)
         info.mode, info.mtime = stat.S_IMODE(mode), int(st.st_mtime)
@@ -208,13 +228,7 @@ class Packer:
                 self.links[key] = path
         elif stat.S_ISDIR(mode):
             info.type = tarfile.DIRTYPE
-            try:
-                names = sorted(os.listdir(path))
-            except OSError as exc:
-                return self.fail(path, exc)
             header(info)
-            for name in names:
-                self.add(path + "/" + name)
         elif stat.S_ISLNK(mode):
             try:
                 info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
@@ -262,7 +276,7 @@ class Packer:
 def main():
     big_pipe(OUT)
     packer = Packer()
-    packer.add(sys.argv[1])
+    packer.pack(sys.argv[1])
     emit(bytes(1024))
     sys.stderr.write("#trainjob-python\n" + "".join(r + "\n" for r in packer.rows))
     return packer.rc
