@@ -167,3 +167,30 @@ def test_large_frames_masked_either_way(monkeypatch: pytest.MonkeyPatch, numpy_m
     key, body = frame[10:14], frame[14:]
     assert len(set(key)) == 1  # one random byte, repeated
     assert bytes(b ^ key[0] for b in body) == payload
+
+
+def kinds_and_sizes(archive: bytes) -> list[tuple[str, int]]:
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        return [
+            (
+                "dir" if m.isdir() else "symlink" if m.issym() else "file",
+                m.size if m.isreg() else -1,
+            )
+            for m in tar.getmembers()
+        ]
+
+
+def test_both_sides_stream_directories_then_links_then_small_files_first(tmp_path: Path) -> None:
+    """The receiver creates the many small files while the large ones are still arriving."""
+    src = make_src(tmp_path)
+    sent = TarStream(src, "src").read()
+    packed = subprocess.run(download_argv(str(tmp_path), "src", True), capture_output=True)
+    for archive in (sent, packed.stdout):
+        order = kinds_and_sizes(archive)
+        kinds = [kind for kind, _ in order]
+        assert kinds == sorted(kinds, key=["dir", "symlink", "file"].index)  # hard links: files
+        sizes = [size for _, size in order if size >= 0]
+        assert sizes == sorted(sizes) and sizes[-1] == (3 << 20) + 4
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            names = tar.getnames()
+        assert names.index("src") < names.index("src/sub dir")  # parents before children
