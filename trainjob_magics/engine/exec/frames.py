@@ -188,7 +188,7 @@ def _mask_byte() -> int:
         return _KEYS.popleft()
 
 
-def client_frame(payload: bytes, opcode: int = OP_BINARY) -> bytes | bytearray:
+def client_frame(payload: bytes | memoryview, opcode: int = OP_BINARY) -> bytes | bytearray:
     """A masked client frame (RFC 6455 5.3: every client frame masked, with a fresh key).
 
     The key is one random byte repeated, so the XOR is a single ``bytes.translate`` (C speed,
@@ -206,7 +206,7 @@ def client_frame(payload: bytes, opcode: int = OP_BINARY) -> bytes | bytearray:
     np = _numpy() if n >= FAST_MASK else None
     if not np:
         _numpy_state["translated"] += n
-        return head + bytes((k, k, k, k)) + payload.translate(_XOR[k])
+        return head + bytes((k, k, k, k)) + bytes(payload).translate(_XOR[k])
     frame = bytearray(len(head) + 4 + n)  # numpy's XOR: ~10x bytes.translate
     frame[: len(head)] = head
     frame[len(head) : len(head) + 4] = bytes((k, k, k, k))

@@ -113,17 +113,22 @@ class TarStream:
             size += len(header) + data + (-data % BLOCK)
         return size
 
-    def _pieces(self, lead: bytes) -> Iterator[bytearray]:
+    def _pieces(self, lead: bytes) -> Iterator[memoryview]:
         """The archive as pieces of ``lead`` (the stdin channel byte, for frames) and at most
-        ``STREAM_CHUNK`` bytes: headers and small files packed together, file data read
-        straight into its piece and hashed there."""
-        cap = len(lead) + STREAM_CHUNK
-        piece, fill = bytearray(lead), len(lead)
+        ``STREAM_CHUNK`` bytes, headers and small files packed together. Each piece is a view
+        of one reused buffer, good until the next is asked for: file data is read straight into
+        it and hashed there (no fresh memory, no copy)."""
+        start, cap = len(lead), len(lead) + STREAM_CHUNK
+        whole = memoryview(bytearray(cap))
+        whole[:start] = lead
+        fill = start
         for header, path, size, name in self._members:
             if fill + len(header) > cap:
-                yield piece
-                piece, fill = bytearray(lead), len(lead)
-            piece += header
+                yield whole[:fill]
+                fill = start
+            if len(header) > STREAM_CHUNK:
+                raise TransferError(f"the tar header of {name!r} is too large")
+            whole[fill : fill + len(header)] = header
             fill += len(header)
             if path is None:
                 continue
@@ -132,35 +137,32 @@ class TarStream:
                 left = size
                 while left:
                     if fill == cap:
-                        yield piece
-                        piece, fill = bytearray(lead), len(lead)
-                    want = min(left, cap - fill)
-                    piece.extend(_zeros(want))
-                    with memoryview(piece)[fill:] as view:
-                        got = fh.readinto(view)
-                        if not got:
-                            raise TransferError(f"{path} changed size while it was being read")
-                        sha.update(view[:got])
-                    if got < want:
-                        del piece[fill + got :]
+                        yield whole[:fill]
+                        fill = start
+                    view = whole[fill : fill + min(left, cap - fill)]
+                    got = fh.readinto(view)
+                    if not got:
+                        raise TransferError(f"{path} changed size while it was being read")
+                    sha.update(view[:got])
                     fill += got
                     left -= got
             self.files[name].sha256 = sha.hexdigest()
             tail = -size % BLOCK
             if fill + tail > cap:
-                yield piece
-                piece, fill = bytearray(lead), len(lead)
-            piece += _zeros(tail)
+                yield whole[:fill]
+                fill = start
+            whole[fill : fill + tail] = _zeros(tail)
             fill += tail
         if fill + 2 * BLOCK > cap:
-            yield piece
-            piece = bytearray(lead)
-        yield piece + _zeros(2 * BLOCK)
+            yield whole[:fill]
+            fill = start
+        whole[fill : fill + 2 * BLOCK] = _zeros(2 * BLOCK)
+        yield whole[: fill + 2 * BLOCK]
 
     def _read_ahead(self) -> None:
         try:
             for piece in self._pieces(b"\x00" if self._framed else b""):
-                item = (client_frame(piece), len(piece) - 1) if self._framed else piece
+                item = (client_frame(piece), len(piece) - 1) if self._framed else bytes(piece)
                 if not self._put(item):
                     return
             self._put(None)
