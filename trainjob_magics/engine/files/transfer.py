@@ -1,14 +1,16 @@
 """Copy files and directories to and from pods as tar streams over exec, like ``kubectl cp``.
 
-One exec per pod each way (the scripts are in ``manifest.py``; paths only ever as argv).
-Upload: the tar stream is produced while it is sent (one pod) or once into a temporary file that
-every pod reads (several pods), each file hashed as it is read; the pod runs ``tar xf -`` and
-then reports the sha256 of every file that landed, which must match. Download: the pod runs
-``tar cf - -- NAME`` and, next to it, hashes the same files; the stream is unpacked here as it
-arrives into a staging directory, every member checked before it is written (no absolute names,
-no ``..``, nothing outside the target, no links escaping it, no devices: the ``kubectl cp``
-CVE-2019-1002101 family; then ``tarfile``'s ``data`` filter), each file hashed as it is written;
-it is moved into place only when every file's sha256 equals the pod's.
+One exec per pod each way (the scripts are in ``manifest.py`` and ``pod_python.py``; paths only
+ever as argv). Upload: the tar stream is produced while it is sent (one pod) or once into a
+temporary file that every pod reads (several pods), each file hashed as it is read; the pod
+unpacks it, hashing each file as it writes it (python3; else ``tar xf -``, then the files that
+landed are hashed), and reports the sha256 of every file, which must match. Download: the pod
+packs ``NAME``, hashing each file as it reads it (python3; else ``tar cf -`` with the hashing
+next to it); the stream is unpacked here as it arrives into a staging directory, every member
+checked before it is written (no absolute names, no ``..``, nothing outside the target, no links
+escaping it, no devices: the ``kubectl cp`` CVE-2019-1002101 family; then ``tarfile``'s ``data``
+filter), each file hashed as it is written; it is moved into place only when every file's
+sha256 equals the pod's. A mismatch names the file.
 
 Destinations: ``dest`` is the path of the copy; a ``dest`` ending in ``/`` (or, on download, an
 existing local directory when the source is a file) means "inside it, under the source's name".
