@@ -194,3 +194,41 @@ def test_both_sides_stream_directories_then_links_then_small_files_first(tmp_pat
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             names = tar.getnames()
         assert names.index("src") < names.index("src/sub dir")  # parents before children
+
+
+@pytest.mark.parametrize("direction", ["upload", "download"])
+def test_headers_for_long_and_undecodable_names(tmp_path: Path, direction: str) -> None:
+    """ustar fields where they fit, PAX records where not (long names and link targets), and
+    names that are not UTF-8 survive byte for byte, their hashes listed under the same name."""
+    src = tmp_path / "src"
+    deep = src / ("d" * 120) / ("e" * 120)
+    deep.mkdir(parents=True)
+    (deep / ("f" * 120)).write_text("deep")
+    (src / "ln").symlink_to("x" * 150)
+    raw = os.fsencode(src) + b"/bad-\xff-name"
+    with open(raw, "wb") as fh:
+        fh.write(b"not utf-8")
+    os.utime(deep / ("f" * 120), (1e9, 1e9))
+    if direction == "upload":
+        stream = TarStream(src, "src")
+        pod = tmp_path / "pod"
+        done = subprocess.run(
+            upload_argv(str(pod), "src", True), input=stream.read(), capture_output=True
+        )
+        assert done.returncode == 0, done.stderr
+        _, landed = parse_files(done.stdout.decode())
+        assert compare(stream.files, landed) == [] and len(landed) == 2
+        got = pod / "src"
+    else:
+        done = subprocess.run(download_argv(str(tmp_path), "src", True), capture_output=True)
+        assert done.returncode == 0, done.stderr
+        _, listed = parse_files(done.stderr.decode())
+        staging = tmp_path / "staging"
+        staging.mkdir()
+        received = unpack(io.BytesIO(done.stdout), "src", staging)
+        assert compare(listed, received) == [] and len(listed) == 2
+        got = staging / "src"
+    assert digests(got) == digests(src)
+    assert os.path.exists(os.fsencode(got) + b"/bad-\xff-name")
+    assert (got / "ln").readlink() == Path("x" * 150)
+    assert (got / ("d" * 120) / ("e" * 120) / ("f" * 120)).stat().st_mtime == 1e9

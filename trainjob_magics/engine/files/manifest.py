@@ -26,7 +26,7 @@ PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "python3")
 
 # The pod-side Python travels compressed (the exec's argv is its URL, which servers limit to
 # ~8 KiB), as the argument before the name: ``python3 -c BOOT CODE NAME``.
-_BOOT = "import base64,sys,zlib;exec(zlib.decompress(base64.b64decode(sys.argv.pop(1))))"
+_BOOT = "import binascii,sys,zlib;exec(zlib.decompress(binascii.a2b_base64(sys.argv.pop(1))))"
 
 
 def _packed(code: str) -> str:
