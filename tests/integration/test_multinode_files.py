@@ -14,6 +14,7 @@ import pytest
 from trainjob_magics.engine import connect
 from trainjob_magics.engine.errors import InvalidInputError, TransferError, UnsafeArchiveError
 from trainjob_magics.engine.exec.client import ExecClient
+from trainjob_magics.engine.files import manifest
 from trainjob_magics.engine.files import transfer as files
 from trainjob_magics.localcluster import LocalCluster
 
@@ -164,9 +165,10 @@ class _Corrupting:
 
 
 def test_corrupted_byte_in_transit_is_caught(
-    session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pod_tools: list[str]
 ) -> None:
-    """One flipped byte between the two hashes fails the copy, either way, with one line."""
+    """One flipped byte between the two hashes fails the copy, either way, with one line that
+    names the file (with or without python3 in the pod)."""
     src = tmp_path / "integ"
     src.mkdir()
     (src / "a.txt").write_text("original\n")
@@ -235,3 +237,44 @@ def test_odd_names_round_trip_verified(session: Any, tmp_path: Path) -> None:
     back = session.download("odd/-odd", str(tmp_path / "back"))
     assert back.verified == "sha256" and back.files == 2
     assert tree_digest(tmp_path / "back") == tree_digest(src)
+
+
+@pytest.fixture(params=["python3", "no python3"])
+def pod_tools(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Run the transfer scripts as they run in a pod with python3 (the default) or without it
+    (the interpreter candidates point nowhere: tar, then openssl, hash the files); returns the
+    hash listings the client parsed, to show which path ran."""
+    if request.param == "no python3":
+        monkeypatch.setattr(manifest, "PYTHONS", ("/nonexistent/python3", "no-such-python3"))
+    seen: list[str] = []
+    real_parse = files.parse_files
+
+    def spy(text: str) -> Any:
+        seen.append(text)
+        return real_parse(text)
+
+    monkeypatch.setattr(files, "parse_files", spy)
+    return seen
+
+
+def test_round_trip_with_and_without_python3(
+    session: Any, tmp_path: Path, pod_tools: list[str], request: pytest.FixtureRequest
+) -> None:
+    """Both pod-side paths copy byte-exact, links kept, and are verified by sha256."""
+    src = tmp_path / "both"
+    make_tree(src, 40)
+    (src / "big.bin").write_bytes(os.urandom(3 << 20))
+    (src / "ln").symlink_to("big.bin")
+    (src / "hard").hardlink_to(src / "big.bin")
+    up = session.upload(str(src), "paths/")
+    assert up.verified == "sha256" and up.files == 41  # the hard link travels as a link
+    back = session.download("paths/both", str(tmp_path / "back"))
+    assert back.verified == "sha256" and back.files == 41
+    got = tmp_path / "back"
+    assert tree_digest(got) == tree_digest(src)
+    assert (got / "ln").readlink() == Path("big.bin")
+    assert (got / "hard").stat().st_ino == (got / "big.bin").stat().st_ino
+    python = "no" not in request.node.callspec.id
+    tools = ["#trainjob-python"] if python else ["#trainjob-openssl", "#trainjob-sha256sum"]
+    assert len(pod_tools) == 2
+    assert all(any(tool in text for tool in tools) for text in pod_tools)

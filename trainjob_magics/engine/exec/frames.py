@@ -15,6 +15,7 @@ import selectors
 import socket
 import ssl
 import struct
+import sys
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -36,6 +37,29 @@ DIRECT_READ = 1 << 16  # payloads at least this big are read straight into their
 
 
 STDIN_CHUNK = 1 << 18  # stdin payload bytes per frame
+
+
+FAST_MASK = 1 << 16  # payloads this big are masked with numpy's XOR when numpy is there
+IMPORT_NUMPY_AFTER = 64 << 20  # bytes masked by translate before numpy is imported for it
+
+_numpy_state: dict[str, Any] = {"module": None, "translated": 0}
+
+
+def _numpy() -> Any:
+    """numpy for masking large payloads (optional: 256 MB take ~0.2 s of ``bytes.translate``,
+    ~0.02 s of numpy's XOR, which releases the GIL too): when already loaded, or installed and
+    imported once translate has masked ``IMPORT_NUMPY_AFTER`` bytes (the import, ~0.1 s, then
+    pays off); else None."""
+    module = _numpy_state["module"]
+    if module is None:
+        module = sys.modules.get("numpy")
+        if module is None and _numpy_state["translated"] >= IMPORT_NUMPY_AFTER:
+            try:
+                import numpy as module
+            except Exception:  # not installed, or broken: translate it is
+                module = False
+        _numpy_state["module"] = module
+    return module
 
 
 Progress = Callable[[int], None]  # bytes of stdin sent in this step
@@ -164,7 +188,7 @@ def _mask_byte() -> int:
         return _KEYS.popleft()
 
 
-def client_frame(payload: bytes, opcode: int = OP_BINARY) -> bytes:
+def client_frame(payload: bytes | memoryview, opcode: int = OP_BINARY) -> bytes | bytearray:
     """A masked client frame (RFC 6455 5.3: every client frame masked, with a fresh key).
 
     The key is one random byte repeated, so the XOR is a single ``bytes.translate`` (C speed,
@@ -179,7 +203,16 @@ def client_frame(payload: bytes, opcode: int = OP_BINARY) -> bytes:
         head = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, n)
     else:
         head = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, n)
-    return head + bytes((k, k, k, k)) + payload.translate(_XOR[k])
+    np = _numpy() if n >= FAST_MASK else None
+    if not np:
+        _numpy_state["translated"] += n
+        return head + bytes((k, k, k, k)) + bytes(payload).translate(_XOR[k])
+    frame = bytearray(len(head) + 4 + n)  # numpy's XOR: ~10x bytes.translate
+    frame[: len(head)] = head
+    frame[len(head) : len(head) + 4] = bytes((k, k, k, k))
+    out = np.frombuffer(frame, np.uint8, n, len(head) + 4)
+    np.bitwise_xor(np.frombuffer(payload, np.uint8), k, out=out)
+    return frame
 
 
 class StdinError(Exception):

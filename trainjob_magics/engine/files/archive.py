@@ -8,9 +8,10 @@ import io
 import os
 import posixpath
 import queue
+import stat
 import tarfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -37,9 +38,36 @@ def _walk(local: Path) -> Iterator[Path]:
                     yield p
 
 
+def stream_order(paths: Iterator[Path]) -> list[Path]:
+    """Directories first (in walk order: parents before children), then links, then regular
+    files from the smallest: the receiver creates the many small files (costly per file) while
+    the large ones are still on their way, instead of after them."""
+
+    def key(item: tuple[int, Path]) -> tuple[int, int, int]:
+        index, path = item
+        try:
+            st = os.lstat(path)
+        except OSError:  # gone: gettarinfo reports it
+            return (1, 0, index)
+        if stat.S_ISDIR(st.st_mode):
+            return (0, 0, index)
+        return (2, st.st_size, index) if stat.S_ISREG(st.st_mode) else (1, 0, index)
+
+    return [path for _, path in sorted(enumerate(paths), key=key)]
+
+
 STREAM_CHUNK = 1 << 18  # bytes of a file read at once (one stdin frame)
 BLOCK = tarfile.BLOCKSIZE
 AHEAD = 16  # chunks read ahead of the sender at most
+UNPACK_CHUNK = 1 << 20  # bytes handed to the unpacking thread at once
+
+
+_ZEROS = bytes(STREAM_CHUNK)
+
+
+def _zeros(n: int) -> memoryview:
+    """``n`` zero bytes (``n`` <= STREAM_CHUNK), without allocating them."""
+    return memoryview(_ZEROS)[:n]
 
 
 class TarStream:
@@ -68,13 +96,14 @@ class TarStream:
     def _add_members(self, namer: tarfile.TarFile, local: Path, arcname: str) -> int:
         """Headers of every member (``namer`` only names them: hard links, PAX fields)."""
         size = 0
-        for path in _walk(local):
+        for path in stream_order(_walk(local)):
             rel = path.relative_to(local).as_posix()
             name = arcname if rel == "." else f"{arcname}/{rel}"
             info = namer.gettarinfo(str(path), arcname=name)
             if info is None or not (info.isreg() or info.isdir() or info.issym() or info.islnk()):
                 continue  # sockets, fifos, devices: not copied
             info.uid = info.gid = 0
+            info.mtime = int(info.mtime)  # a float would cost a PAX header per member
             info.uname = info.gname = "root"
             header = info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
             data = info.size if info.isreg() else 0
@@ -84,38 +113,57 @@ class TarStream:
             size += len(header) + data + (-data % BLOCK)
         return size
 
-    def _pieces(self) -> Iterator[bytes]:
-        small = bytearray()  # headers and small files go out together
+    def _pieces(self, lead: bytes) -> Iterator[memoryview]:
+        """The archive as pieces of ``lead`` (the stdin channel byte, for frames) and at most
+        ``STREAM_CHUNK`` bytes, headers and small files packed together. Each piece is a view
+        of one reused buffer, good until the next is asked for: file data is read straight into
+        it and hashed there (no fresh memory, no copy)."""
+        start, cap = len(lead), len(lead) + STREAM_CHUNK
+        whole = memoryview(bytearray(cap))
+        whole[:start] = lead
+        fill = start
         for header, path, size, name in self._members:
-            small += header
+            if fill + len(header) > cap:
+                yield whole[:fill]
+                fill = start
+            if len(header) > STREAM_CHUNK:
+                raise TransferError(f"the tar header of {name!r} is too large")
+            whole[fill : fill + len(header)] = header
+            fill += len(header)
             if path is None:
                 continue
             sha = hashlib.sha256()
-            with open(path, "rb") as fh:
+            with open(path, "rb", buffering=0) as fh:
                 left = size
                 while left:
-                    data = fh.read(min(STREAM_CHUNK, left))
-                    if not data:
+                    if fill == cap:
+                        yield whole[:fill]
+                        fill = start
+                    view = whole[fill : fill + min(left, cap - fill)]
+                    got = fh.readinto(view)
+                    if not got:
                         raise TransferError(f"{path} changed size while it was being read")
-                    sha.update(data)
-                    left -= len(data)
-                    if len(small) + len(data) <= STREAM_CHUNK:
-                        small += data
-                        continue
-                    if small:
-                        yield bytes(small)
-                        small.clear()
-                    yield data
+                    sha.update(view[:got])
+                    fill += got
+                    left -= got
             self.files[name].sha256 = sha.hexdigest()
-            small += bytes(-size % BLOCK)
-        yield bytes(small) + bytes(2 * BLOCK)
+            tail = -size % BLOCK
+            if fill + tail > cap:
+                yield whole[:fill]
+                fill = start
+            whole[fill : fill + tail] = _zeros(tail)
+            fill += tail
+        if fill + 2 * BLOCK > cap:
+            yield whole[:fill]
+            fill = start
+        whole[fill : fill + 2 * BLOCK] = _zeros(2 * BLOCK)
+        yield whole[: fill + 2 * BLOCK]
 
     def _read_ahead(self) -> None:
         try:
-            for piece in self._pieces():
-                if self._framed:
-                    piece = (client_frame(b"\x00" + piece), len(piece))
-                if not self._put(piece):
+            for piece in self._pieces(b"\x00" if self._framed else b""):
+                item = (client_frame(piece), len(piece) - 1) if self._framed else bytes(piece)
+                if not self._put(item):
                     return
             self._put(None)
         except BaseException as exc:  # handed to the sender by read()
@@ -237,19 +285,80 @@ def _normalise(member: tarfile.TarInfo) -> None:
         member.linkname = member.linkname[2:]
 
 
-def unpack(archive: BinaryIO, root: str, staging: Path) -> dict[str, FileInfo]:
+class ChunkStream:
+    """A forward-only byte stream over a series of chunks (``next_chunk()`` returns the next
+    one, or None / b"" at the end): exact reads, ``tell`` and forward ``seek`` (all that
+    tarfile's ``"r:"`` mode needs to parse headers), and :meth:`views` of the data in place."""
+
+    def __init__(self, next_chunk: Callable[[], bytes | bytearray | None]) -> None:
+        self._next = next_chunk
+        self._view = memoryview(b"")
+        self._pos = 0  # in ``_view``
+        self._offset = 0  # in the stream
+        self._ended = False
+
+    def _fill(self) -> bool:
+        while self._pos >= len(self._view):
+            if self._ended:
+                return False
+            chunk = self._next()
+            if not chunk:
+                self._ended = True
+                return False
+            self._view, self._pos = memoryview(chunk), 0
+        return True
+
+    def views(self, n: int) -> Iterator[memoryview]:
+        """The next ``n`` bytes (fewer at the end) as views of the chunks, no copies."""
+        while n > 0 and self._fill():
+            piece = self._view[self._pos : self._pos + n]
+            self._pos += len(piece)
+            self._offset += len(piece)
+            n -= len(piece)
+            yield piece
+
+    def read(self, n: int = -1) -> bytes:
+        pieces = list(self.views(n if n >= 0 else 1 << 62))
+        return bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
+
+    def tell(self) -> int:
+        return self._offset
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        """Forward anywhere; back only within the current chunk."""
+        back = self._offset - offset
+        if whence != 0 or back > self._pos:
+            raise tarfile.ReadError("the tar stream cannot be read out of order")
+        if back > 0:
+            self._pos -= back
+            self._offset = offset
+        for _ in self.views(-back):
+            pass
+        return self._offset
+
+
+def unpack(
+    archive: BinaryIO | ChunkStream,
+    root: str,
+    staging: Path,
+    links: dict[str, str] | None = None,
+) -> dict[str, FileInfo]:
     """Extract the tar stream ``archive`` (read once, in order) into the empty directory
     ``staging``, checking every member before it is written: the first unsafe one raises
     :class:`UnsafeArchiveError` (the caller removes ``staging``). Returns the size and sha256 of
-    each regular file, hashed as it is written."""
+    each regular file, hashed as it is written; ``links`` gets each hard link's target.
+
+    tarfile parses the headers (PAX, GNU, ustar); file data goes from the received chunks to
+    the hash and the file without copies."""
+    if not isinstance(archive, ChunkStream):
+        source = archive
+        archive = ChunkStream(lambda: source.read(UNPACK_CHUNK))
     files: dict[str, FileInfo] = {}
     names: set[str] = set()
+    made: set[Path] = set()  # directories created
     directories: list[tuple[Path, tarfile.TarInfo]] = []
     try:
-        # copybufsize: tarfile's default (16 KiB reads) re-slices its stream buffer per read
-        with tarfile.open(
-            fileobj=archive, mode="r|", bufsize=STREAM_CHUNK, copybufsize=4 * STREAM_CHUNK
-        ) as tar:
+        with tarfile.open(fileobj=archive, mode="r:") as tar:  # type: ignore[call-overload]
             for member in tar:
                 _normalise(member)
                 why = check_member(member, root, names)
@@ -262,11 +371,17 @@ def unpack(archive: BinaryIO, root: str, staging: Path) -> dict[str, FileInfo]:
                 safe = tarfile.data_filter(member, str(staging))
                 target = staging / safe.name
                 if safe.isreg():
-                    files[member.name] = _write_file(tar, member, safe, target)
+                    if member.sparse is not None:
+                        raise tarfile.ReadError(f"sparse member {member.name!r} not supported")
+                    files[member.name] = _write_file(archive, member, safe, target, made)
+                    archive.seek(member.offset_data + member.size + (-member.size % BLOCK))
                 elif safe.isdir():
                     target.mkdir(parents=True, exist_ok=True)
+                    made.add(target)
                     directories.append((target, safe))  # modes last: a read-only directory
                 else:
+                    if member.islnk() and links is not None:
+                        links[member.name] = member.linkname
                     tar.extract(safe, staging, set_attrs=False, filter="data")
         for target, safe in reversed(directories):
             _set_attrs(target, safe)
@@ -280,19 +395,38 @@ def unpack(archive: BinaryIO, root: str, staging: Path) -> dict[str, FileInfo]:
 
 
 def _write_file(
-    tar: tarfile.TarFile, member: tarfile.TarInfo, safe: tarfile.TarInfo, target: Path
+    archive: ChunkStream,
+    member: tarfile.TarInfo,
+    safe: tarfile.TarInfo,
+    target: Path,
+    made: set[Path],
 ) -> FileInfo:
-    """Write one regular member to ``target``, hashing it on the way."""
-    source = tar.extractfile(member)
-    assert source is not None
-    target.parent.mkdir(parents=True, exist_ok=True)
+    """Write one regular member to ``target``, hashing it on the way (``made``: directories
+    known to exist)."""
+    if target.parent not in made:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        made.add(target.parent)
     sha = hashlib.sha256()
-    with open(target, "wb") as out:
-        for chunk in iter(lambda: source.read(4 * STREAM_CHUNK), b""):
-            sha.update(chunk)
-            out.write(chunk)
-    _set_attrs(target, safe)
+    got = 0
+    with open(target, "wb", buffering=0) as out:
+        for piece in archive.views(member.size):
+            sha.update(piece)
+            got += len(piece)
+            while piece:
+                piece = piece[out.write(piece) :]
+        if _BY_FD:  # attributes through the open file: no second path lookup
+            if safe.mode is not None:
+                os.fchmod(out.fileno(), safe.mode)
+            if safe.mtime is not None:
+                os.utime(out.fileno(), (safe.mtime, safe.mtime))
+    if got != member.size:
+        raise tarfile.ReadError(f"the stream ended inside {member.name!r}")
+    if not _BY_FD:
+        _set_attrs(target, safe)
     return FileInfo(member.size, sha.hexdigest())
+
+
+_BY_FD = hasattr(os, "fchmod") and os.utime in os.supports_fd
 
 
 def _set_attrs(target: Path, safe: tarfile.TarInfo) -> None:

@@ -1,73 +1,85 @@
 """The pod side of a verified transfer: the constant ``sh`` scripts, one exec each way, and
 parsing what they report. Paths only ever travel as argv.
 
-Both ways the pod hashes the files themselves (from the page cache) with the first of
-``openssl dgst -sha256``, ``python3`` (hashlib), ``sha256sum`` the image has; with none,
-``wc -c`` gives their sizes. Upload: after ``tar xf -``, the files that landed. Download: next
-to ``tar cf -``, which streams them (nothing extra in the data's path). Here each file is hashed
-as it is read (upload) or written (download), and the two lists must match.
+With ``python3`` (nearly every ML image) the pod unpacks or packs the tar stream itself and
+hashes each file as it passes (``pod_python.py``): one process, one read of the data. Without
+it: ``tar``, and the files hashed with the first of ``openssl dgst -sha256``, ``sha256sum`` the
+image has (with neither, ``wc -c`` gives their sizes); upload: after ``tar xf -``, the files
+that landed; download: next to ``tar cf -``. Here each file is hashed as it is read (upload)
+or written (download), and the two lists must match.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import zlib
 from dataclasses import dataclass
 
 from ..errors import TransferError
+from .pod_python import PACK_PY, UNTAR_PY
 
-FILES_PY = (
-    "import hashlib, json, os, sys\n"
-    "top = sys.argv[1]\n"
-    "walk = os.walk(top) if os.path.isdir(top) else [(os.path.dirname(top), [], "
-    "[os.path.basename(top)])]\n"
-    "for root, dirs, files in walk:\n"
-    "    for f in files:\n"
-    "        p = os.path.join(root, f)\n"
-    "        if os.path.isfile(p) and not os.path.islink(p):\n"
-    "            h = hashlib.sha256()\n"
-    "            with open(p, 'rb') as fh:\n"
-    "                for b in iter(lambda: fh.read(1 << 20), b''):\n"
-    "                    h.update(b)\n"
-    "            print(json.dumps({'path': p, 'sha256': h.hexdigest()}))\n"
-)
+# Where the pod's python3 is looked for, in order: a system interpreter first (a version
+# manager's shim on PATH, such as pyenv's, adds ~0.1 s to every start), then PATH's.
+PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "python3")
 
-# hash_files PATH: "#trainjob-TOOL" (openssl, python, sha256sum or wc), then one line per
-# regular file under PATH (given as ./NAME: a name may start with "-").
+# The pod-side Python travels compressed (the exec's argv is its URL, which servers limit to
+# ~8 KiB), as the argument before the name: ``python3 -c BOOT CODE NAME``.
+_BOOT = "import binascii,sys,zlib;exec(zlib.decompress(binascii.a2b_base64(sys.argv.pop(1))))"
+
+
+def _packed(code: str) -> str:
+    return base64.b64encode(zlib.compress(code.encode(), 9)).decode("ascii")
+
+
+# Every verified script gets "$1 $2 $3" = parent directory, entry name, packed pod-side Python,
+# then the PYTHONS candidates; $py is the first that exists (empty: no python3).
+_ARGS = f"boot='{_BOOT}'; d=$1 n=$2 code=$3; shift 3; py=; for c do "
+_ARGS += 'if command -v "$c" >/dev/null 2>&1; then py=$c; break; fi; done; '
+
+# Without python3: hash_files PATH prints "#trainjob-TOOL" (openssl, sha256sum or wc), then one
+# line per regular file under PATH (given as ./NAME: a name may start with "-").
 _HASH_FILES = (
     "hash_files() { "
     "if command -v openssl >/dev/null 2>&1; then echo '#trainjob-openssl'; "
     'find "$1" -type f -exec openssl dgst -sha256 -r {} +; '
-    "elif command -v python3 >/dev/null 2>&1; then echo '#trainjob-python'; "
-    'python3 -c "$files_py" "$1"; '
     "elif command -v sha256sum >/dev/null 2>&1; then echo '#trainjob-sha256sum'; "
     'find "$1" -type f -exec sha256sum -- {} +; '
     "else echo '#trainjob-wc'; "
     'find "$1" -type f -exec wc -c -- {} +; fi; }; '
 )
 
-# $1 parent directory (created), $2 entry name, $3 FILES_PY. After tar, the files that landed.
+# Upload: python3 unpacks the stream and hashes each file as it writes it (UNTAR_PY, listing on
+# stdout); without it, "tar xf -", then the files that landed are hashed.
 UPLOAD_SH = (
-    'mkdir -p -- "$1" && cd -- "$1" && tar xf - || exit; files_py=$3; '
+    _ARGS
+    + 'mkdir -p -- "$d" && cd -- "$d" || exit; '
+    + 'if [ -n "$py" ]; then exec "$py" -I -S -c "$boot" "$code" "$n"; fi; '
+    + "tar xf - || exit; "
     + _HASH_FILES
-    + 'hash_files "./$2"'
+    + 'hash_files "./$n"'
 )
 
-# $1 parent directory, $2 entry name, $3 FILES_PY. The tar stream goes to stdout; stderr gets
-# "#trainjob-kind file|dir SIZE" first (or "#trainjob-missing" / "#trainjob-other", exit 2),
-# then tar's messages, then the files' hashes (once tar is done). The exit status is tar's.
+# Download: the tar stream goes to stdout; stderr gets "#trainjob-kind file|dir SIZE" first (or
+# "#trainjob-missing" / "#trainjob-other", exit 2), then tar's messages, then the files' hashes.
+# python3 packs and hashes in one read (PACK_PY); without it, "tar cf -" and, next to it, the
+# hashing of the same files. The exit status is tar's.
 DOWNLOAD_SH = (
-    'cd -- "$1" 2>/dev/null || { echo "#trainjob-missing" >&2; exit 2; }; files_py=$3; '
-    'if [ ! -e "$2" ] && [ ! -L "$2" ]; then echo "#trainjob-missing" >&2; exit 2; fi; '
-    'if [ -L "$2" ] || { [ ! -f "$2" ] && [ ! -d "$2" ]; }; then '
+    _ARGS + 'cd -- "$d" 2>/dev/null || { echo "#trainjob-missing" >&2; exit 2; }; '
+    'if [ ! -e "$n" ] && [ ! -L "$n" ]; then echo "#trainjob-missing" >&2; exit 2; fi; '
+    'if [ -L "$n" ] || { [ ! -f "$n" ] && [ ! -d "$n" ]; }; then '
     'echo "#trainjob-other" >&2; exit 2; fi; '
-    'if [ -d "$2" ]; then k=dir; s=$(du -sk -- "$2" 2>/dev/null); s=${s%%[!0-9]*}; '
-    's=$(( ${s:-0} * 1024 )); else k=file; s=$(wc -c < "$2"); fi; '
+    'if [ -d "$n" ]; then k=dir; s=$(du -sk -- "$n" 2>/dev/null); s=${s%%[!0-9]*}; '
+    's=$(( ${s:-0} * 1024 )); else k=file; s=$(wc -c < "$n"); fi; '
     'echo "#trainjob-kind $k $s" >&2; '
+    'if [ -n "$py" ]; then exec "$py" -I -S -c "$boot" "$code" "$n"; fi; '
     + _HASH_FILES
-    + 'tar cf - -- "$2" & t=$!; h=$(hash_files "./$2" 2>/dev/null); wait $t; rc=$?; '
+    + 'tar cf - -- "$n" & t=$!; h=$(hash_files "./$n" 2>/dev/null); wait $t; rc=$?; '
     "printf '%s\\n' \"$h\" >&2; exit $rc"
 )
+
+_UNTAR, _PACK = _packed(UNTAR_PY), _packed(PACK_PY)
 
 # verify=False: plain tar, as kubectl cp does.
 UNPACK_SH = 'mkdir -p -- "$1" && exec tar xf - -C "$1"'
@@ -93,14 +105,14 @@ def upload_argv(parent: str, name: str, verify: bool) -> list[str]:
     """The pod-side command that unpacks a tar stream from stdin into ``parent``."""
     if not verify:
         return ["sh", "-c", UNPACK_SH, "sh", parent]
-    return ["sh", "-c", UPLOAD_SH, "sh", parent, name, FILES_PY]
+    return ["sh", "-c", UPLOAD_SH, "sh", parent, name, _UNTAR, *PYTHONS]
 
 
 def download_argv(parent: str, name: str, verify: bool) -> list[str]:
     """The pod-side command that writes ``parent/name`` as a tar stream to stdout."""
     if not verify:
         return ["sh", "-c", PACK_SH, "sh", parent, name]
-    return ["sh", "-c", DOWNLOAD_SH, "sh", parent, name, FILES_PY]
+    return ["sh", "-c", DOWNLOAD_SH, "sh", parent, name, _PACK, *PYTHONS]
 
 
 def _unescape(line: str) -> tuple[str, str]:

@@ -1,14 +1,16 @@
 """Copy files and directories to and from pods as tar streams over exec, like ``kubectl cp``.
 
-One exec per pod each way (the scripts are in ``manifest.py``; paths only ever as argv).
-Upload: the tar stream is produced while it is sent (one pod) or once into a temporary file that
-every pod reads (several pods), each file hashed as it is read; the pod runs ``tar xf -`` and
-then reports the sha256 of every file that landed, which must match. Download: the pod runs
-``tar cf - -- NAME`` and, next to it, hashes the same files; the stream is unpacked here as it
-arrives into a staging directory, every member checked before it is written (no absolute names,
-no ``..``, nothing outside the target, no links escaping it, no devices: the ``kubectl cp``
-CVE-2019-1002101 family; then ``tarfile``'s ``data`` filter), each file hashed as it is written;
-it is moved into place only when every file's sha256 equals the pod's.
+One exec per pod each way (the scripts are in ``manifest.py`` and ``pod_python.py``; paths only
+ever as argv). Upload: the tar stream is produced while it is sent (one pod) or once into a
+temporary file that every pod reads (several pods), each file hashed as it is read; the pod
+unpacks it, hashing each file as it writes it (python3; else ``tar xf -``, then the files that
+landed are hashed), and reports the sha256 of every file, which must match. Download: the pod
+packs ``NAME``, hashing each file as it reads it (python3; else ``tar cf -`` with the hashing
+next to it); the stream is unpacked here as it arrives into a staging directory, every member
+checked before it is written (no absolute names, no ``..``, nothing outside the target, no links
+escaping it, no devices: the ``kubectl cp`` CVE-2019-1002101 family; then ``tarfile``'s ``data``
+filter), each file hashed as it is written; it is moved into place only when every file's
+sha256 equals the pod's. A mismatch names the file.
 
 Destinations: ``dest`` is the path of the copy; a ``dest`` ending in ``/`` (or, on download, an
 existing local directory when the source is a file) means "inside it, under the source's name".
@@ -17,6 +19,7 @@ Relative remote paths are relative to the container's working directory.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import posixpath
@@ -36,7 +39,7 @@ from ..exec.fanout import PodCommand
 from ..exec.pool import run_each
 from ..exec.stop import INTERRUPT_WAIT
 from ..result import ExecResult
-from .archive import STREAM_CHUNK, TarStream, place, unpack
+from .archive import STREAM_CHUNK, UNPACK_CHUNK, ChunkStream, TarStream, place, unpack
 from .manifest import (
     FileInfo,
     compare,
@@ -325,23 +328,31 @@ class _PodReport:
 class _Unpacker:
     """The receiving end of a download: the tar stream is unpacked as it arrives, in one helper
     thread, into a staging directory (created with the first byte), each file hashed as it is
-    written, off the socket's thread. Memory is bounded by the queue."""
+    written, off the socket's thread. The received bytes are copied once, into batches of
+    ``UNPACK_CHUNK`` handed over through a bounded queue (memory stays bounded)."""
 
-    DEPTH = 32  # chunks queued at most
+    DEPTH = 16  # batches queued at most
 
     def __init__(self, root: str, staging_parent: Path, total: _ProgressTotal) -> None:
         self.root = root
         self.staging_parent = staging_parent
         self.total = total
         self.files: dict[str, FileInfo] = {}
+        self.links: dict[str, str] = {}  # hard link -> the file it names
         self.staging: Path | None = None
         self.error: BaseException | None = None
-        self._queue: queue.Queue[bytes | None] = queue.Queue(self.DEPTH)
+        self._queue: queue.Queue[memoryview | None] = queue.Queue(self.DEPTH)
         self._thread: threading.Thread | None = None
-        self._pending = b""
+        # Batches are reused: fresh memory costs page faults, on a VM often the host's too.
+        self._spare: collections.deque[bytearray] = collections.deque()
+        self._batch = bytearray(UNPACK_CHUNK)
+        self._filled = 0
+        self._current: memoryview | None = None  # the batch the unpacking thread reads
+        self._ended = False
 
     def write(self, data: memoryview) -> None:
-        """The stdout sink: queue a copy of the chunk (the reader's buffer is reused)."""
+        """The stdout sink: copy the chunk into the current batch (the reader's buffer may be
+        reused); a full batch goes to the unpacking thread."""
         if self._thread is None:
             self.staging_parent.mkdir(parents=True, exist_ok=True)
             self.staging = Path(
@@ -349,36 +360,50 @@ class _Unpacker:
             )
             self._thread = threading.Thread(target=self._work, daemon=True, name="trainjob-unpack")
             self._thread.start()
-        self._queue.put(bytes(data))
-        self.total.add(len(data))
+        n = len(data)
+        if self._filled + n > UNPACK_CHUNK:
+            self._hand_over()
+            if n > UNPACK_CHUNK:
+                self._queue.put(memoryview(bytes(data)))
+                self.total.add(n)
+                return
+        self._batch[self._filled : self._filled + n] = data
+        self._filled += n
+        self.total.add(n)
 
-    def read(self, n: int = -1) -> bytes:
-        """tarfile's side: the next bytes of the stream."""
-        while not self._pending:
-            chunk = self._queue.get()
-            if chunk is None:
-                self._queue.put(None)  # stays at the end for every later read
-                return b""
-            self._pending = chunk
-        if n < 0 or n >= len(self._pending):
-            out, self._pending = self._pending, b""
-        else:
-            out, self._pending = self._pending[:n], self._pending[n:]
-        return out
+    def _hand_over(self) -> None:
+        if self._filled:
+            self._queue.put(memoryview(self._batch)[: self._filled])
+            self._batch = self._spare.pop() if self._spare else bytearray(UNPACK_CHUNK)
+            self._filled = 0
+
+    def _next_batch(self) -> memoryview | None:
+        """The unpacking thread's next batch; the one before is done with and reused."""
+        done, self._current = self._current, None
+        if done is not None and isinstance(done.obj, bytearray):
+            self._spare.append(done.obj)
+        if self._ended:
+            return None
+        batch = self._queue.get()
+        self._ended = batch is None
+        self._current = batch
+        return batch
 
     def _work(self) -> None:
         assert self.staging is not None
+        stream = ChunkStream(self._next_batch)
         try:
-            self.files = unpack(self, self.root, self.staging)  # type: ignore[arg-type]
+            self.files = unpack(stream, self.root, self.staging, self.links)
         except BaseException as exc:  # reported by finish()
             self.error = exc
-        while self.read(STREAM_CHUNK):  # the rest (tar's padding), or all of it after an error
+        while self._next_batch() is not None:  # tar's padding, or all of it after an error
             pass
 
     def finish(self) -> None:
         """Wait until everything received is unpacked; raise its error."""
         if self._thread is None:
             return
+        self._hand_over()
         self._queue.put(None)
         self._thread.join()
         if self.error is not None:
@@ -435,7 +460,9 @@ def download(
         method = "none"
         if verify:
             method, listed = parse_files("\n".join(report.lines()))
-            problems = compare(listed, sink.files)
+            received = dict(sink.files)  # a file tar sent as a hard link has its target's bytes
+            received.update({n: sink.files[t] for n, t in sink.links.items() if t in sink.files})
+            problems = compare(listed, received)
             if problems:
                 more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
                 raise TransferError(
