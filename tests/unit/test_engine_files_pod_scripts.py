@@ -232,3 +232,25 @@ def test_headers_for_long_and_undecodable_names(tmp_path: Path, direction: str) 
     assert os.path.exists(os.fsencode(got) + b"/bad-\xff-name")
     assert (got / "ln").readlink() == Path("x" * 150)
     assert (got / ("d" * 120) / ("e" * 120) / ("f" * 120)).stat().st_mtime == 1e9
+
+
+@pytest.mark.parametrize("name", ["dst/../evil", "other/x", "/abs/evil"])
+def test_pod_unpack_refuses_a_member_outside_the_destination(tmp_path: Path, name: str) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("dst")
+        info.type = tarfile.DIRTYPE
+        tar.addfile(info)
+        data = b"should not land"
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    pod = tmp_path / "pod" / "p"
+    pod.mkdir(parents=True)
+    done = subprocess.run(
+        upload_argv(str(pod), "dst", True), input=buf.getvalue(), capture_output=True, check=False
+    )
+    assert done.returncode != 0
+    assert b"member outside dst" in done.stderr
+    assert not (pod / "evil").exists() and not (tmp_path / "pod" / "evil").exists()
+    assert not (pod / "other").exists()

@@ -203,7 +203,7 @@ def main():
         name = m.name.rstrip(b"/") or m.name
         if name.startswith(b"./"):
             name = name[2:]
-        if name != top and not name.startswith(top + b"/"):
+        if name != top and not name.startswith(top + b"/") or b".." in name.split(b"/"):
             raise TarError("member outside " + text(top) + ": " + text(name))
         if m.kind == b"0":
             line = unpack_file(src, m, name, keep)
