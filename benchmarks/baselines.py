@@ -93,14 +93,8 @@ def exec_path(namespace: str, pod: str, command: list[str], container: str | Non
     return f"/api/v1/namespaces/{namespace}/pods/{pod}/exec?" + urllib.parse.urlencode(q)
 
 
-def raw_exec(
-    target: KubeTarget, namespace: str, pod: str, command: list[str], bufsize: int = 1 << 20
-) -> RawResult:
-    """Minimal WebSocket reader: TLS socket, upgrade, parse frame headers, count payload bytes.
-
-    This is the physical limit of reading the exec output in Python on this machine: it only
-    walks frame headers and counts bytes per channel (no copies, no decode).
-    """
+def _send_upgrade(target: KubeTarget, path: str) -> socket.socket:
+    """A (TLS) socket to the API server with the exec upgrade request for ``path`` sent."""
     u = urllib.parse.urlparse(target.server)
     host = u.hostname or "127.0.0.1"
     port = u.port or (443 if u.scheme == "https" else 80)
@@ -114,7 +108,7 @@ def raw_exec(
         sock = ctx.wrap_socket(sock, server_hostname=host)
     key = base64.b64encode(os.urandom(16)).decode()
     req = (
-        f"GET {exec_path(namespace, pod, command)} HTTP/1.1\r\n"
+        f"GET {path} HTTP/1.1\r\n"
         f"Host: {host}:{port}\r\n"
         "Upgrade: websocket\r\nConnection: Upgrade\r\n"
         f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
@@ -122,6 +116,18 @@ def raw_exec(
         f"Authorization: Bearer {target.token}\r\n\r\n"
     )
     sock.sendall(req.encode())
+    return sock
+
+
+def raw_exec(
+    target: KubeTarget, namespace: str, pod: str, command: list[str], bufsize: int = 1 << 20
+) -> RawResult:
+    """Minimal WebSocket reader: TLS socket, upgrade, parse frame headers, count payload bytes.
+
+    This is the physical limit of reading the exec output in Python on this machine: it only
+    walks frame headers and counts bytes per channel (no copies, no decode).
+    """
+    sock = _send_upgrade(target, exec_path(namespace, pod, command))
     buf = bytearray(bufsize)
     mv = memoryview(buf)
     # read the HTTP response head
@@ -278,28 +284,8 @@ def _upgrade(
     target: KubeTarget, namespace: str, pod: str, command: list[str], *, stdin: bool
 ) -> socket.socket:
     """A TLS socket past the pods/exec WebSocket upgrade (v5 offered first)."""
-    u = urllib.parse.urlparse(target.server)
-    host = u.hostname or "127.0.0.1"
-    port = u.port or (443 if u.scheme == "https" else 80)
-    sock: socket.socket = socket.create_connection((host, port))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if u.scheme == "https":
-        ctx = ssl.create_default_context(cadata=target.ca_pem.decode() if target.ca_pem else None)
-        ctx.check_hostname = False
-        if not target.ca_pem:
-            ctx.verify_mode = ssl.CERT_NONE
-        sock = ctx.wrap_socket(sock, server_hostname=host)
     path = exec_path(namespace, pod, command) + ("&stdin=true" if stdin else "")
-    key = base64.b64encode(os.urandom(16)).decode()
-    req = (
-        f"GET {path} HTTP/1.1\r\n"
-        f"Host: {host}:{port}\r\n"
-        "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-        "Sec-WebSocket-Protocol: v5.channel.k8s.io, v4.channel.k8s.io\r\n"
-        f"Authorization: Bearer {target.token}\r\n\r\n"
-    )
-    sock.sendall(req.encode())
+    sock = _send_upgrade(target, path)
     head = b""
     while b"\r\n\r\n" not in head:
         chunk = sock.recv(1)  # byte by byte: nothing after the head is consumed

@@ -4,85 +4,51 @@ the usual way, alone. Against the stub exec server (plain HTTP) and the local cl
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient, Configuration
 
+from tests.helpers.stub_exec import stub_refs, stub_server, stub_session, threads_during
 from trainjob_magics.engine import connect
 from trainjob_magics.engine.errors import ApiServerError, PodNotRunningError
 from trainjob_magics.engine.exec.commands import CommandGroup
 from trainjob_magics.engine.exec.fanout import run_on_pods
 from trainjob_magics.engine.exec.multiplexed import Multiplexed
 from trainjob_magics.engine.exec.pool import MAX_PARALLEL
-from trainjob_magics.engine.result import ExecResult, PodRef
+from trainjob_magics.engine.result import ExecResult, MultiExecResult, PodRef
 from trainjob_magics.engine.session import TrainJobSession
 from trainjob_magics.localcluster import LocalCluster
-
-ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
 def stub_url() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.stub_exec", "--answer", "0.05"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        url = (proc.stdout.readline() if proc.stdout else "").strip()
-        assert url.startswith("http://"), f"stub did not start (exit {proc.poll()})"
+    with stub_server(0.05) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 @pytest.fixture
-def stub_session(stub_url: str) -> TrainJobSession:
-    cfg = Configuration(host=stub_url, api_key={"authorization": "stub"})
-    cfg.api_key_prefix = {"authorization": "Bearer"}
-    return TrainJobSession("stub", "default", "stub", ApiClient(cfg), "stub-0", "node")
+def stub(stub_url: str) -> TrainJobSession:
+    return stub_session(stub_url)
 
 
-def refs(n: int, prefix: str = "stub") -> list[PodRef]:
-    return [PodRef(f"{prefix}-{i}", "node", i, "Running", "node") for i in range(n)]
+def fan_out(session: TrainJobSession, pods: list[PodRef]) -> tuple[MultiExecResult, list[str]]:
+    """``hostname`` on ``pods`` through the reactor; also the pods that went the usual way."""
+    runner = session._commands  # the session's runner, as execute() uses it
+    group = CommandGroup(runner)
+    usual: list[str] = []
+
+    def run_one(ref: PodRef, on_output: Any) -> ExecResult:
+        usual.append(ref.name)
+        return runner.run(ref.name, ["hostname"], container="node", group=group)
+
+    spec = Multiplexed(runner, ["hostname"], lambda ref: "node")
+    return run_on_pods(run_one, pods, group=group, multiplexed=spec), usual
 
 
-def threads_during(work: Callable[[], Any]) -> tuple[int, set[str], Any]:
-    """The most threads alive above those before ``work``, and every new thread's name."""
-    before = {t.ident for t in threading.enumerate()}
-    peak = [0]
-    names: set[str] = set()
-    done = threading.Event()
-    me = threading.current_thread()
-
-    def sample() -> None:
-        while not done.wait(0.001):
-            new = [t for t in threading.enumerate() if t.ident not in before and t is not me]
-            new = [t for t in new if t.name != "fanout-sampler"]
-            peak[0] = max(peak[0], len(new))
-            names.update(t.name for t in new)
-
-    sampler = threading.Thread(target=sample, daemon=True, name="fanout-sampler")
-    sampler.start()
-    try:
-        result = work()
-    finally:
-        done.set()
-        sampler.join()
-    return peak[0], names, result
-
-
-def test_more_pods_than_the_old_bound_on_one_thread(stub_session: TrainJobSession) -> None:
+def test_more_pods_than_the_old_bound_on_one_thread(stub: TrainJobSession) -> None:
     n = MAX_PARALLEL + 44
     seen: dict[str, str] = {}
     finished: list[str] = []
@@ -91,9 +57,9 @@ def test_more_pods_than_the_old_bound_on_one_thread(stub_session: TrainJobSessio
         seen[pod] = seen.get(pod, "") + text
 
     peak, names, res = threads_during(
-        lambda: stub_session.execute(
+        lambda: stub.execute(
             "hostname",
-            pods=refs(n),
+            pods=stub_refs(n),
             on_output=on_output,
             on_done=lambda pod, result, error: finished.append(pod),
         )
@@ -106,53 +72,24 @@ def test_more_pods_than_the_old_bound_on_one_thread(stub_session: TrainJobSessio
     assert any(name.startswith("trainjob-reactor") for name in names), names
 
 
-def test_a_pod_the_reactor_cannot_run_goes_the_usual_way(stub_session: TrainJobSession) -> None:
-    runner = stub_session._commands  # the session's runner, as execute() uses it
-    group = CommandGroup(runner)
-    usual: list[str] = []
-
-    def run_one(ref: PodRef, on_output: Any) -> ExecResult:
-        usual.append(ref.name)
-        return runner.run(ref.name, ["hostname"], container="node", group=group)
-
-    pods = [*refs(20), PodRef("gone-1", "node", 20, "Running", "node")]
-    res = run_on_pods(
-        run_one,
-        pods,
-        group=group,
-        multiplexed=Multiplexed(runner, ["hostname"], lambda ref: "node"),
-    )
+def test_a_pod_the_reactor_cannot_run_goes_the_usual_way(stub: TrainJobSession) -> None:
+    pods = [*stub_refs(20), PodRef("gone-1", "node", 20, "Running", "node")]
+    res, usual = fan_out(stub, pods)
     assert usual == ["gone-1"]  # only the pod the reactor handed back
     assert res.failed == ["gone-1"]
     assert isinstance(res.errors["gone-1"], PodNotRunningError)
     assert "pod gone-1 is gone from namespace default" in str(res.errors["gone-1"])
     assert all(res.results[p.name].stdout == f"{p.name}\n" for p in pods[:20])
-    assert runner.inflight == {}  # nothing left registered
+    assert stub._commands.inflight == {}  # nothing left registered
 
 
-def test_a_bad_upgrade_fails_that_pod_without_running_it_twice(
-    stub_session: TrainJobSession,
-) -> None:
+def test_a_bad_upgrade_fails_that_pod_without_running_it_twice(stub: TrainJobSession) -> None:
     """A 101 whose accept key is wrong may have started the command: no second try."""
-    runner = stub_session._commands
-    group = CommandGroup(runner)
-    usual: list[str] = []
-
-    def run_one(ref: PodRef, on_output: Any) -> ExecResult:
-        usual.append(ref.name)
-        return runner.run(ref.name, ["hostname"], container="node", group=group)
-
-    pods = [*refs(3), PodRef("badaccept-1", "node", 3, "Running", "node")]
-    res = run_on_pods(
-        run_one,
-        pods,
-        group=group,
-        multiplexed=Multiplexed(runner, ["hostname"], lambda ref: "node"),
-    )
+    res, usual = fan_out(stub, [*stub_refs(3), PodRef("badaccept-1", "node", 3, "Running", "node")])
     assert usual == []
     assert res.failed == ["badaccept-1"]
     assert isinstance(res.errors["badaccept-1"], ApiServerError)
-    assert runner.inflight == {}
+    assert stub._commands.inflight == {}
 
 
 @pytest.fixture(scope="module")

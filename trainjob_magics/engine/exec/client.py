@@ -193,7 +193,8 @@ class ExecClient:
         self._lock = threading.Lock()
 
     # -- connection setup -------------------------------------------------------------------
-    def _context(self) -> ssl.SSLContext:
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS context of every exec (built once)."""
         with self._lock:
             if self._ssl_context is None:
                 self._ssl_context = self._build_context()
@@ -219,15 +220,8 @@ class ExecClient:
             ctx.load_cert_chain(cfg.cert_file, cfg.key_file or None)
         return ctx
 
-    def ssl_context(self) -> ssl.SSLContext:
-        """The TLS context of every exec (built once)."""
-        return self._context()
-
     def headers(self) -> list[str]:
         """The credential headers an exec sends now (refreshing an expiring token)."""
-        return self._headers()
-
-    def _headers(self) -> list[str]:
         cfg = self.configuration
         if not (cfg.host.startswith("https://") or _is_loopback(cfg.host)):
             return []  # like client-go: no credentials over plain http to another host
@@ -243,7 +237,7 @@ class ExecClient:
         cfg = self.configuration
         sslopt: dict[str, Any] = {}
         if url.startswith("wss://"):
-            sslopt["context"] = self._context()
+            sslopt["context"] = self.ssl_context()
             if cfg.tls_server_name:
                 sslopt["server_hostname"] = cfg.tls_server_name
         proxy: dict[str, Any] = {}
@@ -253,7 +247,7 @@ class ExecClient:
         try:
             ws = handshake.connect(
                 url,
-                headers=self._headers(),
+                headers=self.headers(),
                 protocols=PROTOCOLS,
                 sslopt=sslopt,
                 timeout=CONNECT_TIMEOUT,

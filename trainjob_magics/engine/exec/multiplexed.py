@@ -89,7 +89,7 @@ class MultiplexedRun:
                     on_start=begun.watch,
                 )
             )
-        if self._left == 0:
+        if not refs:
             self._all_done.set()
         self._reactor = Reactor(runner.client, target, jobs)
 
@@ -103,6 +103,9 @@ class MultiplexedRun:
 
     def _ended(self, pod: str, result: ExecResult | None, error: BaseException | None) -> None:
         self._record(pod, result, error)
+        self._count_down()
+
+    def _count_down(self) -> None:
         with self._lock:
             self._left -= 1
             if self._left == 0:
@@ -129,10 +132,7 @@ class MultiplexedRun:
         try:
             self._usual(ref)  # records the pod itself
         finally:
-            with self._lock:
-                self._left -= 1
-                if self._left == 0:
-                    self._all_done.set()
+            self._count_down()
 
     def _finish(
         self, ref: PodRef, begun: Begun, result: ExecResult | None, error: BaseException | None
