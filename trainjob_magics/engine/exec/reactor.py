@@ -182,22 +182,18 @@ class Reactor:
         self._thread.start()
         return self
 
-    def join(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
     # -- the loop ----------------------------------------------------------------------------
     def _run(self) -> None:
         try:
             while self._waiting or self._open:
                 self._admit()
                 wait = 0.0 if self._ready else self._next_timer()
-                for key, mask in self._selector.select(wait):
-                    self._step(key.data, mask)
+                for key, _events in self._selector.select(wait):
+                    self._step(key.data)
                 ready, self._ready = self._ready, []
                 for job in ready:
                     if job.phase != "done":
-                        self._step(job, READ)
+                        self._step(job)
                 self._expire()
         except BaseException as exc:  # a bug here must not leave the caller waiting
             log.exception("the exec reactor stopped")
@@ -281,7 +277,7 @@ class Reactor:
             self._selector.modify(job.sock, events, job)
         job.events = events
 
-    def _step(self, job: ExecJob, mask: int) -> None:
+    def _step(self, job: ExecJob) -> None:
         try:
             if job.phase == "connect":
                 self._connected(job)
@@ -292,7 +288,7 @@ class Reactor:
             elif job.phase == "head":
                 self._read_head(job)
             elif job.phase == "frames":
-                self._pump(job, mask)
+                self._pump(job)
             elif job.phase == "closing":
                 self._flush_close(job)
         except Fallback as exc:
@@ -398,9 +394,9 @@ class Reactor:
         if job.on_start is not None:
             started = job.started
             job.on_start(lambda: collector.snapshot(started, job.pod))
-        self._pump(job, READ | (WRITE if job.sender.busy else 0))
+        self._pump(job)
 
-    def _pump(self, job: ExecJob, mask: int) -> None:
+    def _pump(self, job: ExecJob) -> None:
         """Read what arrived, write what the socket takes (as ``ExecClient._io_loop``)."""
         sender, reader, frames = job.sender, job.reader, job.frames
         assert sender is not None and reader is not None and frames is not None
