@@ -6,12 +6,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
-from IPython.core.displaypub import CapturingDisplayPublisher
-from IPython.core.interactiveshell import InteractiveShell
 
 from trainjob_magics.engine.errors import ConnectionLostError
 from trainjob_magics.engine.files.transfer import TransferResult
@@ -37,19 +32,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-@pytest.fixture
-def published() -> Iterator[list[dict[str, Any]]]:
-    """What the views display, through a capturing publisher on the real InteractiveShell."""
-    shell = InteractiveShell.instance()
-    saved = shell.display_pub
-    shell.display_pub = CapturingDisplayPublisher()
-    shell.display_pub.shell = shell
-    try:
-        yield shell.display_pub.outputs
-    finally:
-        shell.display_pub = saved
 
 
 def last_bundle(outputs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -4,12 +4,7 @@ release, a --pod all timeout)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
-from IPython.core.displaypub import CapturingDisplayPublisher
-from IPython.core.interactiveshell import InteractiveShell
 
 from tests.helpers.polling import wait_until
 from trainjob_magics.engine.errors import (
@@ -27,19 +22,6 @@ from trainjob_magics.magics.views.pods import MultiPodWidgetView
 from trainjob_magics.magics.views.status import ConnectStatusView, StatusWidget
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
-
-
-@pytest.fixture
-def published() -> Iterator[list[dict[str, Any]]]:
-    """What the views display, through a capturing publisher on the real InteractiveShell."""
-    shell = InteractiveShell.instance()
-    saved = shell.display_pub
-    shell.display_pub = CapturingDisplayPublisher()
-    shell.display_pub.shell = shell
-    try:
-        yield shell.display_pub.outputs
-    finally:
-        shell.display_pub = saved
 
 
 def _status(state: str = "Running", phase: str = "Running", disruption: str = "") -> JobStatus:
