@@ -208,18 +208,45 @@ def wait_ready(
     server is unreachable the last status is shown again with the outage as its problem."""
     on_status, on_notice = outage_reporter(on_status)
     with window_of(api).listening(on_notice):
-        return _wait_ready(
+        if not queue or not job_uid:
+            return wait_for_trainer_pod(
+                api,
+                namespace,
+                name,
+                target,
+                runtime=runtime,
+                timeout=timeout,
+                started_at=started,
+                on_status=on_status,
+                image_pull_retries=image_pull_retries,
+            )
+        deadline = time.monotonic() + timeout
+        reporter = QueueReporter(on_status)
+        admit_or_raise(
+            api,
+            namespace,
+            name,
+            job_uid,
+            queue,
+            runtime=runtime,
+            timeout=timeout,
+            deadline=deadline,
+            started=started,
+            reporter=reporter,
+            fetch_trainjob=lambda: fetch_trainjob(api, namespace, name),
+            delete_job=(lambda: delete_trainjob(api, namespace, name))
+            if delete_on_unavailable
+            else None,
+        )
+        return wait_for_trainer_pod(
             api,
             namespace,
             name,
             target,
             runtime=runtime,
-            timeout=timeout,
-            started=started,
-            on_status=on_status,
-            queue=queue,
-            job_uid=job_uid,
-            delete_on_unavailable=delete_on_unavailable,
+            timeout=max(1.0, deadline - time.monotonic()),
+            started_at=started,
+            on_status=reporter.wrap,
             image_pull_retries=image_pull_retries,
         )
 
@@ -242,61 +269,3 @@ def outage_reporter(on_status: OnStatus | None) -> tuple[OnStatus, Callable[[str
         notify(on_status, status)
 
     return remember, on_notice
-
-
-def _wait_ready(
-    api: ApiClient,
-    namespace: str,
-    name: str,
-    target: TrainerTarget | None,
-    *,
-    runtime: str,
-    timeout: float,
-    started: float,
-    on_status: OnStatus | None,
-    queue: str | None,
-    job_uid: str | None,
-    delete_on_unavailable: bool,
-    image_pull_retries: int,
-) -> dict[str, Any]:
-    if not queue or not job_uid:
-        return wait_for_trainer_pod(
-            api,
-            namespace,
-            name,
-            target,
-            runtime=runtime,
-            timeout=timeout,
-            started_at=started,
-            on_status=on_status,
-            image_pull_retries=image_pull_retries,
-        )
-    deadline = time.monotonic() + timeout
-    reporter = QueueReporter(on_status)
-    admit_or_raise(
-        api,
-        namespace,
-        name,
-        job_uid,
-        queue,
-        runtime=runtime,
-        timeout=timeout,
-        deadline=deadline,
-        started=started,
-        reporter=reporter,
-        fetch_trainjob=lambda: fetch_trainjob(api, namespace, name),
-        delete_job=(lambda: delete_trainjob(api, namespace, name))
-        if delete_on_unavailable
-        else None,
-    )
-    return wait_for_trainer_pod(
-        api,
-        namespace,
-        name,
-        target,
-        runtime=runtime,
-        timeout=max(1.0, deadline - time.monotonic()),
-        started_at=started,
-        on_status=reporter.wrap,
-        image_pull_retries=image_pull_retries,
-    )
