@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import ssl
@@ -54,7 +55,28 @@ def start(
             preexec_fn=_default_signals,
         )
     pid_path(run, name).write_text(str(proc.pid))
+    spec = {
+        "argv": [str(a) for a in argv],
+        "env": dict(env or {}),
+        "cwd": str(cwd) if cwd else None,
+    }
+    spec_path(run, name).write_text(json.dumps(spec))
     return proc.pid
+
+
+def spec_path(run: Path, name: str) -> Path:
+    return run / "pids" / f"{name}.json"
+
+
+def restart(run: Path, name: str) -> int:
+    """Stop ``name`` and start it again with the argv, env and cwd it was started with."""
+    try:
+        spec = json.loads(spec_path(run, name).read_text())
+    except (OSError, ValueError) as exc:
+        raise StackError(f"{name} was never started in {run}") from exc
+    stop(run, name)
+    cwd = Path(spec["cwd"]) if spec.get("cwd") else None
+    return start(run, name, spec["argv"], env=spec.get("env"), cwd=cwd)
 
 
 def _default_signals() -> None:
