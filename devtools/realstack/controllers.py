@@ -9,9 +9,8 @@ What each gets, read from its own module in the Go module cache (never copied he
 - its Configuration from the module's own ``controller_manager_config.yaml``, changed only where
   running out of cluster needs it: leader election off, built-in cert management off, ports of
   its own on 127.0.0.1, webhook certificate folder;
-- an identity of its own: a client certificate whose CN is its ServiceAccount's user name
-  (``system:serviceaccount:NS:SA``, groups ``system:serviceaccounts[:NS]``), so the upstream
-  (Cluster)RoleBindings authorise it exactly as in a cluster. ``TRAINJOB_MAGICS_REALSTACK_
+- an identity of its own: its upstream ServiceAccount, with a TokenRequest token, so the
+  upstream (Cluster)RoleBindings authorise it exactly as in a cluster. ``TRAINJOB_MAGICS_REALSTACK_
   CONTROLLER_IDENTITY=admin`` runs them with the admin kubeconfig instead;
 - serving certificates from the stack's CA with SAN ``<service>.<namespace>.svc``; every
   ``service`` reference (webhooks, CRD conversion, APIService) goes to an ExternalName Service
@@ -131,7 +130,14 @@ def plan(ctx: StackContext) -> list[Controller]:
 
 def _jobset(ctx: StackContext, version: str) -> Controller:
     b = manifests.build(module_dir(ctx, "jobset", version) / "config" / "default")
-    c = Controller("jobset", version, "jobset-system", "jobset-controller-manager", b.objects, skipped=b.skipped)
+    c = Controller(
+        "jobset",
+        version,
+        "jobset-system",
+        "jobset-controller-manager",
+        b.objects,
+        skipped=b.skipped,
+    )
     return _ports(ctx, c)
 
 
@@ -141,15 +147,22 @@ def _trainer(ctx: StackContext, version: str) -> Controller:
     runtimes_dir = root / "overlays" / "runtimes"
     rt = manifests.build(runtimes_dir if runtimes_dir.is_dir() else root / "base" / "runtimes")
     c = Controller(
-        "trainer", version, "kubeflow-system", "kubeflow-trainer-controller-manager",
-        b.objects, rt.of_kind("ClusterTrainingRuntime"), skipped=b.skipped + rt.skipped,
+        "trainer",
+        version,
+        "kubeflow-system",
+        "kubeflow-trainer-controller-manager",
+        b.objects,
+        rt.of_kind("ClusterTrainingRuntime"),
+        skipped=b.skipped + rt.skipped,
     )
     return _ports(ctx, c)
 
 
 def _kueue(ctx: StackContext, version: str) -> Controller:
     b = manifests.build(module_dir(ctx, "kueue", version) / "config" / "default")
-    c = Controller("kueue", version, "kueue-system", "kueue-controller-manager", b.objects, skipped=b.skipped)
+    c = Controller(
+        "kueue", version, "kueue-system", "kueue-controller-manager", b.objects, skipped=b.skipped
+    )
     return _ports(ctx, c)
 
 
@@ -179,7 +192,13 @@ def _service_refs(o: Obj) -> list[dict]:
     elif kind == "APIService":
         refs = [o.get("spec", {}).get("service")]
     elif kind == "CustomResourceDefinition":
-        refs = [o.get("spec", {}).get("conversion", {}).get("webhook", {}).get("clientConfig", {}).get("service")]
+        refs = [
+            o.get("spec", {})
+            .get("conversion", {})
+            .get("webhook", {})
+            .get("clientConfig", {})
+            .get("service")
+        ]
     else:
         refs = []
     return [r for r in refs if r]
@@ -193,12 +212,18 @@ def _wire(o: Obj, c: Controller, ca_b64: str) -> Obj:
         for wh in o.get("webhooks", []) or []:
             cc = wh.setdefault("clientConfig", {})
             if "service" in cc:
-                cc["service"]["port"] = c.services[(cc["service"]["namespace"], cc["service"]["name"])]
+                cc["service"]["port"] = c.services[
+                    (cc["service"]["namespace"], cc["service"]["name"])
+                ]
             cc["caBundle"] = ca_b64
     elif kind == "APIService":
         spec = o["spec"]
-        spec["service"]["port"] = c.services[(spec["service"]["namespace"], spec["service"]["name"])]
-        spec.pop("insecureSkipTLSVerify", None)  # as config/default/apiservice_insecure_removal.yaml
+        spec["service"]["port"] = c.services[
+            (spec["service"]["namespace"], spec["service"]["name"])
+        ]
+        spec.pop(
+            "insecureSkipTLSVerify", None
+        )  # as config/default/apiservice_insecure_removal.yaml
         spec["caBundle"] = ca_b64
     elif kind == "CustomResourceDefinition":
         cc = o.get("spec", {}).get("conversion", {}).get("webhook", {}).get("clientConfig")
@@ -212,21 +237,25 @@ def external_services(c: Controller) -> list[Obj]:
     """An ExternalName Service for each referenced service, in place of the upstream ones."""
     out = []
     for (ns, name), port in sorted(c.services.items()):
-        out.append({
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {
-                "name": name,
-                "namespace": ns,
-                "labels": {"app.kubernetes.io/managed-by": FIELD_MANAGER},
-                "annotations": {"trainjob-magics.dev/realstack": f"{c.name} {c.version}, out of cluster"},
-            },
-            "spec": {
-                "type": "ExternalName",
-                "externalName": EXTERNAL_NAME,
-                "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
-            },
-        })
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {
+                    "name": name,
+                    "namespace": ns,
+                    "labels": {"app.kubernetes.io/managed-by": FIELD_MANAGER},
+                    "annotations": {
+                        "trainjob-magics.dev/realstack": f"{c.name} {c.version}, out of cluster"
+                    },
+                },
+                "spec": {
+                    "type": "ExternalName",
+                    "externalName": EXTERNAL_NAME,
+                    "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+                },
+            }
+        )
     return out
 
 
@@ -255,36 +284,73 @@ def _upstream_config(path: Path) -> dict:
 
 
 def jobset_config(ctx: StackContext, c: Controller, certs: Path) -> dict:
-    src = module_dir(ctx, "jobset", c.version) / "config" / "components" / "manager" / "controller_manager_config.yaml"
+    src = (
+        module_dir(ctx, "jobset", c.version)
+        / "config"
+        / "components"
+        / "manager"
+        / "controller_manager_config.yaml"
+    )
     cfg = _upstream_config(src)
     cfg.setdefault("leaderElection", {})["leaderElect"] = False
     cfg["internalCertManagement"] = {"enable": False}
-    cfg["webhook"] = {**(cfg.get("webhook") or {}), "port": ctx.port("jobset-webhook"), "host": "127.0.0.1", "certDir": str(certs)}
-    cfg["metrics"] = {**(cfg.get("metrics") or {}), "bindAddress": f"127.0.0.1:{ctx.port('jobset-metrics')}", "certDir": str(certs)}
-    cfg["health"] = {**(cfg.get("health") or {}), "healthProbeBindAddress": f"127.0.0.1:{ctx.port('jobset-health')}"}
+    cfg["webhook"] = {
+        **(cfg.get("webhook") or {}),
+        "port": ctx.port("jobset-webhook"),
+        "host": "127.0.0.1",
+        "certDir": str(certs),
+    }
+    cfg["metrics"] = {
+        **(cfg.get("metrics") or {}),
+        "bindAddress": f"127.0.0.1:{ctx.port('jobset-metrics')}",
+        "certDir": str(certs),
+    }
+    cfg["health"] = {
+        **(cfg.get("health") or {}),
+        "healthProbeBindAddress": f"127.0.0.1:{ctx.port('jobset-health')}",
+    }
     return cfg
 
 
 def trainer_config(ctx: StackContext, c: Controller) -> dict:
-    src = module_dir(ctx, "trainer", c.version) / "manifests" / "base" / "manager" / "controller_manager_config.yaml"
+    src = (
+        module_dir(ctx, "trainer", c.version)
+        / "manifests"
+        / "base"
+        / "manager"
+        / "controller_manager_config.yaml"
+    )
     cfg = _upstream_config(src)
     cfg.setdefault("leaderElection", {})["leaderElect"] = False
     cfg.setdefault("certManagement", {})["enable"] = False
     cfg.setdefault("webhook", {}).update(port=ctx.port("trainer-webhook"), host="127.0.0.1")
     cfg.setdefault("metrics", {})["bindAddress"] = f"127.0.0.1:{ctx.port('trainer-metrics')}"
-    cfg.setdefault("health", {})["healthProbeBindAddress"] = f"127.0.0.1:{ctx.port('trainer-health')}"
+    cfg.setdefault("health", {})["healthProbeBindAddress"] = (
+        f"127.0.0.1:{ctx.port('trainer-health')}"
+    )
     if "statusServer" in cfg:
         cfg["statusServer"]["port"] = ctx.port("trainer-status")
     return cfg
 
 
 def kueue_config(ctx: StackContext, c: Controller, certs: Path) -> dict:
-    src = module_dir(ctx, "kueue", c.version) / "config" / "components" / "manager" / "controller_manager_config.yaml"
+    src = (
+        module_dir(ctx, "kueue", c.version)
+        / "config"
+        / "components"
+        / "manager"
+        / "controller_manager_config.yaml"
+    )
     cfg = _upstream_config(src)
     cfg["namespace"] = c.namespace
     cfg.setdefault("leaderElection", {})["leaderElect"] = False
     cfg["internalCertManagement"] = {"enable": False}
-    cfg["webhook"] = {**(cfg.get("webhook") or {}), "port": ctx.port("kueue-webhook"), "host": "127.0.0.1", "certDir": str(certs)}
+    cfg["webhook"] = {
+        **(cfg.get("webhook") or {}),
+        "port": ctx.port("kueue-webhook"),
+        "host": "127.0.0.1",
+        "certDir": str(certs),
+    }
     cfg.setdefault("metrics", {})["bindAddress"] = f"127.0.0.1:{ctx.port('kueue-metrics')}"
     cfg.setdefault("health", {})["healthProbeBindAddress"] = f"127.0.0.1:{ctx.port('kueue-health')}"
     cfg.setdefault("integrations", {})["frameworks"] = list(KUEUE_FRAMEWORKS)
@@ -298,12 +364,19 @@ def kueue_config(ctx: StackContext, c: Controller, certs: Path) -> dict:
 # --- cluster access ------------------------------------------------------------------------------
 
 
-def kubectl(ctx: StackContext, *args: str, input: str | None = None, check: bool = True,
-            timeout: float = 120) -> subprocess.CompletedProcess:
+def kubectl(
+    ctx: StackContext,
+    *args: str,
+    input: str | None = None,
+    check: bool = True,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess:
     cmd = ["kubectl", f"--kubeconfig={ctx.admin_kubeconfig}", *args]
     proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
-        raise StackError(f"{' '.join(cmd[:1] + cmd[2:])} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+        raise StackError(
+            f"{' '.join(cmd[:1] + cmd[2:])} failed: {proc.stderr.strip() or proc.stdout.strip()}"
+        )
     return proc
 
 
@@ -313,7 +386,15 @@ def apply(ctx: StackContext, objs: list[Obj], name: str) -> None:
         return
     path = _dir(ctx, "manifests") / f"{name}.yaml"
     path.write_text(yaml.safe_dump_all(objs, sort_keys=False))
-    kubectl(ctx, "apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}", "-f", str(path))
+    kubectl(
+        ctx,
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        f"--field-manager={FIELD_MANAGER}",
+        "-f",
+        str(path),
+    )
 
 
 def _admin(ctx: StackContext) -> dict:
@@ -334,25 +415,47 @@ def _server(ctx: StackContext) -> str:
 
 
 def identity_kubeconfig(ctx: StackContext, c: Controller) -> Path:
-    """A kubeconfig for the controller's ServiceAccount identity (client cert), or the admin's."""
+    """A kubeconfig for the controller's own ServiceAccount (a TokenRequest token, as a pod's
+    projected token would be), or the admin's with ``TRAINJOB_MAGICS_REALSTACK_CONTROLLER_IDENTITY=admin``.
+
+    Not a client certificate: ``system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-
+    manager`` is 73 characters, over X.509's 64 for a CN (RFC 5280 ub-common-name), which the
+    ``cryptography`` package enforces. The token lasts 48 h (client-go re-reads ``tokenFile``)."""
     if os.environ.get(ENV_IDENTITY) == "admin":
         return ctx.admin_kubeconfig
-    user = f"system:serviceaccount:{c.namespace}:{c.service_account}"
-    pair = ctx.pki.issue(
-        f"{c.name}-controller-client", user,
-        orgs=("system:serviceaccounts", f"system:serviceaccounts:{c.namespace}"), client=True,
+    d = _dir(ctx, c.name)
+    token = d / "token"
+    token.write_text(
+        kubectl(
+            ctx, "create", "token", c.service_account, "-n", c.namespace, "--duration=48h"
+        ).stdout.strip()
     )
-    ca = _dir(ctx, c.name) / "cluster-ca.crt"
+    token.chmod(0o600)
+    ca = d / "cluster-ca.crt"
     ca.write_bytes(_cluster_ca(ctx))
     cfg = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "realstack", "cluster": {"server": _server(ctx), "certificate-authority": str(ca)}}],
-        "users": [{"name": c.service_account, "user": {"client-certificate": str(pair.cert), "client-key": str(pair.key)}}],
-        "contexts": [{"name": c.name, "context": {"cluster": "realstack", "user": c.service_account, "namespace": c.namespace}}],
+        "clusters": [
+            {
+                "name": "realstack",
+                "cluster": {"server": _server(ctx), "certificate-authority": str(ca)},
+            }
+        ],
+        "users": [{"name": c.service_account, "user": {"tokenFile": str(token)}}],
+        "contexts": [
+            {
+                "name": c.name,
+                "context": {
+                    "cluster": "realstack",
+                    "user": c.service_account,
+                    "namespace": c.namespace,
+                },
+            }
+        ],
         "current-context": c.name,
     }
-    path = _dir(ctx, c.name) / "kubeconfig"
+    path = d / "kubeconfig"
     path.write_text(yaml.safe_dump(cfg))
     return path
 
@@ -362,14 +465,29 @@ def serving_certs(ctx: StackContext, c: Controller) -> Path:
     dns: list[str] = []
     for ns, svc in sorted(c.services):
         dns += [f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.cluster.local", f"{svc}.{ns}"]
-    pair = ctx.pki.issue(f"{c.name}-serving", dns[0] if dns else c.name, dns=(*dns, "localhost"), ips=("127.0.0.1",), server=True)
+    pair = ctx.pki.issue(
+        f"{c.name}-serving",
+        dns[0] if dns else c.name,
+        dns=(*dns, "localhost"),
+        ips=("127.0.0.1",),
+        server=True,
+    )
     certs = _dir(ctx, c.name) / "certs"
     certs.mkdir(exist_ok=True)
-    shutil.copyfile(pair.cert, certs / "tls.crt")
-    shutil.copyfile(pair.key, certs / "tls.key")
-    (certs / "ca.crt").write_bytes(ctx.pki.ca_pem)
-    (certs / "tls.key").chmod(0o600)
+    # atomically: a running controller's certwatcher re-reads these files when they change
+    _write_atomic(certs / "tls.crt", pair.cert.read_bytes())
+    _write_atomic(certs / "tls.key", pair.key.read_bytes(), 0o600)
+    _write_atomic(certs / "ca.crt", ctx.pki.ca_pem)
     return certs
+
+
+def _write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    if path.exists() and path.read_bytes() == data:
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.chmod(mode)
+    os.replace(tmp, path)
 
 
 # --- processes -----------------------------------------------------------------------------------
@@ -400,8 +518,13 @@ def _launch(ctx: StackContext, c: Controller) -> None:
     if c.name == "jobset":
         cfg = jobset_config(ctx, c, certs)
         (d / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-        argv = [exe, f"--config={d / 'config.yaml'}", f"--kubeconfig={kubeconfig}", "--leader-elect=false",
-                "--zap-log-level=info"]
+        argv = [
+            exe,
+            f"--config={d / 'config.yaml'}",
+            f"--kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--zap-log-level=info",
+        ]
     elif c.name == "trainer":
         cfg = trainer_config(ctx, c)
         (d / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -412,21 +535,41 @@ def _launch(ctx: StackContext, c: Controller) -> None:
             serving.unlink() if serving.is_symlink() else shutil.rmtree(serving)
         serving.symlink_to(certs)
         env["TMPDIR"] = str(tmp)
-        argv = [exe, f"--config={d / 'config.yaml'}", f"--kubeconfig={kubeconfig}", "--zap-log-level=info"]
+        argv = [
+            exe,
+            f"--config={d / 'config.yaml'}",
+            f"--kubeconfig={kubeconfig}",
+            "--zap-log-level=info",
+        ]
     else:
         cfg = kueue_config(ctx, c, certs)
         (d / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-        inner = [str(exe), f"--config={d / 'config.yaml'}", f"--kubeconfig={kubeconfig}", "--zap-log-level=2"]
+        inner = [
+            str(exe),
+            f"--config={d / 'config.yaml'}",
+            f"--kubeconfig={kubeconfig}",
+            "--zap-log-level=2",
+        ]
         if not _kueue_has(ctx, c.version, 'json:"visibilityServer') and not _port_free(8082):
-            raise StackError("Kueue < v0.17 serves its visibility API on the fixed port 8082, which is taken "
-                             "(another stack's Kueue v0.14?)")
-        sa_dir = None if _visibility_reads_kubeconfig(ctx, c) else _kueue_in_cluster_identity(ctx, c, env)
+            raise StackError(
+                "Kueue < v0.17 serves its visibility API on the fixed port 8082, which is taken "
+                "(another stack's Kueue v0.14?)"
+            )
+        sa_dir = (
+            None
+            if _visibility_reads_kubeconfig(ctx, c)
+            else _kueue_in_cluster_identity(ctx, c, env)
+        )
         if _private_mounts_ok():
             for path in KUEUE_HARDCODED:
                 Path(path).mkdir(parents=True, exist_ok=True)  # empty mount points
             script = ["set -e"] + [f"mount --bind '{certs}' '{p}'" for p in KUEUE_HARDCODED]
             if sa_dir is not None:
-                script += ["mount -t tmpfs tmpfs /run", f"mkdir -p {SA_MOUNT}", f"mount --bind '{sa_dir}' {SA_MOUNT}"]
+                script += [
+                    "mount -t tmpfs tmpfs /run",
+                    f"mkdir -p {SA_MOUNT}",
+                    f"mount --bind '{sa_dir}' {SA_MOUNT}",
+                ]
             script.append("exec " + " ".join(f"'{a}'" for a in inner))
             argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)]
         else:
@@ -435,8 +578,10 @@ def _launch(ctx: StackContext, c: Controller) -> None:
                 for f in ("tls.crt", "tls.key"):
                     shutil.copyfile(certs / f, Path(path) / f)
             if sa_dir is not None:
-                raise StackError("Kueue < v0.17 needs an in-cluster identity for its visibility server, "
-                                 "which the stack mounts with `unshare -m` (needs root)")
+                raise StackError(
+                    "Kueue < v0.17 needs an in-cluster identity for its visibility server, "
+                    "which the stack mounts with `unshare -m` (needs root)"
+                )
             argv = inner
     procs.start(ctx.run, _process_name(c), argv, env=env, cwd=d)
 
@@ -451,7 +596,9 @@ def _kueue_in_cluster_identity(ctx: StackContext, c: Controller, env: dict[str, 
     in-cluster config only: give it a ServiceAccount token and the apiserver's address."""
     sa_dir = _dir(ctx, c.name) / "serviceaccount"
     sa_dir.mkdir(exist_ok=True)
-    token = kubectl(ctx, "create", "token", c.service_account, "-n", c.namespace, "--duration=48h").stdout.strip()
+    token = kubectl(
+        ctx, "create", "token", c.service_account, "-n", c.namespace, "--duration=48h"
+    ).stdout.strip()
     (sa_dir / "token").write_text(token)
     (sa_dir / "ca.crt").write_bytes(_cluster_ca(ctx))
     (sa_dir / "namespace").write_text(c.namespace)
@@ -498,39 +645,85 @@ def _dry_run(ctx: StackContext, obj: Obj) -> None:
 def probe_objects(ctx: StackContext, c: Controller) -> list[Obj]:
     """Objects whose server-side dry-run create goes through the controller's webhooks."""
     if c.name == "jobset":
-        return [{
-            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-            "metadata": {"name": "realstack-probe", "namespace": "default"},
-            "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": {"template": {"spec": {
-                "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}}]},
-        }]
+        return [
+            {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                "kind": "JobSet",
+                "metadata": {"name": "realstack-probe", "namespace": "default"},
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "w",
+                            "replicas": 1,
+                            "template": {
+                                "spec": {
+                                    "template": {
+                                        "spec": {
+                                            "restartPolicy": "Never",
+                                            "containers": [{"name": "c", "image": "busybox"}],
+                                        }
+                                    }
+                                }
+                            },
+                        }
+                    ]
+                },
+            }
+        ]
     if c.name == "trainer":
-        return [{
-            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": "realstack-probe", "namespace": "default"},
-            "spec": {"runtimeRef": {"name": "torch-distributed"}},
-        }]
-    return [{
-        "apiVersion": kueue_api_version(ctx), "kind": "ResourceFlavor",
-        "metadata": {"name": "realstack-probe"}, "spec": {},
-    }]
+        return [
+            {
+                "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                "kind": "TrainJob",
+                "metadata": {"name": "realstack-probe", "namespace": "default"},
+                "spec": {"runtimeRef": {"name": "torch-distributed"}},
+            }
+        ]
+    return [
+        {
+            "apiVersion": kueue_api_version(ctx),
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "realstack-probe"},
+            "spec": {},
+        }
+    ]
 
 
 def _visibility_ok(ctx: StackContext) -> bool:
     out = kubectl(ctx, "get", "apiservices", "-o", "json", check=False)
     if out.returncode != 0:
         return False
-    services = [s for s in json.loads(out.stdout)["items"] if s["spec"].get("group") == "visibility.kueue.x-k8s.io"]
+    services = [
+        s
+        for s in json.loads(out.stdout)["items"]
+        if s["spec"].get("group") == "visibility.kueue.x-k8s.io"
+    ]
     ok = bool(services) and all(
-        any(cond["type"] == "Available" and cond["status"] == "True" for cond in s.get("status", {}).get("conditions", []))
+        any(
+            cond["type"] == "Available" and cond["status"] == "True"
+            for cond in s.get("status", {}).get("conditions", [])
+        )
         for s in services
     )
-    return ok and kubectl(ctx, "get", "--raw", "/apis/visibility.kueue.x-k8s.io/v1beta1", check=False).returncode == 0
+    return (
+        ok
+        and kubectl(
+            ctx, "get", "--raw", "/apis/visibility.kueue.x-k8s.io/v1beta1", check=False
+        ).returncode
+        == 0
+    )
 
 
 def _wait_established(ctx: StackContext, crds: list[str]) -> None:
     if crds:
-        kubectl(ctx, "wait", "--for=condition=Established", "--timeout=120s", *[f"crd/{n}" for n in crds], timeout=150)
+        kubectl(
+            ctx,
+            "wait",
+            "--for=condition=Established",
+            "--timeout=120s",
+            *[f"crd/{n}" for n in crds],
+            timeout=150,
+        )
 
 
 # --- entry points --------------------------------------------------------------------------------
@@ -544,7 +737,7 @@ def start(ctx: StackContext) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     controllers = plan(ctx)
     ca_b64 = base64.b64encode(ctx.pki.ca_pem).decode()
-    with open(log, "a") as out:
+    with open(log, "w") as out:
         for c in controllers:
             for s in c.skipped:
                 out.write(f"{c.name} {c.version}: not applied: {s}\n")
@@ -553,30 +746,56 @@ def start(ctx: StackContext) -> None:
     for c in controllers:
         objs = setup_objects(c, ca_b64)
         apply(ctx, objs, f"{c.name}-setup")
-        _wait_established(ctx, [o["metadata"]["name"] for o in objs if o["kind"] == "CustomResourceDefinition"])
+        _wait_established(
+            ctx, [o["metadata"]["name"] for o in objs if o["kind"] == "CustomResourceDefinition"]
+        )
     for c in controllers:
         _launch(ctx, c)
     for c in controllers:
-        procs.wait_for(f"{c.name} {c.version} ready ({_health_url(ctx, c)})", lambda c=c: _http_ok(_health_url(ctx, c)),
-                       timeout=180, run=ctx.run, name=_process_name(c))
+        procs.wait_for(
+            f"{c.name} {c.version} ready ({_health_url(ctx, c)})",
+            lambda c=c: _http_ok(_health_url(ctx, c)),
+            timeout=180,
+            run=ctx.run,
+            name=_process_name(c),
+        )
     for c in controllers:
         apply(ctx, wired_objects(c, ca_b64), f"{c.name}-webhooks")
     for c in controllers:
         if c.name == "trainer":
             # applied through Trainer's own validating webhook: the first proof that it is reachable
-            procs.wait_for("Trainer's ClusterTrainingRuntimes applied through its webhook",
-                           lambda c=c: apply(ctx, [manifests.clean(r) for r in c.runtimes], "trainer-runtimes") or True,
-                           timeout=120, run=ctx.run, name="trainer")
+            procs.wait_for(
+                "Trainer's ClusterTrainingRuntimes applied through its webhook",
+                lambda c=c: (
+                    apply(ctx, [manifests.clean(r) for r in c.runtimes], "trainer-runtimes") or True
+                ),
+                timeout=120,
+                run=ctx.run,
+                name="trainer",
+            )
     for c in controllers:
         for probe in probe_objects(ctx, c):
-            procs.wait_for(f"{c.name}'s webhooks through the apiserver (dry-run create {probe['kind']})",
-                           lambda probe=probe: _dry_run(ctx, probe) is None, timeout=120, run=ctx.run, name=_process_name(c))
+            procs.wait_for(
+                f"{c.name}'s webhooks through the apiserver (dry-run create {probe['kind']})",
+                lambda probe=probe: _dry_run(ctx, probe) is None,
+                timeout=120,
+                run=ctx.run,
+                name=_process_name(c),
+            )
         if c.name == "kueue":
-            procs.wait_for("Kueue's visibility API (APIService Available)", lambda: _visibility_ok(ctx),
-                           timeout=120, run=ctx.run, name="kueue")
+            procs.wait_for(
+                "Kueue's visibility API (APIService Available)",
+                lambda: _visibility_ok(ctx),
+                timeout=120,
+                run=ctx.run,
+                name="kueue",
+            )
     with open(log, "a") as out:
-        out.write(f"controllers ready in {time.monotonic() - t0:.1f} s: "
-                  + ", ".join(f"{c.name} {c.version}" for c in controllers) + "\n")
+        out.write(
+            f"controllers ready in {time.monotonic() - t0:.1f} s: "
+            + ", ".join(f"{c.name} {c.version}" for c in controllers)
+            + "\n"
+        )
 
 
 def stop(ctx: StackContext) -> None:
