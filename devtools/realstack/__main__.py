@@ -1,0 +1,95 @@
+"""``python -m devtools.realstack up|status|logs|down|env|build|matrix``: the real stack."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from devtools.realstack import stack
+from devtools.realstack.context import NodeShape, StackContext
+from devtools.realstack.paths import run_dir
+from devtools.realstack.procs import StackError, log_path
+from devtools.realstack.versions import DEFAULT, Versions, normalise
+
+
+def _versions(args: argparse.Namespace) -> Versions:
+    kueue = args.kueue
+    return Versions(
+        kubernetes=normalise(args.kubernetes),
+        trainer=normalise(args.trainer),
+        jobset=normalise(args.jobset) if args.jobset else "",
+        kueue=None if kueue in ("none", "") else normalise(kueue),
+    ).resolved()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m devtools.realstack", description=__doc__)
+    p.add_argument("--run", type=Path, default=None, help="state folder (default: the cache's)")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name in ("up", "build"):
+        s = sub.add_parser(name, help="start a cluster" if name == "up" else "only build")
+        s.add_argument("--kubernetes", default=DEFAULT.kubernetes)
+        s.add_argument("--jobset", default="", help="default: the version Trainer's go.mod needs")
+        s.add_argument("--trainer", default=DEFAULT.trainer)
+        s.add_argument("--kueue", default=DEFAULT.kueue, help="a version, or none")
+        s.add_argument("--nodes", type=int, default=NodeShape.count)
+        s.add_argument("--cpus", default=NodeShape.cpus, help="per node")
+        s.add_argument("--memory", default=NodeShape.memory, help="per node")
+        s.add_argument("--gpus", type=int, default=NodeShape.gpus, help="nvidia.com/gpu per node")
+    sub.add_parser("status", help="what runs, and the kubeconfigs")
+    logs = sub.add_parser("logs", help="a component's log")
+    logs.add_argument("component", help=", ".join(stack.COMPONENTS))
+    logs.add_argument("-n", "--lines", type=int, default=100)
+    sub.add_parser("down", help="stop everything and remove the state")
+    sub.add_parser("env", help="shell exports that point tests/realcluster at the stack")
+    m = sub.add_parser("matrix", help="tests/realcluster for every version pair")
+    m.add_argument("--pairs", default="", help="e.g. v2.2.1:v0.19.2,v2.1.0:v0.14.8")
+    m.add_argument("pytest_args", nargs="*")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    run = args.run or run_dir()
+    try:
+        if args.command == "up":
+            shape = NodeShape(count=args.nodes, cpus=args.cpus, memory=args.memory, gpus=args.gpus)
+            ctx = stack.up(run, _versions(args), shape)
+            print(ctx.admin_kubeconfig)
+        elif args.command == "build":
+            took = stack.build_all(_versions(args), run / "logs" / "build.log")
+            print(json.dumps(took, indent=2))
+        elif args.command == "status":
+            info = stack.status(run)
+            print(json.dumps(info, indent=2))
+            return 0 if info.get("ready") else 1
+        elif args.command == "logs":
+            path = log_path(run, args.component)
+            if not path.exists():
+                print(f"no log for {args.component} in {run / 'logs'}", file=sys.stderr)
+                return 1
+            print("\n".join(path.read_text(errors="replace").splitlines()[-args.lines :]))
+        elif args.command == "down":
+            stack.down(run)
+            print(f"stopped; removed {run}")
+        elif args.command == "env":
+            for key, value in stack.test_env(StackContext.load(run)).items():
+                print(f"export {key}={value}")
+        elif args.command == "matrix":
+            from devtools.realstack import matrix
+
+            return matrix.run(run.parent, args.pairs, args.pytest_args)
+    except StackError as exc:
+        print(f"realstack: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

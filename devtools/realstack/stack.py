@@ -1,0 +1,132 @@
+"""Bring a whole stack up and down: control plane, kwok nodes with the pod runner, the JobSet,
+Trainer and Kueue controllers, and the test fixtures (queues, priorities, namespaces, RBAC)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from devtools.realstack import control_plane, controllers, fixtures, gobuild, nodes, procs
+from devtools.realstack.context import NodeShape, StackContext
+from devtools.realstack.versions import Versions
+
+# what `logs COMPONENT` accepts, beside the controller names procs knows
+COMPONENTS = (*control_plane.COMPONENTS, "kwok", "podrunner", "jobset", "trainer", "kueue")
+
+
+def build_all(versions: Versions, log: Path) -> dict[str, float]:
+    """Build every component that is not cached yet; seconds per component."""
+    took: dict[str, float] = {}
+    plan = [
+        ("kubernetes", versions.kubernetes),
+        ("etcd", versions.etcd),
+        ("kwok", versions.kwok),
+        ("jobset", versions.jobset),
+        ("trainer", versions.trainer),
+    ]
+    if versions.kueue:
+        plan.append(("kueue", versions.kueue))
+    for component, version in plan:
+        t = time.monotonic()
+        gobuild.build(component, version, log)
+        took[f"{component} {version}"] = round(time.monotonic() - t, 1)
+    return took
+
+
+def up(run: Path, versions: Versions, shape: NodeShape) -> StackContext:
+    """Start a stack in ``run`` (a running one with the same versions is reused)."""
+    versions = versions.resolved()
+    if (run / "state.json").exists():
+        old = StackContext.load(run)
+        if procs.running(run) and old.versions == versions and old.nodes == shape:
+            with contextlib.suppress(Exception):
+                if _ready(old):
+                    return old
+        down(run)
+    ctx = StackContext(run=run, versions=versions, nodes=shape)
+    ctx.save()
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    timings.update(
+        {f"build {k}": v for k, v in build_all(versions, run / "logs" / "build.log").items()}
+    )
+    for name, step in (
+        ("control plane", control_plane.start),
+        ("nodes", nodes.start),
+        ("controllers", controllers.start),
+        ("fixtures", fixtures.apply),
+    ):
+        t = time.monotonic()
+        step(ctx)
+        timings[name] = round(time.monotonic() - t, 1)
+    timings["total"] = round(time.monotonic() - t0, 1)
+    (run / "timings.json").write_text(json.dumps(timings, indent=2))
+    (run / "ready").write_text(json.dumps({"versions": asdict(versions)}))
+    return ctx
+
+
+def _ready(ctx: StackContext) -> bool:
+    return (ctx.run / "ready").exists() and procs.https_ok(
+        f"{ctx.apiserver_url}/readyz",
+        ca=ctx.pki.ca.cert,
+        cert=ctx.pki.dir / "admin.crt",
+        key=ctx.pki.dir / "admin.key",
+    )
+
+
+def down(run: Path, *, keep_state: bool = False) -> list[str]:
+    """Stop every process of the stack (pods included) and remove its state."""
+    stopped: list[str] = []
+    if (run / "state.json").exists():
+        ctx = StackContext.load(run)
+        for step in (controllers.stop, nodes.stop, control_plane.stop):
+            with contextlib.suppress(Exception):
+                step(ctx)
+    for name in procs.running(run):  # anything a step did not know about
+        procs.stop(run, name)
+        stopped.append(name)
+    if not keep_state and run.exists():
+        shutil.rmtree(run, ignore_errors=True)
+    return stopped
+
+
+def status(run: Path) -> dict:
+    """What runs, at which versions, and where its kubeconfigs are."""
+    if not (run / "state.json").exists():
+        return {"running": False, "run": str(run)}
+    ctx = StackContext.load(run)
+    alive = procs.running(run)
+    ready = False
+    with contextlib.suppress(Exception):
+        ready = _ready(ctx)
+    return {
+        "running": bool(alive),
+        "ready": ready,
+        "run": str(run),
+        "versions": asdict(ctx.versions),
+        "nodes": asdict(ctx.nodes),
+        "apiserver": ctx.apiserver_url if "apiserver" in ctx.ports else None,
+        "admin_kubeconfig": str(ctx.admin_kubeconfig),
+        "restricted_kubeconfig": str(ctx.restricted_kubeconfig),
+        "processes": alive,
+        "namespaces": {"plain": fixtures.NAMESPACE, "queued": fixtures.QUEUED_NAMESPACE},
+        "queue": fixtures.LOCAL_QUEUES[0],
+    }
+
+
+def test_env(ctx: StackContext) -> dict[str, str]:
+    """The environment that points tests/realcluster at this stack."""
+    return {
+        "TRAINJOB_MAGICS_E2E_KUBECONFIG": str(ctx.restricted_kubeconfig),
+        "TRAINJOB_MAGICS_E2E_ADMIN_KUBECONFIG": str(ctx.admin_kubeconfig),
+        "TRAINJOB_MAGICS_E2E_NAMESPACE": fixtures.NAMESPACE,
+        "TRAINJOB_MAGICS_E2E_QUEUE_NAMESPACE": fixtures.QUEUED_NAMESPACE,
+        "TRAINJOB_MAGICS_E2E_QUEUE": fixtures.LOCAL_QUEUES[0],
+        "TRAINJOB_MAGICS_E2E_RUNTIME": "torch-distributed",
+        "TRAINJOB_MAGICS_E2E_PRIORITIES": ",".join(fixtures.PRIORITIES),
+        "TRAINJOB_MAGICS_REALSTACK_DIR": str(ctx.run),
+    }
