@@ -55,8 +55,15 @@ NODE_STAGES = (
     "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
 )
 ENABLE_CRDS = (
-    "Stage", "Exec", "ClusterExec", "Logs", "ClusterLogs", "Attach", "ClusterAttach",
-    "PortForward", "ClusterPortForward",
+    "Stage",
+    "Exec",
+    "ClusterExec",
+    "Logs",
+    "ClusterLogs",
+    "Attach",
+    "ClusterAttach",
+    "PortForward",
+    "ClusterPortForward",
 )
 KWOK_MODULE = "sigs.k8s.io/kwok"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -108,7 +115,10 @@ def node_object(ctx: StackContext, name: str, port: int) -> dict:
         "kind": "Node",
         "metadata": {
             "name": name,
-            "annotations": {KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE, "node.alpha.kubernetes.io/ttl": "0"},
+            "annotations": {
+                KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE,
+                "node.alpha.kubernetes.io/ttl": "0",
+            },
             "labels": {
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
@@ -121,7 +131,10 @@ def node_object(ctx: StackContext, name: str, port: int) -> dict:
         "status": {
             "capacity": resources,
             "allocatable": resources,
-            "addresses": [{"type": "InternalIP", "address": POD_IP}, {"type": "Hostname", "address": name}],
+            "addresses": [
+                {"type": "InternalIP", "address": POD_IP},
+                {"type": "Hostname", "address": name},
+            ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
             "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"},
         },
@@ -137,9 +150,18 @@ def ensure_nodes(api: KubeApi, ctx: StackContext, port: int) -> None:
             if e.status != 409:
                 raise
             # an existing node (a restart of the stack): its shape and kubelet port may differ
-            patch = {"status": {k: obj["status"][k] for k in ("capacity", "allocatable", "addresses", "daemonEndpoints")}}
-            api.request("PATCH", f"/api/v1/nodes/{name}/status", patch,
-                        content_type="application/merge-patch+json")
+            patch = {
+                "status": {
+                    k: obj["status"][k]
+                    for k in ("capacity", "allocatable", "addresses", "daemonEndpoints")
+                }
+            }
+            api.request(
+                "PATCH",
+                f"/api/v1/nodes/{name}/status",
+                patch,
+                content_type="application/merge-patch+json",
+            )
 
 
 def _nodes_ready(api: KubeApi, names: list[str]) -> bool:
@@ -162,8 +184,12 @@ def start(ctx: StackContext) -> None:
     port = ctx.port("kwok")
     names = node_names(ctx)
     pair = ctx.pki.issue(
-        "kwok-kubelet", "system:node:kwok", orgs=("system:nodes",),
-        dns=("localhost", *names), ips=("127.0.0.1",), server=True,
+        "kwok-kubelet",
+        "system:node:kwok",
+        orgs=("system:nodes",),
+        dns=("localhost", *names),
+        ips=("127.0.0.1",),
+        server=True,
     )
     home = run / "kwok"
     home.mkdir(parents=True, exist_ok=True)
@@ -176,39 +202,70 @@ def start(ctx: StackContext) -> None:
         "  podsOnNodeSyncParallelism: 1\n"
     )
     argv = [
-        "env", "-i", f"PATH={STANDARD_PATH}", f"HOME={home}",
+        "env",
+        "-i",
+        f"PATH={STANDARD_PATH}",
+        f"HOME={home}",
         str(kwok_bin),
-        "--config", str(config),
-        "--kubeconfig", str(ctx.admin_kubeconfig),
-        "--manage-nodes-with-annotation-selector", f"{KWOK_NODE_ANNOTATION}={KWOK_NODE_VALUE}",
-        "--node-ip", POD_IP,
-        "--node-port", str(port),
-        "--server-address", f"127.0.0.1:{port}",
-        "--tls-cert-file", str(pair.cert),
-        "--tls-private-key-file", str(pair.key),
-        "--node-lease-duration-seconds", "40",
-        "--enable-crds", ",".join(ENABLE_CRDS),
+        "--config",
+        str(config),
+        "--kubeconfig",
+        str(ctx.admin_kubeconfig),
+        "--manage-nodes-with-annotation-selector",
+        f"{KWOK_NODE_ANNOTATION}={KWOK_NODE_VALUE}",
+        "--node-ip",
+        POD_IP,
+        "--node-port",
+        str(port),
+        "--server-address",
+        f"127.0.0.1:{port}",
+        "--tls-cert-file",
+        str(pair.cert),
+        "--tls-private-key-file",
+        str(pair.key),
+        "--node-lease-duration-seconds",
+        "40",
+        "--enable-crds",
+        ",".join(ENABLE_CRDS),
     ]
     procs.start(run, "kwok", argv, cwd=home)
     procs.wait_for(
         "kwok's kubelet server",
         lambda: procs.https_ok(f"https://127.0.0.1:{port}/healthz", ca=ctx.pki.ca.cert),
-        timeout=60, run=run, name="kwok",
+        timeout=60,
+        run=run,
+        name="kwok",
     )
     ensure_nodes(api, ctx, port)
     start_podrunner(ctx)
-    procs.wait_for("the kwok nodes to be Ready", lambda: _nodes_ready(api, names), timeout=60,
-                   run=run, name="kwok")
+    procs.wait_for(
+        "the kwok nodes to be Ready",
+        lambda: _nodes_ready(api, names),
+        timeout=60,
+        run=run,
+        name="kwok",
+    )
 
 
 def start_podrunner(ctx: StackContext) -> None:
     run = ctx.run
     ready = run / "podrunner" / "ready"
     ready.unlink(missing_ok=True)
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    procs.start(run, "podrunner", [sys.executable, "-m", "devtools.realstack.podrunner", "--run", str(run)],
-                env=env, cwd=REPO_ROOT)
-    procs.wait_for("the pod runner's first sync", ready.exists, timeout=60, run=run, name="podrunner")
+    env = {
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
+        )
+    }
+    procs.start(
+        run,
+        "podrunner",
+        [sys.executable, "-m", "devtools.realstack.podrunner", "--run", str(run)],
+        env=env,
+        cwd=REPO_ROOT,
+    )
+    procs.wait_for(
+        "the pod runner's first sync", ready.exists, timeout=60, run=run, name="podrunner"
+    )
 
 
 def stop_pods(ctx: StackContext) -> int:

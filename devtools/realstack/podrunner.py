@@ -120,7 +120,11 @@ def now_iso() -> str:
 def parse_time(value: str | None) -> float | None:
     if not value:
         return None
-    return dt.datetime.strptime(value[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc).timestamp()
+    return (
+        dt.datetime.strptime(value[:19], "%Y-%m-%dT%H:%M:%S")
+        .replace(tzinfo=dt.timezone.utc)
+        .timestamp()
+    )
 
 
 def log(msg: str) -> None:
@@ -167,7 +171,9 @@ class KubeApi:
             sslctx.check_hostname = False
             sslctx.verify_mode = ssl.CERT_NONE
         elif "certificate-authority-data" in cluster:
-            sslctx.load_verify_locations(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+            sslctx.load_verify_locations(
+                cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
+            )
         elif "certificate-authority" in cluster:
             sslctx.load_verify_locations(cafile=str(base / cluster["certificate-authority"]))
         cert = self._file(user, "client-certificate", base)
@@ -251,7 +257,9 @@ class KubeApi:
             content_type="application/apply-patch+yaml",
         )
 
-    def watch(self, path: str, resource_version: str, *, query: dict | None = None, timeout: int = 240):
+    def watch(
+        self, path: str, resource_version: str, *, query: dict | None = None, timeout: int = 240
+    ):
         """Yield watch events from ``resource_version``; raise Gone on 410."""
         q = dict(query or {})
         q.update(
@@ -302,8 +310,21 @@ def pod_path(namespace: str, name: str, sub: str = "") -> str:
 # --------------------------------------------------------------------------------------------
 
 _SUFFIX = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+    "n": 1e-9,
+    "u": 1e-6,
+    "m": 1e-3,
+    "": 1,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
     "E": 1e18,
 }
 
@@ -379,7 +400,11 @@ def field_ref(pod: dict, path: str) -> str:
 def resource_ref(pod: dict, container: dict, ref: dict, allocatable: dict) -> str:
     name = ref.get("containerName") or container["name"]
     c = next(
-        (x for x in pod["spec"].get("containers", []) + pod["spec"].get("initContainers", []) if x["name"] == name),
+        (
+            x
+            for x in pod["spec"].get("containers", []) + pod["spec"].get("initContainers", [])
+            if x["name"] == name
+        ),
         container,
     )
     kind, _, res = ref["resource"].partition(".")
@@ -392,7 +417,7 @@ def resource_ref(pod: dict, container: dict, ref: dict, allocatable: dict) -> st
             value = "0"
         else:
             value = allocatable.get(res, "0")
-    divisor = quantity(ref.get("divisor") or "1")
+    divisor = quantity(ref.get("divisor") or "1") or 1.0  # the API defaults it to "0": 1
     return str(int(math.ceil(quantity(value) / divisor - 1e-12)))
 
 
@@ -406,7 +431,9 @@ class Lookups:
         key = (kind, name)
         if key not in self.cache:
             plural = "configmaps" if kind == "ConfigMap" else "secrets"
-            self.cache[key] = self.api.get(f"/api/v1/namespaces/{self.ns}/{plural}/{name}", ok404=True)
+            self.cache[key] = self.api.get(
+                f"/api/v1/namespaces/{self.ns}/{plural}/{name}", ok404=True
+            )
         return self.cache[key]
 
     def data(self, kind: str, name: str, optional: bool) -> dict[str, str] | None:
@@ -416,7 +443,10 @@ class Lookups:
                 return None
             raise EnvError(f'{kind.lower()} "{name}" not found')
         if kind == "Secret":
-            return {k: base64.b64decode(v).decode(errors="replace") for k, v in (obj.get("data") or {}).items()}
+            return {
+                k: base64.b64decode(v).decode(errors="replace")
+                for k, v in (obj.get("data") or {}).items()
+            }
         out = dict(obj.get("data") or {})
         for k, v in (obj.get("binaryData") or {}).items():
             out.setdefault(k, base64.b64decode(v).decode(errors="replace"))
@@ -456,7 +486,9 @@ def container_env(
             if ref["key"] not in data:
                 if optional:
                     continue
-                raise EnvError(f'couldn\'t find key {ref["key"]} in {kind} {pod["metadata"]["namespace"]}/{ref["name"]}')
+                raise EnvError(
+                    f"couldn't find key {ref['key']} in {kind} {pod['metadata']['namespace']}/{ref['name']}"
+                )
             env[name] = data[ref["key"]]
         else:
             raise EnvError(f"unsupported valueFrom for {name}")
@@ -516,8 +548,13 @@ def shim_main(run_dir: Path) -> int:
         )
     except OSError as e:
         write("stderr", f"{e}\n".encode())
-        result = {"exitCode": 128, "reason": "StartError", "message": str(e), "startedAt": started,
-                  "finishedAt": now_iso()}
+        result = {
+            "exitCode": 128,
+            "reason": "StartError",
+            "message": str(e),
+            "startedAt": started,
+            "finishedAt": now_iso(),
+        }
         _atomic_write(run_dir / "result.json", json.dumps(result))
         return 0
     (run_dir / "child.pid").write_text(str(proc.pid))
@@ -633,8 +670,14 @@ def kill_all(pids: list[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
-def sweep(run: Path, uid: str | None, *, container: str | None = None, sessions: set[int] = frozenset(),
-          rounds: int = 20) -> int:
+def sweep(
+    run: Path,
+    uid: str | None,
+    *,
+    container: str | None = None,
+    sessions: set[int] = frozenset(),
+    rounds: int = 20,
+) -> int:
     """SIGKILL every process of a pod (or container) until none is left; returns how many."""
     total = 0
     for _ in range(rounds):
@@ -680,15 +723,23 @@ class Run:
             with contextlib.suppress(OSError, ValueError):
                 self.result = json.loads((self.dir / "result.json").read_text())
                 return
-            self.result = {"exitCode": 137, "reason": "ContainerStatusUnknown",
-                           "message": "the container's supervisor ended without an exit code",
-                           "startedAt": self.started_at, "finishedAt": now_iso()}
+            self.result = {
+                "exitCode": 137,
+                "reason": "ContainerStatusUnknown",
+                "message": "the container's supervisor ended without an exit code",
+                "startedAt": self.started_at,
+                "finishedAt": now_iso(),
+            }
         elif not self.pid and not self._shim_alive() and not (self.dir / "result.json").exists():
             # neither started nor alive: the supervisor died before its child
             if time.time() - self.dir.stat().st_mtime > 5:
-                self.result = {"exitCode": 128, "reason": "StartError",
-                               "message": "the container's supervisor did not start it",
-                               "startedAt": now_iso(), "finishedAt": now_iso()}
+                self.result = {
+                    "exitCode": 128,
+                    "reason": "StartError",
+                    "message": "the container's supervisor did not start it",
+                    "startedAt": now_iso(),
+                    "finishedAt": now_iso(),
+                }
 
     def _shim_alive(self) -> bool:
         try:
@@ -713,16 +764,34 @@ class CState:
 
     def to_json(self) -> dict:
         return {
-            "name": self.name, "init": self.init, "sidecar": self.sidecar, "attempt": self.attempt,
-            "restartCount": self.restart_count, "run": str(self.run.dir) if self.run else None,
-            "last": self.last, "terminated": self.terminated, "doneOk": self.done_ok,
+            "name": self.name,
+            "init": self.init,
+            "sidecar": self.sidecar,
+            "attempt": self.attempt,
+            "restartCount": self.restart_count,
+            "run": str(self.run.dir) if self.run else None,
+            "last": self.last,
+            "terminated": self.terminated,
+            "doneOk": self.done_ok,
+            "waiting": list(self.waiting) if self.waiting else None,
+            "nextStart": self.next_start,
         }
 
     @classmethod
     def from_json(cls, d: dict) -> CState:
-        c = cls(d["name"], init=d["init"], sidecar=d["sidecar"], attempt=d["attempt"],
-                restart_count=d["restartCount"], last=d.get("last"), terminated=d.get("terminated"),
-                done_ok=d.get("doneOk", False))
+        c = cls(
+            d["name"],
+            init=d["init"],
+            sidecar=d["sidecar"],
+            attempt=d["attempt"],
+            restart_count=d["restartCount"],
+            last=d.get("last"),
+            terminated=d.get("terminated"),
+            done_ok=d.get("doneOk", False),
+            next_start=d.get("nextStart", 0.0),
+        )
+        if d.get("waiting"):
+            c.waiting = tuple(d["waiting"])
         if d.get("run"):
             c.run = Run(Path(d["run"]))
             c.run.refresh()
@@ -740,7 +809,9 @@ class PodState:
     containers: dict[str, CState] = field(default_factory=dict)
     phase: str = "Pending"
     start_time: str = ""
-    conditions: dict[str, tuple[str, str, str, str]] = field(default_factory=dict)  # type -> (status, time, reason, msg)
+    conditions: dict[str, tuple[str, str, str, str]] = field(
+        default_factory=dict
+    )  # type -> (status, time, reason, msg)
     kwok_objects: bool = False
     terminating: bool = False
     term_signalled: bool = False
@@ -759,10 +830,15 @@ class PodState:
 
     def save(self) -> None:
         data = {
-            "uid": self.uid, "namespace": self.namespace, "name": self.name, "phase": self.phase,
-            "startTime": self.start_time, "conditions": self.conditions,
+            "uid": self.uid,
+            "namespace": self.namespace,
+            "name": self.name,
+            "phase": self.phase,
+            "startTime": self.start_time,
+            "conditions": self.conditions,
             "containers": [c.to_json() for c in self.containers.values()],
-            "kwokObjects": self.kwok_objects, "failedInit": self.failed_init,
+            "kwokObjects": self.kwok_objects,
+            "failedInit": self.failed_init,
             "finished": self.finished,
         }
         _atomic_write(self.dir / "state.json", json.dumps(data, indent=1))
@@ -817,13 +893,16 @@ class Runner:
             ("nodes", "/api/v1/nodes", {}),
             ("pods", "/api/v1/pods", {"fieldSelector": "spec.nodeName!="}),
         ):
-            threading.Thread(target=self._watch_loop, args=(kind, path, query), daemon=True,
-                             name=f"watch-{kind}").start()
+            threading.Thread(
+                target=self._watch_loop, args=(kind, path, query), daemon=True, name=f"watch-{kind}"
+            ).start()
 
     # --- events -----------------------------------------------------------------------------
 
     def _managed(self, node: dict) -> bool:
-        return (node["metadata"].get("annotations") or {}).get(KWOK_NODE_ANNOTATION) == KWOK_NODE_VALUE
+        return (node["metadata"].get("annotations") or {}).get(
+            KWOK_NODE_ANNOTATION
+        ) == KWOK_NODE_VALUE
 
     def handle(self, kind: str, typ: str, obj: Any) -> None:
         if kind == "nodes":
@@ -867,7 +946,9 @@ class Runner:
             return
         for st in list(self.pods.values()):
             if st.spec.get("nodeName") not in self.nodes and not st.finished:
-                log(f"{st.namespace}/{st.name}: node {st.spec.get('nodeName')} is gone: killing the pod's processes")
+                log(
+                    f"{st.namespace}/{st.name}: node {st.spec.get('nodeName')} is gone: killing the pod's processes"
+                )
                 self._kill_now(st)
                 st.finished = True
                 st.save()
@@ -901,7 +982,11 @@ class Runner:
     # --- adoption after a restart ------------------------------------------------------------
 
     def _adopt_dirs(self) -> None:
-        self.orphan_dirs = [d for d in self.pods_root.iterdir() if (d / "state.json").exists()] if self.pods_root.exists() else []
+        self.orphan_dirs = (
+            [d for d in self.pods_root.iterdir() if (d / "state.json").exists()]
+            if self.pods_root.exists()
+            else []
+        )
 
     def _orphans(self) -> None:
         """Pod directories whose pod is not in the API any more: end their processes."""
@@ -917,7 +1002,9 @@ class Runner:
                 data["finished"] = True
                 _atomic_write(d / "state.json", json.dumps(data, indent=1))
                 if n:
-                    log(f"{data['namespace']}/{data['name']}: gone while the runner was away: killed {n} processes")
+                    log(
+                        f"{data['namespace']}/{data['name']}: gone while the runner was away: killed {n} processes"
+                    )
         self.orphan_dirs = []
 
     def _load(self, st: PodState) -> None:
@@ -941,15 +1028,22 @@ class Runner:
             st.containers[c["name"]] = CState(c["name"], init=True, sidecar=sidecar)
         for c in spec.get("containers") or []:
             st.containers[c["name"]] = CState(
-                c["name"], waiting=("PodInitializing", "") if spec.get("initContainers") else ("ContainerCreating", "")
+                c["name"],
+                waiting=("PodInitializing", "")
+                if spec.get("initContainers")
+                else ("ContainerCreating", ""),
             )
         for c in st.containers.values():
             for suffix in (".log", ".previous.log"):
                 (st.dir / "logs" / f"{c.name}{suffix}").touch()
         st.start_time = now_iso()
         self._cond(st, "PodReadyToStartContainers", "True")
-        self._cond(st, "Initialized", "False" if spec.get("initContainers") else "True",
-                   "ContainersNotInitialized" if spec.get("initContainers") else "")
+        self._cond(
+            st,
+            "Initialized",
+            "False" if spec.get("initContainers") else "True",
+            "ContainersNotInitialized" if spec.get("initContainers") else "",
+        )
         self._cond(st, "ContainersReady", "False", "ContainersNotReady")
         self._cond(st, "Ready", "False", "ContainersNotReady")
         st.save()
@@ -978,8 +1072,13 @@ class Runner:
     def _env(self, st: PodState, c: dict) -> dict[str, str]:
         node = self.nodes.get(st.spec.get("nodeName"), {})
         alloc = (node.get("status") or {}).get("allocatable") or {}
-        env = container_env(st.pod, c, Lookups(self.api, st.namespace), base=self._base_env(st, c["name"]),
-                            allocatable=alloc)
+        env = container_env(
+            st.pod,
+            c,
+            Lookups(self.api, st.namespace),
+            base=self._base_env(st, c["name"]),
+            allocatable=alloc,
+        )
         env.update(self._markers(st, c["name"]))
         return env
 
@@ -994,24 +1093,75 @@ class Runner:
                 env = self._env(st, c)
             except EnvError:
                 env = {**self._base_env(st, c["name"]), **self._markers(st, c["name"])}
-            execs.append({"containers": [c["name"]], "local": {
-                "workDir": str(st.dir / "work"),
-                "envs": [{"name": k, "value": v} for k, v in env.items()],
-            }})
+            execs.append(
+                {
+                    "containers": [c["name"]],
+                    "local": {
+                        "workDir": str(st.dir / "work"),
+                        "envs": [{"name": k, "value": v} for k, v in env.items()],
+                    },
+                }
+            )
             lf = str(st.dir / "logs" / f"{c['name']}.log")
-            logs.append({"containers": [c["name"]], "logsFile": lf,
-                         "previousLogsFile": str(st.dir / "logs" / f"{c['name']}.previous.log"), "follow": True})
+            logs.append(
+                {
+                    "containers": [c["name"]],
+                    "logsFile": lf,
+                    "previousLogsFile": str(st.dir / "logs" / f"{c['name']}.previous.log"),
+                    "follow": True,
+                }
+            )
             attaches.append({"containers": [c["name"]], "logsFile": lf})
-        ports = sorted({p["containerPort"] for c in all_c for p in c.get("ports") or [] if p.get("containerPort")})
+        ports = sorted(
+            {
+                p["containerPort"]
+                for c in all_c
+                for p in c.get("ports") or []
+                if p.get("containerPort")
+            }
+        )
         forwards = [{"ports": [p], "target": {"port": p, "address": POD_IP}} for p in ports]
         objs = [
-            ("execs", {"apiVersion": KWOK_GROUP, "kind": "Exec", "metadata": meta, "spec": {"execs": execs}}),
-            ("logs", {"apiVersion": KWOK_GROUP, "kind": "Logs", "metadata": meta, "spec": {"logs": logs}}),
-            ("attaches", {"apiVersion": KWOK_GROUP, "kind": "Attach", "metadata": meta, "spec": {"attaches": attaches}}),
+            (
+                "execs",
+                {
+                    "apiVersion": KWOK_GROUP,
+                    "kind": "Exec",
+                    "metadata": meta,
+                    "spec": {"execs": execs},
+                },
+            ),
+            (
+                "logs",
+                {
+                    "apiVersion": KWOK_GROUP,
+                    "kind": "Logs",
+                    "metadata": meta,
+                    "spec": {"logs": logs},
+                },
+            ),
+            (
+                "attaches",
+                {
+                    "apiVersion": KWOK_GROUP,
+                    "kind": "Attach",
+                    "metadata": meta,
+                    "spec": {"attaches": attaches},
+                },
+            ),
         ]
         if forwards:
-            objs.append(("portforwards", {"apiVersion": KWOK_GROUP, "kind": "PortForward", "metadata": meta,
-                                          "spec": {"forwards": forwards}}))
+            objs.append(
+                (
+                    "portforwards",
+                    {
+                        "apiVersion": KWOK_GROUP,
+                        "kind": "PortForward",
+                        "metadata": meta,
+                        "spec": {"forwards": forwards},
+                    },
+                )
+            )
         for plural, obj in objs:
             self.api.apply(kwok_path(plural, st.namespace, st.name), obj)
         st.kwok_objects = True
@@ -1091,8 +1241,13 @@ class Runner:
 
     def _on_exit(self, st: PodState, cs: CState) -> None:
         r = cs.run.result
-        term = {"exitCode": r["exitCode"], "reason": r["reason"], "startedAt": r.get("startedAt") or cs.run.started_at,
-                "finishedAt": r["finishedAt"], "containerID": self._cid(st, cs)}
+        term = {
+            "exitCode": r["exitCode"],
+            "reason": r["reason"],
+            "startedAt": r.get("startedAt") or cs.run.started_at,
+            "finishedAt": r["finishedAt"],
+            "containerID": self._cid(st, cs),
+        }
         if r.get("signal"):
             term["signal"] = r["signal"]
         if r.get("message"):
@@ -1102,12 +1257,18 @@ class Runner:
         sweep(self.run, st.uid, container=cs.name, sessions=sessions)
         log(f"{st.namespace}/{st.name}: {cs.name} exited {r['exitCode']} ({r['reason']})")
         policy = self._policy(st, cs)
-        restart = not st.terminating and (policy == "Always" or (policy == "OnFailure" and r["exitCode"] != 0))
+        restart = not st.terminating and (
+            policy == "Always" or (policy == "OnFailure" and r["exitCode"] != 0)
+        )
         if cs.init and not cs.sidecar and r["exitCode"] == 0:
             cs.done_ok = True
             restart = False
         if restart:
-            delay = 0.0 if cs.restart_count == 0 else min(BACKOFF_INITIAL * 2 ** (cs.restart_count - 1), BACKOFF_MAX)
+            delay = (
+                0.0
+                if cs.restart_count == 0
+                else min(BACKOFF_INITIAL * 2 ** (cs.restart_count - 1), BACKOFF_MAX)
+            )
             ran = (parse_time(r["finishedAt"]) or 0) - (parse_time(term["startedAt"]) or 0)
             if ran > 600:
                 delay = 0.0
@@ -1115,8 +1276,15 @@ class Runner:
             cs.terminated = None
             cs.restart_count += 1
             cs.next_start = time.time() + delay
-            cs.waiting = ("CrashLoopBackOff", f"back-off {int(delay)}s restarting failed container={cs.name} "
-                          f"pod={st.name}_{st.namespace}({st.uid})") if delay else ("ContainerCreating", "")
+            cs.waiting = (
+                (
+                    "CrashLoopBackOff",
+                    f"back-off {int(delay)}s restarting failed container={cs.name} "
+                    f"pod={st.name}_{st.namespace}({st.uid})",
+                )
+                if delay
+                else ("ContainerCreating", "")
+            )
             cs.run = None
         else:
             cs.terminated = term
@@ -1185,7 +1353,12 @@ class Runner:
             self._cond(st, "Initialized", "True")
             for cs in st.containers.values():
                 if cs.init:
-                    if cs.sidecar and cs.run is None and cs.terminated is None and now >= cs.next_start:
+                    if (
+                        cs.sidecar
+                        and cs.run is None
+                        and cs.terminated is None
+                        and now >= cs.next_start
+                    ):
                         self._start(st, cs)
                     continue
                 if cs.run is None and cs.terminated is None and now >= cs.next_start:
@@ -1194,13 +1367,23 @@ class Runner:
         self._publish(st)
 
     def _phase(self, st: PodState) -> None:
+        before = st.phase
+        self._compute_phase(st)
+        if st.phase != before:
+            st.save()
+
+    def _compute_phase(self, st: PodState) -> None:
         mains = [cs for cs in st.containers.values() if not cs.init]
         policy = st.spec.get("restartPolicy", "Always")
         if st.failed_init:
             st.phase = "Failed"
         elif mains and all(cs.terminated is not None for cs in mains):
-            st.phase = "Succeeded" if all(cs.terminated["exitCode"] == 0 for cs in mains) else "Failed"
-        elif any(cs.run is not None or cs.terminated is not None or cs.restart_count for cs in mains):
+            st.phase = (
+                "Succeeded" if all(cs.terminated["exitCode"] == 0 for cs in mains) else "Failed"
+            )
+        elif any(
+            cs.run is not None or cs.terminated is not None or cs.restart_count for cs in mains
+        ):
             st.phase = "Running"
         else:
             st.phase = "Pending"
@@ -1214,8 +1397,15 @@ class Runner:
             self._cond(st, "PodReadyToStartContainers", "False")
             self._end_sidecars(st)
         else:
-            self._cond(st, "ContainersReady", "True" if ready else "False", "" if ready else "ContainersNotReady")
-            self._cond(st, "Ready", "True" if ready else "False", "" if ready else "ContainersNotReady")
+            self._cond(
+                st,
+                "ContainersReady",
+                "True" if ready else "False",
+                "" if ready else "ContainersNotReady",
+            )
+            self._cond(
+                st, "Ready", "True" if ready else "False", "" if ready else "ContainersNotReady"
+            )
 
     def _end_sidecars(self, st: PodState) -> None:
         for cs in st.containers.values():
@@ -1226,7 +1416,9 @@ class Runner:
                 sweep(self.run, st.uid)
                 st.killed = True
 
-    def _cond(self, st: PodState, typ: str, status: str, reason: str = "", message: str = "") -> None:
+    def _cond(
+        self, st: PodState, typ: str, status: str, reason: str = "", message: str = ""
+    ) -> None:
         old = st.conditions.get(typ)
         if old and old[0] == status and old[2] == reason:
             return
@@ -1273,8 +1465,12 @@ class Runner:
                 if cs.run is not None:
                     cs.run.refresh()
                     if cs.run.result is None:
-                        cs.run.result = {"exitCode": 137, "reason": "Error", "finishedAt": now_iso(),
-                                         "startedAt": cs.run.started_at}
+                        cs.run.result = {
+                            "exitCode": 137,
+                            "reason": "Error",
+                            "finishedAt": now_iso(),
+                            "startedAt": cs.run.started_at,
+                        }
                     self._on_exit(st, cs)
         sweep(self.run, st.uid)
         for cs in st.containers.values():
@@ -1282,10 +1478,22 @@ class Runner:
                 pass  # never started: stays waiting
         mains = [cs for cs in st.containers.values() if not cs.init]
         if st.phase not in ("Succeeded", "Failed"):
-            ok = mains and all(cs.terminated is not None and cs.terminated["exitCode"] == 0 for cs in mains)
+            ok = mains and all(
+                cs.terminated is not None and cs.terminated["exitCode"] == 0 for cs in mains
+            )
             st.phase = "Succeeded" if ok else "Failed"
-        self._cond(st, "ContainersReady", "False", "PodCompleted" if st.phase == "Succeeded" else "ContainersNotReady")
-        self._cond(st, "Ready", "False", "PodCompleted" if st.phase == "Succeeded" else "ContainersNotReady")
+        self._cond(
+            st,
+            "ContainersReady",
+            "False",
+            "PodCompleted" if st.phase == "Succeeded" else "ContainersNotReady",
+        )
+        self._cond(
+            st,
+            "Ready",
+            "False",
+            "PodCompleted" if st.phase == "Succeeded" else "ContainersNotReady",
+        )
         self._cond(st, "PodReadyToStartContainers", "False")
         self._publish(st)
         if not self._final_delete(st.namespace, st.name, st.uid):
@@ -1301,8 +1509,12 @@ class Runner:
             self.api.request(
                 "DELETE",
                 pod_path(namespace, name),
-                {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
-                 "preconditions": {"uid": uid}},
+                {
+                    "apiVersion": "v1",
+                    "kind": "DeleteOptions",
+                    "gracePeriodSeconds": 0,
+                    "preconditions": {"uid": uid},
+                },
                 ok404=True,
             )
         except ApiError as e:
@@ -1378,19 +1590,26 @@ class Runner:
             "podIP": POD_IP,
             "podIPs": [{"ip": POD_IP}],
             "startTime": st.start_time or now_iso(),
-            "containerStatuses": [self._cstatus(st, st.containers[c["name"]]) for c in spec.get("containers") or []
-                                  if c["name"] in st.containers],
+            "containerStatuses": [
+                self._cstatus(st, st.containers[c["name"]])
+                for c in spec.get("containers") or []
+                if c["name"] in st.containers
+            ],
         }
         if spec.get("initContainers"):
             status["initContainerStatuses"] = [
-                self._cstatus(st, st.containers[c["name"]]) for c in spec["initContainers"] if c["name"] in st.containers
+                self._cstatus(st, st.containers[c["name"]])
+                for c in spec["initContainers"]
+                if c["name"] in st.containers
             ]
         body = json.dumps({"status": status}, sort_keys=True)
         if body == st.last_status:
             return
         try:
             self.api.request(
-                "PATCH", pod_path(st.namespace, st.name, "status"), body.encode(),
+                "PATCH",
+                pod_path(st.namespace, st.name, "status"),
+                body.encode(),
                 content_type="application/strategic-merge-patch+json",
             )
             st.last_status = body
