@@ -97,7 +97,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"
 ENV_RUN = "TRAINJOB_REALSTACK_RUN"
@@ -375,7 +374,7 @@ def _format_map(m: dict) -> str:
 
 
 def field_ref(pod: dict, path: str) -> str:
-    meta, spec, status = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
+    meta, spec = pod.get("metadata", {}), pod.get("spec", {})
     m = re.fullmatch(r"metadata\.(labels|annotations)\['(.*)'\]", path)
     if m:
         return (meta.get(m.group(1)) or {}).get(m.group(2), "")
@@ -413,12 +412,9 @@ def resource_ref(pod: dict, container: dict, ref: dict, allocatable: dict) -> st
     if value is None and kind == "requests":
         value = (resources.get("limits") or {}).get(res)
     if value is None:
-        if kind == "requests":
-            value = "0"
-        else:
-            value = allocatable.get(res, "0")
+        value = "0" if kind == "requests" else allocatable.get(res, "0")
     divisor = quantity(ref.get("divisor") or "1") or 1.0  # the API defaults it to "0": 1
-    return str(int(math.ceil(quantity(value) / divisor - 1e-12)))
+    return str(math.ceil(quantity(value) / divisor - 1e-12))
 
 
 class Lookups:
@@ -486,9 +482,8 @@ def container_env(
             if ref["key"] not in data:
                 if optional:
                     continue
-                raise EnvError(
-                    f"couldn't find key {ref['key']} in {kind} {pod['metadata']['namespace']}/{ref['name']}"
-                )
+                where = f"{pod['metadata']['namespace']}/{ref['name']}"
+                raise EnvError(f"couldn't find key {ref['key']} in {kind} {where}")
             env[name] = data[ref["key"]]
         else:
             raise EnvError(f"unsupported valueFrom for {name}")
@@ -730,16 +725,20 @@ class Run:
                 "startedAt": self.started_at,
                 "finishedAt": now_iso(),
             }
-        elif not self.pid and not self._shim_alive() and not (self.dir / "result.json").exists():
+        elif (
+            not self.pid
+            and not self._shim_alive()
+            and not (self.dir / "result.json").exists()
+            and time.time() - self.dir.stat().st_mtime > 5
+        ):
             # neither started nor alive: the supervisor died before its child
-            if time.time() - self.dir.stat().st_mtime > 5:
-                self.result = {
-                    "exitCode": 128,
-                    "reason": "StartError",
-                    "message": "the container's supervisor did not start it",
-                    "startedAt": now_iso(),
-                    "finishedAt": now_iso(),
-                }
+            self.result = {
+                "exitCode": 128,
+                "reason": "StartError",
+                "message": "the container's supervisor did not start it",
+                "startedAt": now_iso(),
+                "finishedAt": now_iso(),
+            }
 
     def _shim_alive(self) -> bool:
         try:
@@ -883,7 +882,7 @@ class Runner:
                         continue
             except Gone:
                 log(f"{kind} watch expired (410): relisting")
-            except Exception as e:  # noqa: BLE001 (apiserver down, restarting, ...)
+            except Exception as e:
                 log(f"{kind} watch: {type(e).__name__}: {e}; retrying in {delay:.1f}s")
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -926,7 +925,7 @@ class Runner:
                     st.deleted_api = False
                 else:
                     st.deleted_api = True
-            for uid, pod in self.all_pods.items():
+            for pod in self.all_pods.values():
                 self._consider(pod)
             return
         uid = obj["metadata"]["uid"]
@@ -946,9 +945,8 @@ class Runner:
             return
         for st in list(self.pods.values()):
             if st.spec.get("nodeName") not in self.nodes and not st.finished:
-                log(
-                    f"{st.namespace}/{st.name}: node {st.spec.get('nodeName')} is gone: killing the pod's processes"
-                )
+                node = st.spec.get("nodeName")
+                log(f"{st.namespace}/{st.name}: node {node} is gone: killing the pod's processes")
                 self._kill_now(st)
                 st.finished = True
                 st.save()
@@ -1002,9 +1000,8 @@ class Runner:
                 data["finished"] = True
                 _atomic_write(d / "state.json", json.dumps(data, indent=1))
                 if n:
-                    log(
-                        f"{data['namespace']}/{data['name']}: gone while the runner was away: killed {n} processes"
-                    )
+                    who = f"{data['namespace']}/{data['name']}"
+                    log(f"{who}: gone while the runner was away: killed {n} processes")
         self.orphan_dirs = []
 
     def _load(self, st: PodState) -> None:
@@ -1326,7 +1323,7 @@ class Runner:
             try:
                 self._kwok_objects(st)
                 st.save()
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 st.next_kwok_try = time.time() + 2.0
                 log(f"{st.namespace}/{st.name}: kwok objects: {e}")
         now = time.time()
@@ -1411,10 +1408,9 @@ class Runner:
         for cs in st.containers.values():
             if cs.run is not None and (cs.sidecar or st.failed_init):
                 self._signal_main(cs, signal.SIGTERM)
-        if not any(cs.run is not None for cs in st.containers.values()):
-            if not st.killed:
-                sweep(self.run, st.uid)
-                st.killed = True
+        if not any(cs.run is not None for cs in st.containers.values()) and not st.killed:
+            sweep(self.run, st.uid)
+            st.killed = True
 
     def _cond(
         self, st: PodState, typ: str, status: str, reason: str = "", message: str = ""
@@ -1638,7 +1634,7 @@ class Runner:
                     break
                 try:
                     self.handle(kind, typ, obj)
-                except Exception:  # noqa: BLE001
+                except Exception:
                     log(f"event {kind} {typ}: {traceback.format_exc()}")
             if not announced and all(self.synced.values()):
                 announced = True
@@ -1649,7 +1645,7 @@ class Runner:
             for uid, st in list(self.pods.items()):
                 try:
                     self.step(st)
-                except Exception:  # noqa: BLE001
+                except Exception:
                     log(f"{st.namespace}/{st.name}: {traceback.format_exc()}")
                 if st.finished and uid not in self.all_pods:
                     del self.pods[uid]

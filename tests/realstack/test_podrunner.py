@@ -44,24 +44,41 @@ def stack() -> StackContext:
     ctx = StackContext.load(run)
     if not ctx.admin_kubeconfig.exists():
         _missing(f"the real stack at {run} has no admin kubeconfig (control plane not up)")
-    for name in ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok", "podrunner"):
+    for name in (
+        "kube-apiserver",
+        "kube-scheduler",
+        "kube-controller-manager",
+        "kwok",
+        "podrunner",
+    ):
         if procs.pid_of(run, name) is None:
             _missing(f"{name} of the real stack at {run} is not running")
     return ctx
 
 
-def kubectl(ctx: StackContext, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+def kubectl(
+    ctx: StackContext, *args: str, check: bool = True, timeout: float = 60
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "KUBECONFIG": str(ctx.admin_kubeconfig)}
-    proc = subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        ["kubectl", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)}: {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        raise AssertionError(
+            f"kubectl {' '.join(args)}: {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        )
     return proc
 
 
 def kubectl_apply(ctx: StackContext, obj: dict) -> None:
     env = {**os.environ, "KUBECONFIG": str(ctx.admin_kubeconfig)}
     proc = subprocess.run(
-        ["kubectl", "apply", "-f", "-"], input=json.dumps(obj), env=env, capture_output=True, text=True, timeout=60
+        ["kubectl", "apply", "-f", "-"],
+        input=json.dumps(obj),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
 
@@ -76,12 +93,14 @@ def until(what: str, check: Callable[[], Any], timeout: float = TIMEOUT) -> Any:
     while time.monotonic() < deadline:
         try:
             value = check()
-        except Exception as e:  # noqa: BLE001 (kept for the failure message)
+        except Exception as e:
             last, value = e, None
         if value:
             return value
         time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}" + (f" (last: {last})" if last else ""))
+    raise AssertionError(
+        f"timed out after {timeout:.0f} s waiting for {what}" + (f" (last: {last})" if last else "")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -92,13 +111,19 @@ def ns(stack: StackContext) -> Iterator[str]:
     kubectl(stack, "delete", "namespace", name, "--wait=false", check=False)
 
 
-def pod(name: str, ns: str, command: list[str], *, restart: str = "Never", grace: int = 2, **extra: Any) -> dict:
+def pod(
+    name: str, ns: str, command: list[str], *, restart: str = "Never", grace: int = 2, **extra: Any
+) -> dict:
     container = {"name": "main", "image": "python:3.12", "command": command, **extra}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": ns, "labels": {"app": name}},
-        "spec": {"restartPolicy": restart, "terminationGracePeriodSeconds": grace, "containers": [container]},
+        "spec": {
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": grace,
+            "containers": [container],
+        },
     }
 
 
@@ -120,15 +145,23 @@ def ready(ctx: StackContext, ns: str, name: str) -> dict:
 
 
 ENV_SCRIPT = (
-    "import os, json; keys = ['MY_NAME', 'MY_NS', 'MY_UID', 'NODE', 'APP', 'IP', 'CPU', 'GREETING', "
+    "import os, json; keys = ['MY_NAME', 'MY_NS', 'MY_UID', 'NODE', 'APP', 'IP', 'CPU', "
+    "'GREETING', "
     "'CM_other', 'HOSTNAME', 'HOME', 'TMPDIR', 'KUBERNETES_SERVICE_HOST']; "
     "print(json.dumps({'cwd': os.getcwd(), **{k: os.environ.get(k) for k in keys}}), flush=True)"
 )
 
 
 def test_command_runs_with_its_env_and_kubectl_logs(stack: StackContext, ns: str) -> None:
-    kubectl_apply(stack, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": ns},
-                          "data": {"greeting": "hello", "other": "x"}})
+    kubectl_apply(
+        stack,
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "cm", "namespace": ns},
+            "data": {"greeting": "hello", "other": "x"},
+        },
+    )
     env = [
         {"name": "MY_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "MY_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
@@ -136,17 +169,32 @@ def test_command_runs_with_its_env_and_kubectl_logs(stack: StackContext, ns: str
         {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
         {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-        {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1m"}}},
+        {
+            "name": "CPU",
+            "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1m"}},
+        },
         {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "greeting"}}},
     ]
-    kubectl_apply(stack, pod("envpod", ns, ["python3", "-c", ENV_SCRIPT], env=env,
-                             envFrom=[{"configMapRef": {"name": "cm"}, "prefix": "CM_"}],
-                             resources={"limits": {"cpu": "1500m", "memory": "64Mi"}}))
+    kubectl_apply(
+        stack,
+        pod(
+            "envpod",
+            ns,
+            ["python3", "-c", ENV_SCRIPT],
+            env=env,
+            envFrom=[{"configMapRef": {"name": "cm"}, "prefix": "CM_"}],
+            resources={"limits": {"cpu": "1500m", "memory": "64Mi"}},
+        ),
+    )
     p = until("envpod Succeeded", phase_is(stack, ns, "envpod", "Succeeded", "Failed"))
     assert p["status"]["phase"] == "Succeeded", p["status"]
     out = json.loads(kubectl(stack, "logs", "-n", ns, "envpod").stdout)
-    assert out["MY_NAME"] == "envpod" and out["MY_NS"] == ns and out["MY_UID"] == p["metadata"]["uid"]
-    assert out["NODE"] == p["spec"]["nodeName"] and out["APP"] == "envpod" and out["IP"] == "127.0.0.1"
+    assert (
+        out["MY_NAME"] == "envpod" and out["MY_NS"] == ns and out["MY_UID"] == p["metadata"]["uid"]
+    )
+    assert (
+        out["NODE"] == p["spec"]["nodeName"] and out["APP"] == "envpod" and out["IP"] == "127.0.0.1"
+    )
     assert out["CPU"] == "1500" and out["GREETING"] == "hello" and out["CM_other"] == "x"
     assert out["HOSTNAME"] == "envpod" and out["KUBERNETES_SERVICE_HOST"] == "127.0.0.1"
     pod_dir = Path(out["cwd"]).parent
@@ -154,19 +202,36 @@ def test_command_runs_with_its_env_and_kubectl_logs(stack: StackContext, ns: str
     assert Path(out["TMPDIR"]) == pod_dir / "tmp"
     term = p["status"]["containerStatuses"][0]["state"]["terminated"]
     assert term["exitCode"] == 0 and term["reason"] == "Completed"
-    assert {c["type"] for c in p["status"]["conditions"]} >= {"PodScheduled", "Initialized", "Ready", "ContainersReady"}
+    assert {c["type"] for c in p["status"]["conditions"]} >= {
+        "PodScheduled",
+        "Initialized",
+        "Ready",
+        "ContainersReady",
+    }
 
 
 def test_exec_runs_in_the_pod_dir_with_its_env(stack: StackContext, ns: str) -> None:
     env = [{"name": "MY_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
-    kubectl_apply(stack, pod("execpod", ns, ["sh", "-c", "echo $MY_NAME > from-command; exec sleep 3600"], env=env))
+    kubectl_apply(
+        stack,
+        pod("execpod", ns, ["sh", "-c", "echo $MY_NAME > from-command; exec sleep 3600"], env=env),
+    )
     p = ready(stack, ns, "execpod")
     st = p["status"]
     assert st["phase"] == "Running" and st["podIP"] == "127.0.0.1" and st["hostIP"] == "127.0.0.1"
     assert st["startTime"] and st["containerStatuses"][0]["started"] is True
     assert "running" in st["containerStatuses"][0]["state"]
-    out = kubectl(stack, "exec", "-n", ns, "execpod", "--", "sh", "-c",
-                  'echo "$MY_NAME|$(cat from-command)|$PWD|$HOME"').stdout.strip()
+    out = kubectl(
+        stack,
+        "exec",
+        "-n",
+        ns,
+        "execpod",
+        "--",
+        "sh",
+        "-c",
+        'echo "$MY_NAME|$(cat from-command)|$PWD|$HOME"',
+    ).stdout.strip()
     name, from_command, cwd, home = out.split("|")
     assert name == from_command == "execpod"
     assert cwd.endswith("/work") and home == str(Path(cwd).parent / "home")
@@ -205,8 +270,17 @@ def _alive(pid: int) -> bool:
 def test_deleting_a_pod_ends_its_exec_processes(stack: StackContext, ns: str) -> None:
     kubectl_apply(stack, pod("victim", ns, ["sleep", "3600"], restart="Always", grace=1))
     ready(stack, ns, "victim")
-    out = kubectl(stack, "exec", "-n", ns, "victim", "--", "sh", "-c",
-                  "nohup setsid sleep 3601 >/dev/null 2>&1 & echo $!").stdout
+    out = kubectl(
+        stack,
+        "exec",
+        "-n",
+        ns,
+        "victim",
+        "--",
+        "sh",
+        "-c",
+        "nohup setsid sleep 3601 >/dev/null 2>&1 & echo $!",
+    ).stdout
     pid = int(out.split()[-1])
     until("the exec'd process to start", lambda: _alive(pid), timeout=5)
     kubectl(stack, "delete", "pod", "-n", ns, "victim", "--wait=true", timeout=60)
@@ -221,11 +295,15 @@ def test_a_job_replaces_its_failed_pod(stack: StackContext, ns: str) -> None:
         "metadata": {"name": "flaky", "namespace": ns},
         "spec": {
             "backoffLimit": 1,
-            "template": {"spec": {
-                "restartPolicy": "Never",
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "main", "image": "x", "command": ["sh", "-c", "exit 1"]}],
-            }},
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {"name": "main", "image": "x", "command": ["sh", "-c", "exit 1"]}
+                    ],
+                }
+            },
         },
     }
     kubectl_apply(stack, job)

@@ -69,7 +69,9 @@ def test_field_refs() -> None:
         "IP": "status.podIP",
         "HIP": "status.hostIP",
     }
-    env = env_of({"env": [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": v}}} for k, v in refs.items()]})
+    env = env_of(
+        {"env": [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": v}}} for k, v in refs.items()]}
+    )
     assert env["N"] == "p" and env["NS"] == "ns" and env["UID"] == "u-1"
     assert env["A"] == "1" and env["X"] == "z" and env["L"] == 'a="1"\nb="2"'
     assert env["NODE"] == "node-0" and env["SA"] == "sa"
@@ -96,22 +98,38 @@ def test_resource_field_refs() -> None:
         }
     )
     # limits.memory unset: the node's allocatable, as the kubelet does
-    assert env == {**env, "LC": "2", "RC": "250", "RC0": "1", "LM": str(128 * 1024), "RM": str(2**30)}
+    assert env == {
+        **env,
+        "LC": "2",
+        "RC": "250",
+        "RC0": "1",
+        "LM": str(128 * 1024),
+        "RM": str(2**30),
+    }
 
 
 def test_config_maps_secrets_env_from_and_expansion() -> None:
     lookups = FakeLookups(
-        {("ConfigMap", "cm"): {"k": "v", "bad key": "x", "K2": "w"}, ("Secret", "s"): {"pw": "secret"}}
+        {
+            ("ConfigMap", "cm"): {"k": "v", "bad key": "x", "K2": "w"},
+            ("Secret", "s"): {"pw": "secret"},
+        }
     )
     env = env_of(
         {
-            "envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "CM_"}, {"secretRef": {"name": "nope", "optional": True}}],
+            "envFrom": [
+                {"configMapRef": {"name": "cm"}, "prefix": "CM_"},
+                {"secretRef": {"name": "nope", "optional": True}},
+            ],
             "env": [
                 {"name": "A", "value": "a"},
                 {"name": "B", "value": "$(A)-$(MISSING)-$$(A)"},
                 {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}},
                 {"name": "D", "valueFrom": {"secretKeyRef": {"name": "s", "key": "pw"}}},
-                {"name": "E", "valueFrom": {"secretKeyRef": {"name": "gone", "key": "x", "optional": True}}},
+                {
+                    "name": "E",
+                    "valueFrom": {"secretKeyRef": {"name": "gone", "key": "x", "optional": True}},
+                },
             ],
         },
         lookups,
@@ -120,12 +138,18 @@ def test_config_maps_secrets_env_from_and_expansion() -> None:
     assert env["B"] == "a-$(MISSING)-$(A)" and env["C"] == "v" and env["D"] == "secret"
     assert "E" not in env and env["HOSTNAME"] == "p"
     with pytest.raises(EnvError):
-        env_of({"env": [{"name": "F", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "k"}}}]})
+        env_of(
+            {"env": [{"name": "F", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "k"}}}]}
+        )
 
 
 def test_argv() -> None:
     env = {"X": "1"}
-    assert container_argv({"command": ["sh", "-c"], "args": ["echo $(X) $X"]}, env) == ["sh", "-c", "echo 1 $X"]
+    assert container_argv({"command": ["sh", "-c"], "args": ["echo $(X) $X"]}, env) == [
+        "sh",
+        "-c",
+        "echo 1 $X",
+    ]
     assert container_argv({"args": ["--flag"]}, env) == NO_COMMAND
     assert expand("$(X)$(X)", env) == "11"
 
