@@ -230,6 +230,8 @@ def test_exec_runs_in_the_pod_dir_with_its_env(stack: StackContext, ns: str) -> 
         "--",
         "sh",
         "-c",
+        # the command may not have written its file yet when the pod turns Ready
+        "until [ -s from-command ]; do sleep 0.05; done; "
         'echo "$MY_NAME|$(cat from-command)|$PWD|$HOME"',
     ).stdout.strip()
     name, from_command, cwd, home = out.split("|")
