@@ -112,8 +112,15 @@ def _dir(ctx: StackContext, name: str) -> Path:
     return path
 
 
+_MODULE_DIRS: dict[tuple[str, str], Path] = {}
+
+
 def module_dir(ctx: StackContext, name: str, version: str) -> Path:
-    return gobuild.module_dir(MODULES[name], version, _log(ctx))
+    """The module's read-only folder in the Go module cache (one ``go mod download`` each)."""
+    key = (name, version)
+    if key not in _MODULE_DIRS:
+        _MODULE_DIRS[key] = gobuild.module_dir(MODULES[name], version, _log(ctx))
+    return _MODULE_DIRS[key]
 
 
 # --- manifests ---------------------------------------------------------------------------------
@@ -385,7 +392,7 @@ def apply(ctx: StackContext, objs: list[Obj], name: str) -> None:
     if not objs:
         return
     path = _dir(ctx, "manifests") / f"{name}.yaml"
-    path.write_text(yaml.safe_dump_all(objs, sort_keys=False))
+    path.write_text(yaml.dump_all(objs, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False))
     kubectl(
         ctx,
         "apply",

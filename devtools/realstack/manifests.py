@@ -74,8 +74,18 @@ class Build:
         return None
 
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the CRDs are megabytes
+_CACHE: dict[Path, tuple[float, list[Obj]]] = {}
+
+
 def load_yaml(path: Path) -> list[Obj]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+    """The documents of a (read-only, module cache) YAML file, parsed once per process."""
+    mtime = path.stat().st_mtime
+    hit = _CACHE.get(path)
+    if hit is None or hit[0] != mtime:
+        hit = (mtime, [d for d in yaml.load_all(path.read_text(), Loader=_LOADER) if isinstance(d, dict)])
+        _CACHE[path] = hit
+    return copy.deepcopy(hit[1])
 
 
 def _kustomization_file(directory: Path) -> Path | None:
@@ -106,7 +116,7 @@ def _build(directory: Path, out: Build) -> list[Obj]:
         if path.is_dir():
             objs += _build(path, out)
         else:
-            objs += [copy.deepcopy(d) for d in load_yaml(path)]
+            objs += load_yaml(path)
     for gen in ("configMapGenerator", "secretGenerator"):
         for g in k.get(gen, []) or []:
             out.skipped.append(f"{directory}: {gen} {g.get('name')}")
@@ -117,11 +127,17 @@ def _build(directory: Path, out: Build) -> list[Obj]:
             body = (directory / patch["path"]).read_text()
         _apply_patch(objs, yaml.safe_load(body), patch.get("target"))
     for p in k.get("patchesStrategicMerge", []) or []:
-        _apply_patch(objs, yaml.safe_load((directory / p).read_text()) if "\n" not in p else yaml.safe_load(p), None)
+        _apply_patch(
+            objs,
+            yaml.safe_load((directory / p).read_text()) if "\n" not in p else yaml.safe_load(p),
+            None,
+        )
     for p in k.get("patchesJson6902", []) or []:
         _apply_patch(objs, yaml.safe_load((directory / p["path"]).read_text()), p.get("target"))
 
-    configs = [yaml.safe_load((directory / c).read_text()) or {} for c in k.get("configurations", []) or []]
+    configs = [
+        yaml.safe_load((directory / c).read_text()) or {} for c in k.get("configurations", []) or []
+    ]
     if k.get("namespace"):
         _set_namespace(objs, k["namespace"], configs)
     if k.get("namePrefix"):
@@ -189,8 +205,10 @@ def _merge(dst: Obj, src: Obj) -> None:
             dst.pop(key, None)
         elif isinstance(value, dict) and isinstance(dst.get(key), dict):
             _merge(dst[key], value)
-        elif isinstance(value, list) and isinstance(dst.get(key), list) and all(
-            isinstance(v, dict) and "name" in v for v in value + dst[key]
+        elif (
+            isinstance(value, list)
+            and isinstance(dst.get(key), list)
+            and all(isinstance(v, dict) and "name" in v for v in value + dst[key])
         ):
             by_name = {item["name"]: item for item in dst[key]}
             for item in value:
@@ -253,7 +271,13 @@ def _set_namespace(objs: list[Obj], ns: str, configs: list[Obj]) -> None:
         elif kind == "APIService" and o.get("spec", {}).get("service"):
             o["spec"]["service"]["namespace"] = ns
         elif kind == "CustomResourceDefinition":
-            svc = o.get("spec", {}).get("conversion", {}).get("webhook", {}).get("clientConfig", {}).get("service")
+            svc = (
+                o.get("spec", {})
+                .get("conversion", {})
+                .get("webhook", {})
+                .get("clientConfig", {})
+                .get("service")
+            )
             if svc is not None:
                 svc["namespace"] = ns
         elif kind in ("RoleBinding", "ClusterRoleBinding"):
@@ -275,11 +299,20 @@ def _rename(objs: list[Obj], o: Obj, new: str) -> None:
         if kind == "Service":
             refs = []
             if okind in WEBHOOK_KINDS:
-                refs = [wh.get("clientConfig", {}).get("service") for wh in other.get("webhooks", []) or []]
+                refs = [
+                    wh.get("clientConfig", {}).get("service")
+                    for wh in other.get("webhooks", []) or []
+                ]
             elif okind == "APIService":
                 refs = [other.get("spec", {}).get("service")]
             elif okind == "CustomResourceDefinition":
-                refs = [other.get("spec", {}).get("conversion", {}).get("webhook", {}).get("clientConfig", {}).get("service")]
+                refs = [
+                    other.get("spec", {})
+                    .get("conversion", {})
+                    .get("webhook", {})
+                    .get("clientConfig", {})
+                    .get("service")
+                ]
             for ref in refs:
                 if ref and ref.get("name") == old:
                     ref["name"] = new
@@ -291,7 +324,9 @@ def _rename(objs: list[Obj], o: Obj, new: str) -> None:
             ref = other.get("roleRef", {})
             if ref.get("kind") == kind and ref.get("name") == old:
                 ref["name"] = new
-        elif kind in WEBHOOK_KINDS and okind == "ClusterRole":  # Kueue's webhook_name_reference.yaml
+        elif (
+            kind in WEBHOOK_KINDS and okind == "ClusterRole"
+        ):  # Kueue's webhook_name_reference.yaml
             for rule in other.get("rules", []) or []:
                 names = rule.get("resourceNames")
                 if names:
@@ -369,7 +404,16 @@ def _lookup(node: Any, path: str, create: bool = False) -> tuple[Any, str | int]
 
 def _replacement(objs: list[Obj], rep: Obj) -> None:
     src = rep["source"]
-    source = next((o for o in objs if _matches(o, {k: v for k, v in src.items() if k in ("kind", "name", "group", "version")})), None)
+    source = next(
+        (
+            o
+            for o in objs
+            if _matches(
+                o, {k: v for k, v in src.items() if k in ("kind", "name", "group", "version")}
+            )
+        ),
+        None,
+    )
     if source is None:
         return
     found = _lookup(source, src.get("fieldPath", "metadata.name"))
@@ -391,7 +435,11 @@ def _custom_transformer(objs: list[Obj], doc: Obj) -> None:
     kind = doc.get("kind")
     if kind == "PatchTransformer":
         patch = doc["patch"]
-        _apply_patch(objs, json.loads(patch) if patch.lstrip().startswith("[") else yaml.safe_load(patch), doc.get("target"))
+        _apply_patch(
+            objs,
+            json.loads(patch) if patch.lstrip().startswith("[") else yaml.safe_load(patch),
+            doc.get("target"),
+        )
     elif kind == "PrefixSuffixTransformer":
         for spec in doc.get("fieldSpecs", []):
             for o in objs:
