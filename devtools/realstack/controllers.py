@@ -123,7 +123,7 @@ def module_dir(ctx: StackContext, name: str, version: str) -> Path:
     return _MODULE_DIRS[key]
 
 
-# --- manifests ---------------------------------------------------------------------------------
+# --- manifests -----------------------------------------------------------------------------------
 
 
 def plan(ctx: StackContext) -> list[Controller]:
@@ -392,7 +392,9 @@ def apply(ctx: StackContext, objs: list[Obj], name: str) -> None:
     if not objs:
         return
     path = _dir(ctx, "manifests") / f"{name}.yaml"
-    path.write_text(yaml.dump_all(objs, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False))
+    path.write_text(
+        yaml.dump_all(objs, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
+    )
     kubectl(
         ctx,
         "apply",
@@ -423,7 +425,8 @@ def _server(ctx: StackContext) -> str:
 
 def identity_kubeconfig(ctx: StackContext, c: Controller) -> Path:
     """A kubeconfig for the controller's own ServiceAccount (a TokenRequest token, as a pod's
-    projected token would be), or the admin's with ``TRAINJOB_MAGICS_REALSTACK_CONTROLLER_IDENTITY=admin``.
+    projected token would be), or the admin's with
+    ``TRAINJOB_MAGICS_REALSTACK_CONTROLLER_IDENTITY=admin``.
 
     Not a client certificate: ``system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-
     manager`` is 73 characters, over X.509's 64 for a CN (RFC 5280 ub-common-name), which the
@@ -632,11 +635,11 @@ def _health_url(ctx: StackContext, c: Controller) -> str:
 
 
 def _http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=3) as resp:  # noqa: S310 (loopback)
+    with urllib.request.urlopen(url, timeout=3) as resp:
         return resp.status == 200
 
 
-# --- readiness through the apiserver ---------------------------------------------------------------
+# --- readiness through the apiserver -------------------------------------------------------------
 
 
 def kueue_api_version(ctx: StackContext) -> str:

@@ -39,30 +39,46 @@ def kueue_objects(ctx: StackContext, api_version: str) -> list[dict]:
         {"name": "nvidia.com/gpu", "nominalQuota": str(nodes.gpus * nodes.count)},
     ]
     objs: list[dict] = [
-        {"apiVersion": api_version, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}, "spec": {}},
+        {
+            "apiVersion": api_version,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": FLAVOR},
+            "spec": {},
+        },
         {
             "apiVersion": api_version,
             "kind": "ClusterQueue",
             "metadata": {"name": CLUSTER_QUEUE},
             "spec": {
                 "namespaceSelector": {},
-                "resourceGroups": [{
-                    "coveredResources": [q["name"] for q in quota],
-                    "flavors": [{"name": FLAVOR, "resources": quota}],
-                }],
+                "resourceGroups": [
+                    {
+                        "coveredResources": [q["name"] for q in quota],
+                        "flavors": [{"name": FLAVOR, "resources": quota}],
+                    }
+                ],
                 # a higher-priority session preempts a lower one in the same queue
                 "preemption": {"withinClusterQueue": "LowerPriority"},
             },
         },
     ]
     objs += [
-        {"apiVersion": api_version, "kind": "LocalQueue", "metadata": {"name": lq, "namespace": QUEUED_NAMESPACE},
-         "spec": {"clusterQueue": CLUSTER_QUEUE}}
+        {
+            "apiVersion": api_version,
+            "kind": "LocalQueue",
+            "metadata": {"name": lq, "namespace": QUEUED_NAMESPACE},
+            "spec": {"clusterQueue": CLUSTER_QUEUE},
+        }
         for lq in LOCAL_QUEUES
     ]
     objs += [
-        {"apiVersion": api_version, "kind": "WorkloadPriorityClass", "metadata": {"name": name}, "value": value,
-         "description": f"trainjob-magics realstack: {name}"}
+        {
+            "apiVersion": api_version,
+            "kind": "WorkloadPriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+            "description": f"trainjob-magics realstack: {name}",
+        }
         for name, value in PRIORITIES.items()
     ]
     return objs
@@ -76,7 +92,9 @@ def _yaml_blocks(doc: Path) -> list[dict]:
     return out
 
 
-def rbac_objects(namespaces: tuple[str, ...] = (NAMESPACE, QUEUED_NAMESPACE), user: str = USER) -> list[dict]:
+def rbac_objects(
+    namespaces: tuple[str, ...] = (NAMESPACE, QUEUED_NAMESPACE), user: str = USER
+) -> list[dict]:
     """docs/rbac.md's Role/RoleBinding in each namespace and its ClusterRole(Binding), and
     docs/kueue.md's namespaced Role, all bound to ``user``."""
     base = _yaml_blocks(DOCS / "rbac.md")
@@ -86,16 +104,30 @@ def rbac_objects(namespaces: tuple[str, ...] = (NAMESPACE, QUEUED_NAMESPACE), us
         for d in base + kueue:
             if d["kind"] not in ("Role", "RoleBinding"):
                 continue
-            text = json.dumps(d).replace("NAMESPACE", ns).replace("team-a", ns).replace('"alice"', json.dumps(user))
+            text = (
+                json.dumps(d)
+                .replace("NAMESPACE", ns)
+                .replace("team-a", ns)
+                .replace('"alice"', json.dumps(user))
+            )
             out.append(json.loads(text))
         for role in kueue:
             name = role["metadata"]["name"]
-            out.append({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                "metadata": {"name": name, "namespace": ns},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-                "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
-            })
+            out.append(
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "metadata": {"name": name, "namespace": ns},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "Role",
+                        "name": name,
+                    },
+                    "subjects": [
+                        {"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}
+                    ],
+                }
+            )
     for d in base:
         if d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
             text = json.dumps(d).replace("-alice", f"-{user}").replace('"alice"', json.dumps(user))
@@ -105,20 +137,35 @@ def rbac_objects(namespaces: tuple[str, ...] = (NAMESPACE, QUEUED_NAMESPACE), us
 
 def namespaces() -> list[dict]:
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"trainjob-magics.dev/realstack": "true"}}}
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": ns, "labels": {"trainjob-magics.dev/realstack": "true"}},
+        }
         for ns in (NAMESPACE, QUEUED_NAMESPACE)
     ]
 
 
 def _local_queues_active(ctx: StackContext, api_version: str) -> bool:
     group_version = api_version
-    out = controllers.kubectl(ctx, "get", f"localqueues.{group_version.split('/')[1]}.kueue.x-k8s.io",
-                              "-n", QUEUED_NAMESPACE, "-o", "json", check=False)
+    out = controllers.kubectl(
+        ctx,
+        "get",
+        f"localqueues.{group_version.split('/')[1]}.kueue.x-k8s.io",
+        "-n",
+        QUEUED_NAMESPACE,
+        "-o",
+        "json",
+        check=False,
+    )
     if out.returncode != 0:
         return False
     items = {i["metadata"]["name"]: i for i in json.loads(out.stdout)["items"]}
     return all(
-        any(c["type"] == "Active" and c["status"] == "True" for c in items.get(lq, {}).get("status", {}).get("conditions", []))
+        any(
+            c["type"] == "Active" and c["status"] == "True"
+            for c in items.get(lq, {}).get("status", {}).get("conditions", [])
+        )
         for lq in LOCAL_QUEUES
     )
 
@@ -130,5 +177,10 @@ def apply(ctx: StackContext) -> None:
         return
     api_version = controllers.kueue_api_version(ctx)
     controllers.apply(ctx, kueue_objects(ctx, api_version), "fixtures-kueue")
-    procs.wait_for("the LocalQueues active", lambda: _local_queues_active(ctx, api_version), timeout=60,
-                   run=ctx.run, name="kueue")
+    procs.wait_for(
+        "the LocalQueues active",
+        lambda: _local_queues_active(ctx, api_version),
+        timeout=60,
+        run=ctx.run,
+        name="kueue",
+    )

@@ -28,7 +28,8 @@ import yaml
 
 Obj = dict[str, Any]
 
-# kustomize's PrefixSuffixTransformer skips these (api/filters/prefixsuffix, prefixSuffixFieldSpecsToSkip)
+# kustomize's PrefixSuffixTransformer skips these
+# (api/filters/prefixsuffix, prefixSuffixFieldSpecsToSkip)
 _NO_PREFIX = {"CustomResourceDefinition", "APIService", "Namespace"}
 
 CLUSTER_SCOPED = {
@@ -83,7 +84,10 @@ def load_yaml(path: Path) -> list[Obj]:
     mtime = path.stat().st_mtime
     hit = _CACHE.get(path)
     if hit is None or hit[0] != mtime:
-        hit = (mtime, [d for d in yaml.load_all(path.read_text(), Loader=_LOADER) if isinstance(d, dict)])
+        hit = (
+            mtime,
+            [d for d in yaml.load_all(path.read_text(), Loader=_LOADER) if isinstance(d, dict)],
+        )
         _CACHE[path] = hit
     return copy.deepcopy(hit[1])
 
@@ -158,7 +162,7 @@ def _build(directory: Path, out: Build) -> list[Obj]:
     return objs
 
 
-# --- selection -------------------------------------------------------------------------------
+# --- selection -----------------------------------------------------------------------------------
 
 
 def _matches(o: Obj, target: Obj | None) -> bool:
@@ -175,12 +179,10 @@ def _matches(o: Obj, target: Obj | None) -> bool:
     names = {meta.get("name"), *meta.get("x-previous-names", [])}
     if "name" in target and not any(re.fullmatch(target["name"], n or "") for n in names):
         return False
-    if "namespace" in target and target["namespace"] != meta.get("namespace"):
-        return False
-    return True
+    return not ("namespace" in target and target["namespace"] != meta.get("namespace"))
 
 
-# --- patches ---------------------------------------------------------------------------------
+# --- patches -------------------------------------------------------------------------------------
 
 
 def _apply_patch(objs: list[Obj], patch: Any, target: Obj | None) -> None:
@@ -250,7 +252,7 @@ def _json6902(doc: Obj, op: Obj) -> None:
             raise ValueError(f"unsupported JSON patch op {kind}")
 
 
-# --- namespace, prefix, name references ---------------------------------------------------------
+# --- namespace, prefix, name references ----------------------------------------------------------
 
 
 def _set_namespace(objs: list[Obj], ns: str, configs: list[Obj]) -> None:
@@ -361,7 +363,7 @@ def _image(objs: list[Obj], image: Obj) -> None:
     walk(objs)
 
 
-# --- replacements ----------------------------------------------------------------------------
+# --- replacements --------------------------------------------------------------------------------
 
 _SEG = re.compile(r"\[(\w[\w.-]*)=([^\]]*)\]")
 

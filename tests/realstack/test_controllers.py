@@ -57,20 +57,29 @@ def until(what: str, check: Callable[[], Any], timeout: float = TIMEOUT) -> Any:
     while time.monotonic() < deadline:
         try:
             value = check()
-        except Exception as e:  # noqa: BLE001 (kept for the failure message)
+        except Exception as e:
             last, value = e, None
         if value:
             return value
         time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}" + (f" (last error: {last})" if last else ""))
+    raise AssertionError(
+        f"timed out after {timeout:.0f} s waiting for {what}"
+        + (f" (last error: {last})" if last else "")
+    )
 
 
 def when(value: Any, pred: Callable[[Any], Any]) -> Any:
     return value if pred(value) else None
 
 
-def trainjob(name: str, namespace: str, *, nodes: int = 1, labels: dict | None = None,
-             resources: dict | None = None) -> dict:
+def trainjob(
+    name: str,
+    namespace: str,
+    *,
+    nodes: int = 1,
+    labels: dict | None = None,
+    resources: dict | None = None,
+) -> dict:
     return {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
@@ -91,19 +100,35 @@ def create(stack: StackContext) -> Iterator[Callable[[dict], dict]]:
     made: list[dict] = []
 
     def make(obj: dict) -> dict:
-        out = json.loads(controllers.kubectl(stack, "create", "-o", "json", "-f", "-", input=json.dumps(obj)).stdout)
+        out = json.loads(
+            controllers.kubectl(
+                stack, "create", "-o", "json", "-f", "-", input=json.dumps(obj)
+            ).stdout
+        )
         made.append(obj)
         return out
 
     yield make
     for obj in made:
         meta = obj["metadata"]
-        controllers.kubectl(stack, "delete", "trainjobs.trainer.kubeflow.org", meta["name"], "-n", meta["namespace"],
-                            "--ignore-not-found", "--wait=false", check=False)
+        controllers.kubectl(
+            stack,
+            "delete",
+            "trainjobs.trainer.kubeflow.org",
+            meta["name"],
+            "-n",
+            meta["namespace"],
+            "--ignore-not-found",
+            "--wait=false",
+            check=False,
+        )
 
 
 def _cond(obj: dict, kind: str) -> bool:
-    return any(c["type"] == kind and c["status"] == "True" for c in obj.get("status", {}).get("conditions", []))
+    return any(
+        c["type"] == kind and c["status"] == "True"
+        for c in obj.get("status", {}).get("conditions", [])
+    )
 
 
 def test_trainjob_on_torch_distributed_gets_its_jobset_jobs_and_pods(stack, create):
@@ -112,14 +137,27 @@ def test_trainjob_on_torch_distributed_gets_its_jobset_jobs_and_pods(stack, crea
     assert tj["spec"].get("suspend") in (None, False), "an unqueued namespace must not be suspended"
     uid = tj["metadata"]["uid"]
     # Trainer's JobSet, owned by the TrainJob (pkg/runtime/framework/plugins/jobset, v2.2.1)
-    js = until("the JobSet", lambda: kubectl_json(stack, "get", "jobsets.jobset.x-k8s.io", name, "-n", fixtures.NAMESPACE))
+    js = until(
+        "the JobSet",
+        lambda: kubectl_json(
+            stack, "get", "jobsets.jobset.x-k8s.io", name, "-n", fixtures.NAMESPACE
+        ),
+    )
     assert [o["uid"] for o in js["metadata"]["ownerReferences"]] == [uid]
     # JobSet's Jobs (label jobset.sigs.k8s.io/jobset-name) and the Job controller's pods
     sel = f"jobset.sigs.k8s.io/jobset-name={name}"
-    jobs = until("the Jobs", lambda: kubectl_json(stack, "get", "jobs", "-n", fixtures.NAMESPACE, "-l", sel)["items"])
+    jobs = until(
+        "the Jobs",
+        lambda: kubectl_json(stack, "get", "jobs", "-n", fixtures.NAMESPACE, "-l", sel)["items"],
+    )
     assert {j["metadata"]["name"] for j in jobs} == {f"{name}-node-0"}
-    pods = until("two pods", lambda: when(kubectl_json(stack, "get", "pods", "-n", fixtures.NAMESPACE, "-l", sel)["items"],
-                                          lambda p: len(p) == 2))
+    pods = until(
+        "two pods",
+        lambda: when(
+            kubectl_json(stack, "get", "pods", "-n", fixtures.NAMESPACE, "-l", sel)["items"],
+            lambda p: len(p) == 2,
+        ),
+    )
     env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0].get("env", [])}
     assert env.get("PET_NNODES") == "2", env  # Trainer's torch plugin
     # JobSet's pod webhook labels the pods (jobset.sigs.k8s.io/jobset-name objectSelector)
@@ -134,8 +172,15 @@ def kueue(stack: StackContext) -> StackContext:
 
 
 def _workload(ctx: StackContext, uid: str) -> dict | None:
-    items = kubectl_json(ctx, "get", "workloads.kueue.x-k8s.io", "-n", fixtures.QUEUED_NAMESPACE,
-                         "-l", f"kueue.x-k8s.io/job-uid={uid}")["items"]
+    items = kubectl_json(
+        ctx,
+        "get",
+        "workloads.kueue.x-k8s.io",
+        "-n",
+        fixtures.QUEUED_NAMESPACE,
+        "-l",
+        f"kueue.x-k8s.io/job-uid={uid}",
+    )["items"]
     return items[0] if items else None
 
 
@@ -149,34 +194,77 @@ def test_trainjob_in_the_queued_namespace_is_suspended_then_admitted(kueue, crea
     wl = until("the Workload", lambda: _workload(kueue, uid))
     assert wl["metadata"]["name"].startswith(f"trainjob-{name}-")
     assert [o["uid"] for o in wl["metadata"]["ownerReferences"]] == [uid]
-    wl = until("the Workload admitted", lambda: when(_workload(kueue, uid), lambda w: w and _cond(w, "Admitted")))
+    wl = until(
+        "the Workload admitted",
+        lambda: when(_workload(kueue, uid), lambda w: w and _cond(w, "Admitted")),
+    )
     assert wl["status"]["admission"]["clusterQueue"] == fixtures.CLUSTER_QUEUE
-    until("the TrainJob unsuspended", lambda: kubectl_json(kueue, "get", "trainjobs.trainer.kubeflow.org", name, "-n",
-                                                         fixtures.QUEUED_NAMESPACE)["spec"].get("suspend") is False)
-    until("its JobSet", lambda: kubectl_json(kueue, "get", "jobsets.jobset.x-k8s.io", name, "-n", fixtures.QUEUED_NAMESPACE))
+    until(
+        "the TrainJob unsuspended",
+        lambda: (
+            kubectl_json(
+                kueue,
+                "get",
+                "trainjobs.trainer.kubeflow.org",
+                name,
+                "-n",
+                fixtures.QUEUED_NAMESPACE,
+            )["spec"].get("suspend")
+            is False
+        ),
+    )
+    until(
+        "its JobSet",
+        lambda: kubectl_json(
+            kueue, "get", "jobsets.jobset.x-k8s.io", name, "-n", fixtures.QUEUED_NAMESPACE
+        ),
+    )
 
 
 def test_visibility_api_answers_pendingworkloads(kueue, create):
     name = "rp-" + secrets.token_hex(4)
-    too_many = str(kueue.nodes.gpus * kueue.nodes.count + 1)  # above the ClusterQueue's quota: stays pending
-    tj = create(trainjob(name, fixtures.QUEUED_NAMESPACE, labels={"kueue.x-k8s.io/queue-name": "user-queue"},
-                         resources={"cpu": "100m", "nvidia.com/gpu": too_many}))
+    too_many = str(
+        kueue.nodes.gpus * kueue.nodes.count + 1
+    )  # above the ClusterQueue's quota: stays pending
+    tj = create(
+        trainjob(
+            name,
+            fixtures.QUEUED_NAMESPACE,
+            labels={"kueue.x-k8s.io/queue-name": "user-queue"},
+            resources={"cpu": "100m", "nvidia.com/gpu": too_many},
+        )
+    )
     until("the Workload", lambda: _workload(kueue, tj["metadata"]["uid"]))
-    versions = [v["version"] for v in json.loads(controllers.kubectl(
-        kueue, "get", "--raw", "/apis/visibility.kueue.x-k8s.io").stdout)["versions"]]
+    versions = [
+        v["version"]
+        for v in json.loads(
+            controllers.kubectl(kueue, "get", "--raw", "/apis/visibility.kueue.x-k8s.io").stdout
+        )["versions"]
+    ]
     for version in versions:  # v1beta1 on every Kueue, v1beta2 from v0.15
-        path = f"/apis/visibility.kueue.x-k8s.io/{version}/namespaces/{fixtures.QUEUED_NAMESPACE}/localqueues/user-queue/pendingworkloads"
+        path = (
+            f"/apis/visibility.kueue.x-k8s.io/{version}/namespaces/{fixtures.QUEUED_NAMESPACE}"
+            "/localqueues/user-queue/pendingworkloads"
+        )
 
         def mine(path=path):
             items = json.loads(controllers.kubectl(kueue, "get", "--raw", path).stdout)["items"]
-            return [i for i in items if any(o["name"] == name for o in i["metadata"].get("ownerReferences", []))]
+            return [
+                i
+                for i in items
+                if any(o["name"] == name for o in i["metadata"].get("ownerReferences", []))
+            ]
 
         item = until(f"{name} in {path}", mine)[0]
         assert item["localQueueName"] == "user-queue"
         assert item["positionInLocalQueue"] == 0
         assert "positionInClusterQueue" in item
-    if kueue.restricted_kubeconfig.exists():  # docs/kueue.md's Role, bound to tjm-user by fixtures.apply
-        out = procs_run(["kubectl", f"--kubeconfig={kueue.restricted_kubeconfig}", "get", "--raw", path])
+    if (
+        kueue.restricted_kubeconfig.exists()
+    ):  # docs/kueue.md's Role, bound to tjm-user by fixtures.apply
+        out = procs_run(
+            ["kubectl", f"--kubeconfig={kueue.restricted_kubeconfig}", "get", "--raw", path]
+        )
         assert out.returncode == 0, out.stderr
 
 
