@@ -42,7 +42,8 @@ def go_env() -> dict[str, str]:
     return env
 
 
-def _go(args: list[str], cwd: Path | None, log: Path) -> None:
+def go_run(args: list[str], cwd: Path | None, log: Path) -> None:
+    """Run ``go ARGS`` in ``cwd``, output to ``log``; a failure raises with the last lines."""
     if shutil.which("go") is None:
         raise StackError(
             "the real stack is built with Go, and `go` is not on PATH: install Go 1.26"
@@ -123,10 +124,10 @@ def build_kubernetes(version: str, log: Path) -> Path:
     )
     imports = "\n".join(f'\t_ "k8s.io/kubernetes/cmd/{b}"' for b in KUBE_BINARIES)
     (src / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n")
-    _go(["mod", "tidy"], src, log)
+    go_run(["mod", "tidy"], src, log)
     out.mkdir(parents=True, exist_ok=True)
     pkgs = [f"k8s.io/kubernetes/cmd/{b}" for b in KUBE_BINARIES]
-    _go(["build", "-trimpath", "-ldflags", _stamp(version), "-o", f"{out}/", *pkgs], src, log)
+    go_run(["build", "-trimpath", "-ldflags", _stamp(version), "-o", f"{out}/", *pkgs], src, log)
     return out
 
 
@@ -138,9 +139,9 @@ def build_etcd(version: str, log: Path) -> Path:
     (src / "tools.go").write_text(
         '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n'
     )
-    _go(["mod", "tidy"], src, log)
+    go_run(["mod", "tidy"], src, log)
     out.mkdir(parents=True, exist_ok=True)
-    _go(
+    go_run(
         [
             "build",
             "-trimpath",
@@ -168,10 +169,10 @@ def build_go_install(component: str, version: str, log: Path) -> Path:
     pkgs = [f"{module}/{p}".rstrip("/") for p in packages]
     imports = "\n".join(f'\t_ "{p}"' for p in pkgs)
     (src / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n")
-    _go(["mod", "tidy"], src, log)
+    go_run(["mod", "tidy"], src, log)
     out.mkdir(parents=True, exist_ok=True)
     for pkg, binary in zip(pkgs, binaries, strict=True):
-        _go(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / binary), pkg], src, log)
+        go_run(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / binary), pkg], src, log)
     return out
 
 

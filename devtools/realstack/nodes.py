@@ -36,7 +36,7 @@ from pathlib import Path
 
 import yaml
 
-from devtools.realstack import gobuild, procs
+from devtools.realstack import gobuild, nodeagent, procs
 from devtools.realstack.context import StackContext
 from devtools.realstack.podrunner import (
     KWOK_NODE_ANNOTATION,
@@ -201,6 +201,10 @@ def start(ctx: StackContext) -> None:
         "  nodeLeaseParallelism: 4\n  nodePlayStageParallelism: 4\n  podPlayStageParallelism: 4\n"
         "  podsOnNodeSyncParallelism: 1\n"
     )
+    # The nodes advertise our node agent (the kubelet's protocol code, real exit codes), not
+    # kwok's own server (see nodeagent.py): kwok's node stages write --node-port into
+    # daemonEndpoints, and its own server listens on --server-address.
+    agent_port = nodeagent.start(ctx, pair.cert, pair.key)
     argv = [
         "env",
         "-i",
@@ -216,7 +220,7 @@ def start(ctx: StackContext) -> None:
         "--node-ip",
         POD_IP,
         "--node-port",
-        str(port),
+        str(agent_port),
         "--server-address",
         f"127.0.0.1:{port}",
         "--tls-cert-file",
@@ -236,7 +240,7 @@ def start(ctx: StackContext) -> None:
         run=run,
         name="kwok",
     )
-    ensure_nodes(api, ctx, port)
+    ensure_nodes(api, ctx, agent_port)
     start_podrunner(ctx)
     procs.wait_for(
         "the kwok nodes to be Ready",
@@ -283,3 +287,4 @@ def stop(ctx: StackContext) -> None:
     with contextlib.suppress(OSError):
         stop_pods(ctx)
     procs.stop(ctx.run, "kwok")
+    nodeagent.stop(ctx)
