@@ -31,7 +31,7 @@ from ..kube.objects import parse_time, pod_phase
 from ..kube.requests import request
 from ..validation import validate_name, validate_namespace
 from .body import runtime_ref
-from .lifecycle import delete_trainjob, fetch_trainjob, wait_pods_gone
+from .lifecycle import delete_trainjob, fetch_trainjob, wait_pods_gone, wait_trainjob_gone
 
 
 @dataclass
@@ -187,7 +187,9 @@ def close_trainjob(
             )
         deadline = time.monotonic() + timeout
         delete_trainjob(api, ns, name)
-        if wait_pods_gone(api, ns, name, deadline):
+        # Foreground deletion: a real garbage collector removes the TrainJob itself only after
+        # its JobSet, Jobs and pods (seen on the real stack: listed for a moment after its pods)
+        if wait_pods_gone(api, ns, name, deadline) and wait_trainjob_gone(api, ns, name, deadline):
             return f"Closed TrainJob {name} in namespace {ns} (deleted, its pods are gone)."
         return (
             f"TrainJob {name} in namespace {ns} is being deleted; its pods were still there "
