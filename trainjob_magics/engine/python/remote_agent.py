@@ -165,9 +165,10 @@ class PipeConn:
 
 
 class Agent:
-    def __init__(self, directory: str, out_fd: int, err_fd: int) -> None:
+    def __init__(self, directory: str, out_fd: int, err_fd: int, packets: set) -> None:
         self.dir = directory
         self.fds = {out_fd: b"o", err_fd: b"e"}
+        self.packets = packets  # the pipes in packet mode, one page big
         self.lock = threading.Lock()  # guards current and every frame sent
         self.current: Conn | None = None
         self.running = False
@@ -181,17 +182,33 @@ class Agent:
         self.ns = user.__dict__
 
     # -- output ------------------------------------------------------------------------
-    def pump(self, fd: int) -> None:
+    def pump(self) -> None:
+        """Forward fd 1 and 2 in the order the code wrote them: one edge-triggered epoll over
+        both pipes, whose events come in write order while each pipe holds one packet (see
+        ``capture``); a packet pipe gives one write per read, an ordinary one is drained."""
         block_sigint()
+        poller = select.epoll()
+        for fd in self.fds:
+            os.set_blocking(fd, False)
+            poller.register(fd, select.EPOLLIN | select.EPOLLET)
+        while True:
+            for fd, _events in poller.poll():
+                self.forward(fd)
+
+    def forward(self, fd: int) -> None:
         kind = self.fds[fd]
         while True:
-            select.select([fd], [], [])
             with self.lock:
-                data = os.read(fd, 1 << 16)
+                try:
+                    data = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    return
                 if not data:
                     return
                 if self.current is not None:
                     self.current.send(kind, data)
+            if fd in self.packets:
+                return
 
     def drain(self) -> None:
         """Wait until everything the cell wrote to fd 1/2 went to its client."""
@@ -437,9 +454,22 @@ def failure(kind: str, message: str) -> dict:
     return {"ok": False, "error": {"type": kind, "message": message, "traceback": ""}}
 
 
-def capture(fd: int) -> int:
-    """Point ``fd`` at a new pipe; return the pipe's read end."""
-    r, w = os.pipe()
+def capture(fd: int, packets: set) -> int:
+    """Point ``fd`` at a new pipe; return the pipe's read end (added to ``packets`` when the
+    pipe is in packet mode and one page big: a write then waits until the last one was read,
+    which keeps the order of stdout and stderr knowable)."""
+    try:
+        r, w = os.pipe2(os.O_DIRECT)
+    except (OSError, AttributeError):
+        r, w = os.pipe()
+    else:
+        try:
+            fcntl.fcntl(r, 1031, 4096)  # F_SETPIPE_SZ (Python 3.10+ names it), one page
+            packets.add(r)
+        except OSError:
+            os.close(r)
+            os.close(w)
+            r, w = os.pipe()
     os.dup2(w, fd)
     os.close(w)
     return r
@@ -451,7 +481,8 @@ def serve(directory: str, lock: object, ready: int) -> None:
     os.dup2(devnull, 0)
     os.close(devnull)
     log = os.open(os.path.join(directory, "log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    out_r, err_r = capture(1), capture(2)
+    packets: set = set()
+    out_r, err_r = capture(1, packets), capture(2, packets)
     sys.stdout = io.TextIOWrapper(
         io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
         write_through=True,
@@ -461,7 +492,7 @@ def serve(directory: str, lock: object, ready: int) -> None:
         write_through=True,
     )  # fmt: skip
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
-    agent = Agent(directory, out_r, err_r)
+    agent = Agent(directory, out_r, err_r, packets)
     signal.signal(signal.SIGINT, agent.on_sigint)
     cwd = os.getcwd()
     os.chdir(directory)  # a relative socket path: pod paths may exceed sun_path's 108 bytes
@@ -482,8 +513,7 @@ def serve(directory: str, lock: object, ready: int) -> None:
                 fh.write(sys.executable + "\n")
     finally:
         os.chdir(cwd)
-    for fd in (out_r, err_r):
-        threading.Thread(target=agent.pump, args=(fd,), daemon=True).start()
+    threading.Thread(target=agent.pump, daemon=True).start()
     threading.Thread(target=agent.accept, args=(server,), daemon=True).start()
     threading.Thread(target=agent.control, args=(ctl,), daemon=True).start()
     hello = {"status": "started", "pid": os.getpid(), "instance": agent.instance}
