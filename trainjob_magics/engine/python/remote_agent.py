@@ -131,9 +131,9 @@ class PipeConn:
         self.done_fd = done_fd
         self.done_path = done_path
         self.alive = True
-        self.out = os.open(f"/proc/{pid}/fd/7", os.O_WRONLY)
+        self.out = reopen(pid, 7)
         try:
-            self.err = os.open(f"/proc/{pid}/fd/8", os.O_WRONLY)
+            self.err = reopen(pid, 8)
         except OSError:
             os.close(self.out)
             raise
@@ -165,10 +165,9 @@ class PipeConn:
 
 
 class Agent:
-    def __init__(self, directory: str, out_fd: int, err_fd: int, packets: set) -> None:
+    def __init__(self, directory: str, out_fd: int, err_fd: int) -> None:
         self.dir = directory
         self.fds = {out_fd: b"o", err_fd: b"e"}
-        self.packets = packets  # the pipes in packet mode, one page big
         self.lock = threading.Lock()  # guards current and every frame sent
         self.current: Conn | None = None
         self.running = False
@@ -184,8 +183,8 @@ class Agent:
     # -- output ------------------------------------------------------------------------
     def pump(self) -> None:
         """Forward fd 1 and 2 in the order the code wrote them: one edge-triggered epoll over
-        both pipes, whose events come in write order while each pipe holds one packet (see
-        ``capture``); a packet pipe gives one write per read, an ordinary one is drained."""
+        both pipes, whose events come in write order while each pipe holds one write (see
+        ``capture``). One read empties a pipe (it is at most 64 KiB)."""
         block_sigint()
         poller = select.epoll()
         for fd in self.fds:
@@ -193,22 +192,13 @@ class Agent:
             poller.register(fd, select.EPOLLIN | select.EPOLLET)
         while True:
             for fd, _events in poller.poll():
-                self.forward(fd)
-
-    def forward(self, fd: int) -> None:
-        kind = self.fds[fd]
-        while True:
-            with self.lock:
-                try:
-                    data = os.read(fd, 1 << 16)
-                except BlockingIOError:
-                    return
-                if not data:
-                    return
-                if self.current is not None:
-                    self.current.send(kind, data)
-            if fd in self.packets:
-                return
+                with self.lock:
+                    try:
+                        data = os.read(fd, 1 << 16)
+                    except BlockingIOError:
+                        continue
+                    if self.current is not None:
+                        self.current.send(self.fds[fd], data)
 
     def drain(self) -> None:
         """Wait until everything the cell wrote to fd 1/2 went to its client."""
@@ -423,6 +413,20 @@ class Agent:
         return {"ok": True, "values": values}
 
 
+def reopen(pid: int, fd: int) -> int:
+    """Open the client's ``fd`` for writing: a new open file of the pipe, which gets the
+    client's packet mode (``O_DIRECT``: the local cluster's exec pipes keep stdout and stderr
+    in order with it)."""
+    out = os.open(f"/proc/{pid}/fd/{fd}", os.O_WRONLY)
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}") as fh:
+            if int(fh.read().split("flags:")[1].split()[0], 8) & os.O_DIRECT:
+                fcntl.fcntl(out, fcntl.F_SETFL, os.O_WRONLY | os.O_DIRECT)
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
 def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -454,22 +458,18 @@ def failure(kind: str, message: str) -> dict:
     return {"ok": False, "error": {"type": kind, "message": message, "traceback": ""}}
 
 
-def capture(fd: int, packets: set) -> int:
-    """Point ``fd`` at a new pipe; return the pipe's read end (added to ``packets`` when the
-    pipe is in packet mode and one page big: a write then waits until the last one was read,
-    which keeps the order of stdout and stderr knowable)."""
+def capture(fd: int) -> int:
+    """Point ``fd`` at a new pipe; return the pipe's read end. The pipe is in packet mode and
+    one page big: a write then waits until the last one was read, which keeps the order of
+    stdout and stderr knowable."""
     try:
         r, w = os.pipe2(os.O_DIRECT)
     except (OSError, AttributeError):
         r, w = os.pipe()
-    else:
-        try:
-            fcntl.fcntl(r, 1031, 4096)  # F_SETPIPE_SZ (Python 3.10+ names it), one page
-            packets.add(r)
-        except OSError:
-            os.close(r)
-            os.close(w)
-            r, w = os.pipe()
+    try:  # noqa: SIM105 (no contextlib import in the pod)
+        fcntl.fcntl(r, 1031, 4096)  # F_SETPIPE_SZ (named in Python 3.10+)
+    except OSError:
+        pass
     os.dup2(w, fd)
     os.close(w)
     return r
@@ -481,8 +481,7 @@ def serve(directory: str, lock: object, ready: int) -> None:
     os.dup2(devnull, 0)
     os.close(devnull)
     log = os.open(os.path.join(directory, "log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    packets: set = set()
-    out_r, err_r = capture(1, packets), capture(2, packets)
+    out_r, err_r = capture(1), capture(2)
     sys.stdout = io.TextIOWrapper(
         io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
         write_through=True,
@@ -492,7 +491,7 @@ def serve(directory: str, lock: object, ready: int) -> None:
         write_through=True,
     )  # fmt: skip
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
-    agent = Agent(directory, out_r, err_r, packets)
+    agent = Agent(directory, out_r, err_r)
     signal.signal(signal.SIGINT, agent.on_sigint)
     cwd = os.getcwd()
     os.chdir(directory)  # a relative socket path: pod paths may exceed sun_path's 108 bytes

@@ -85,8 +85,15 @@ def minified(name: str) -> str:
 
 
 def _minified(name: str) -> str:
+    """Docstrings and the annotations of functions (nothing reads them) go; the code stays."""
     tree = ast.parse((HERE / name).read_text(), name)
     for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.returns = None
+            a = node.args
+            for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
+                if arg is not None:
+                    arg.annotation = None
         body = getattr(node, "body", None)
         if (
             isinstance(body, list)
