@@ -5,7 +5,8 @@ argv element, ``python3 -c BOOTSTRAP <source> boot NAME``. Boot forks the agent 
 it listens; the agent stays in the boot exec's process group (not a session of its own), so the
 pod's end kills it like every other process of the pod.
 
-State lives in ``${TMPDIR:-/tmp}/trainjob-magics/NAME/`` (mode 0700): ``sock`` (the Unix socket
+State lives in ``${TMPDIR:-/tmp}/trainjob-magics/NAME.HOSTNAME/`` (mode 0700; the pod's
+HOSTNAME, so that pods sharing /tmp have an agent each): ``sock`` (the Unix socket
 the per-cell clients connect to), ``agent.pid`` (for the interrupt and the stopper), ``exe``
 (this interpreter, so clients skip PATH shims), ``lock`` (one agent per directory), ``log``.
 
