@@ -19,17 +19,11 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-# The node of the session clusters: big enough for every example the tests run (the README's
-# asks for 4 pods of 2 CPUs and 8Gi), whatever the machine. The default node has the
-# machine's CPUs and memory; tests of capacity start clusters of their own.
-BIG_NODE = {"cpus": 64, "memory": "256Gi"}
-
-
 @pytest.fixture(scope="session")
 def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A started LocalCluster (ancestor-step label only on the Job templates)."""
     root = tmp_path_factory.mktemp("local-cluster")
-    with LocalCluster(root_dir=root, bookmark_interval=0.5, **BIG_NODE) as c:
+    with LocalCluster(root_dir=root, bookmark_interval=0.5) as c:
         yield c
 
 
@@ -39,9 +33,7 @@ def local_cluster_ancestor_on_pods(
 ) -> Iterator[LocalCluster]:
     """A second cluster that also puts trainjob-ancestor-step on the pods."""
     root = tmp_path_factory.mktemp("local-cluster-ancestor")
-    with LocalCluster(
-        root_dir=root, ancestor_label_on_pods=True, bookmark_interval=0.5, **BIG_NODE
-    ) as c:
+    with LocalCluster(root_dir=root, ancestor_label_on_pods=True, bookmark_interval=0.5) as c:
         yield c
 
 

@@ -56,12 +56,12 @@ def _parser() -> argparse.ArgumentParser:
     lc.add_argument(
         "--cpus",
         metavar="QUANTITY",
-        help="the node's allocatable cpu, e.g. 4 or 2500m (default: the machine's CPUs)",
+        help="the node's allocatable cpu, e.g. 4 or 2500m (default: 64)",
     )
     lc.add_argument(
         "--memory",
         metavar="QUANTITY",
-        help="the node's allocatable memory, e.g. 16Gi (default: the machine's memory)",
+        help="the node's allocatable memory, e.g. 16Gi (default: 256Gi)",
     )
     lc.add_argument(
         "--restart-downtime",

@@ -50,7 +50,7 @@ def _notebook(path: Path, go: Path) -> None:
 @pytest.fixture
 def big_cluster(tmp_path: Path) -> Any:
     """A cluster whose node holds 32 pods whatever the machine (pods are idle processes)."""
-    with LocalCluster(root_dir=tmp_path / "cluster", cpus=64, memory="256Gi") as cluster:
+    with LocalCluster(root_dir=tmp_path / "cluster") as cluster:
         yield cluster
 
 

@@ -102,9 +102,7 @@ def run_seed(
 @pytest.fixture
 def exec_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     """A cluster started with ``auth="exec"``: its kubeconfig runs the plugin, 2 s tokens."""
-    with LocalCluster(
-        root_dir=tmp_path / "exec-cluster", auth="exec", token_ttl=TTL, cpus=16, memory="32Gi"
-    ) as c:
+    with LocalCluster(root_dir=tmp_path / "exec-cluster", auth="exec", token_ttl=TTL) as c:
         yield c
 
 

@@ -121,7 +121,7 @@ def test_kernel_restart_freezes_panels_closed_at_kernel_exit(
 def kueue_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A cluster whose ClusterQueue holds 4 CPUs (a node with room for more)."""
     root = tmp_path_factory.mktemp("final-states")
-    with LocalCluster(root_dir=root / "cluster", kueue=True, cpus=8, memory="32Gi") as cluster:
+    with LocalCluster(root_dir=root / "cluster", kueue=True) as cluster:
         yield cluster
 
 

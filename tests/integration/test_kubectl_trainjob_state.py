@@ -29,7 +29,7 @@ pytestmark = pytest.mark.timeout(180)
 @pytest.fixture(scope="module")
 def kueue_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     root = tmp_path_factory.mktemp("kubectl-state")
-    with LocalCluster(root_dir=root / "cluster", kueue=True, cpus=8, memory="32Gi") as cluster:
+    with LocalCluster(root_dir=root / "cluster", kueue=True) as cluster:
         yield cluster
 
 

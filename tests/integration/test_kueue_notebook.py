@@ -31,7 +31,7 @@ def _cell(nb: Any, needle: str) -> int:
 def executed(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("kueue-nb")
     # a node that holds the ClusterQueue's quota (4 CPUs, 16Gi), whatever the machine
-    with LocalCluster(root_dir=root / "cluster", kueue=True, cpus=8, memory="32Gi") as cluster:
+    with LocalCluster(root_dir=root / "cluster", kueue=True) as cluster:
         result = run_notebook(
             NOTEBOOK, root / "kueue.executed.ipynb", kubeconfig=cluster.kubeconfig_path, timeout=240
         )

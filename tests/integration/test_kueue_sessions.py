@@ -183,6 +183,36 @@ def test_preemption_mid_session_then_readmission(kcluster: LocalCluster, kc: str
         session.close()
 
 
+def test_preemption_is_checked_after_a_failed_command_and_only_then(
+    kcluster: LocalCluster, kc: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command that exits non-zero on a queued session asks Kueue whether the job was
+    preempted (and raises SessionPreemptedError with the result when it was); one that exits 0
+    does not ask. Kueue's answer is stubbed: the pod keeps running, only the check is tested."""
+    from trainjob_magics.engine import session as session_module
+    from trainjob_magics.engine.result import QueueStatus
+
+    session = _connect(kc, timeout=30)
+    asked: list[int] = []
+
+    def preempted(*args: Any, **kwargs: Any) -> QueueStatus:
+        asked.append(1)
+        return QueueStatus("Preempted", reason="Preempted", message="stub", evictions=1)
+
+    monkeypatch.setattr(session_module, "detect_preemption", preempted)
+    try:
+        assert session.execute("echo fine").stdout == "fine\n"
+        assert asked == []
+        with pytest.raises(SessionPreemptedError) as info:
+            session.execute("echo dying; exit 3")
+        assert asked == [1]
+        assert info.value.partial is not None and info.value.partial.returncode == 3
+        assert info.value.partial.stdout == "dying\n"
+    finally:
+        monkeypatch.undo()
+        session.close()
+
+
 def test_visibility_forbidden_position_unknown(kcluster: LocalCluster, kc: str) -> None:
     kcluster.faults.deny(kcluster.token, "get", "localqueues/pendingworkloads")
     kcluster.kueue.set_quota({"cpu": "0"})

@@ -209,6 +209,31 @@ def test_interpreters_live_in_the_pods_process_groups(cluster: LocalCluster) -> 
     assert all(processes_with_env("POD_NAME", pod) == [] for pod in pods)
 
 
+def test_pods_sharing_their_tmp_have_an_interpreter_each(cluster: LocalCluster) -> None:
+    """Two pods with one TMPDIR (as a shared hostPath /tmp would be): each pod's code runs in
+    its own interpreter, in that pod, and its state is its own."""
+    from trainjob_magics import connect
+
+    shared = cluster.root / "shared-tmp"
+    shared.mkdir(exist_ok=True)
+    s = connect(
+        "mpi-interactive",
+        num_nodes=2,
+        env={"TMPDIR": str(shared)},
+        config_file=str(cluster.kubeconfig_path),
+    )
+    try:
+        r = s.python("import os\nmine = os.environ['POD_NAME']\n(os.getpid(), mine)", pods="all")
+        assert r.ok, {p: one.error for p, one in r.items()}
+        seen = {pod: eval(one.value) for pod, one in r.items()}
+        assert len({pid for pid, _ in seen.values()}) == len(seen) >= 2
+        assert all(name == pod for pod, (_pid, name) in seen.items())
+        again = s.python("mine", pods="all")
+        assert {pod: eval(one.value) for pod, one in again.items()} == {p: p for p in seen}
+    finally:
+        s.close(timeout=30)
+
+
 def test_engine_streams_live_times_out_and_kills_code_that_ignores_sigint(
     cluster: LocalCluster,
 ) -> None:

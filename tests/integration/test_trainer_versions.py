@@ -105,7 +105,7 @@ def clusters() -> Iterator[Callable[[str], LocalCluster]]:
     def get(version: str) -> LocalCluster:
         if version not in started:
             started[version] = LocalCluster(
-                trainer_version=version, bookmark_interval=0.5, cpus=16, memory="64Gi"
+                trainer_version=version, bookmark_interval=0.5
             ).start()  # room for the resources these tests ask for, on any machine
         return started[version]
 

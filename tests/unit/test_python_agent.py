@@ -26,9 +26,9 @@ PYTHON = "python3"
 class Pod:
     """A fake pod: a TMPDIR of its own; runs argv as the exec would."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, pod: str = "pod-a") -> None:
         self.tmp = tmp
-        self.env = {**os.environ, "TMPDIR": str(tmp)}
+        self.env = {**os.environ, "TMPDIR": str(tmp), "HOSTNAME": pod}
         self.name = scripts.agent_name(PYTHON)
 
     def run(self, argv: list[str], stdin: bytes = b"", timeout: float = 30) -> Any:
@@ -64,7 +64,7 @@ class Pod:
 def pod(tmp_path: Path) -> Any:
     p = Pod(tmp_path)
     yield p
-    if (p.tmp / "trainjob-magics" / p.name / "agent.pid").exists():
+    if (p.tmp / "trainjob-magics" / f"{p.name}.pod-a" / "agent.pid").exists():
         p.run(scripts.kill_argv(p.name))
 
 
@@ -74,7 +74,7 @@ def test_agent_keeps_state_and_reports_values_and_errors(pod: Pod, tmp_path: Pat
     hello = pod.boot()
     assert hello["status"] == "started" and alive(hello["pid"])
     assert pod.boot() == {"status": "running"}  # one agent per directory
-    directory = tmp_path / "trainjob-magics" / pod.name
+    directory = tmp_path / "trainjob-magics" / f"{pod.name}.pod-a"
     assert (directory.stat().st_mode & 0o777) == 0o700
     out, err, frame = pod.cell("import os, sys\nx = 41\nprint('a\\rb')\nos.system('echo sh-out')\n"
                                "print('e', file=sys.stderr)\nx + 1")  # fmt: skip
@@ -199,3 +199,19 @@ def test_the_sh_client_sees_an_interpreter_that_exits(pod: Pod) -> None:
     for _ in range(3):  # the exit races the client's wait: it must never hang
         pod.boot()
         assert pod.fast_cell("import os\nos._exit(3)")[2] == {"status": "agent-gone"}
+
+
+def test_pods_sharing_one_tmp_have_an_interpreter_each(tmp_path: Path) -> None:
+    """Two pods (their HOSTNAME) with one TMPDIR: two agents, each with its own state."""
+    a, b = Pod(tmp_path, "pod-a"), Pod(tmp_path, "pod-b")
+    assert a.boot()["status"] == "started"
+    assert b.boot()["status"] == "started"
+    try:
+        assert a.cell("x = 'a'")[2]["ok"] and b.cell("x = 'b'")[2]["ok"]
+        assert a.fast_cell("x")[2]["data"]["text/plain"] == "'a'"
+        assert b.cell("x")[2]["data"]["text/plain"] == "'b'"
+        pids = {p.fast_cell("import os\nos.getpid()")[2]["data"]["text/plain"] for p in (a, b)}
+        assert len(pids) == 2
+    finally:
+        for pod in (a, b):
+            pod.run(scripts.kill_argv(pod.name))

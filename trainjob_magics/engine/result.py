@@ -5,6 +5,7 @@ A leaf: imports no other engine module.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import re
@@ -19,7 +20,8 @@ class ExecResult:
     """Outcome of one command in a pod.
 
     ``stdout``/``stderr`` are UTF-8 with invalid bytes replaced, decoded on access; the raw
-    bytes stay available (``stdout_bytes``). Output beyond the memory limit was spilled to a
+    bytes stay available (``stdout_bytes``). ``output`` is both streams in the order their
+    bytes arrived, as a terminal shows them. Output beyond the memory limit was spilled to a
     file: ``stdout_path`` names it (None when in memory) and it is read on access, so keep the
     text you use (``r.stdout`` reads and decodes the file each time). ``returncode`` is
     ``None`` only when the server sent no exit status.
@@ -42,6 +44,7 @@ class ExecResult:
         self.pod = pod
         self._out = _captured(stdout, stdout_bytes)
         self._err = _captured(stderr, stderr_bytes)
+        self._order: tuple[tuple[int, int], ...] | None = None
 
     @classmethod
     def from_captured(
@@ -51,11 +54,33 @@ class ExecResult:
         returncode: int | None,
         duration: float,
         pod: str = "",
+        order: tuple[tuple[int, int], ...] | None = None,
     ) -> ExecResult:
-        """A result over captured streams (nothing read or decoded yet)."""
+        """A result over captured streams (nothing read or decoded yet). ``order``: the runs
+        ``(stream, bytes)`` in arrival order (stream 1 stdout, 2 stderr) that ``output``
+        interleaves; None: stdout, then stderr."""
         result = cls(returncode=returncode, duration=duration, pod=pod)
         result._out, result._err = stdout, stderr
+        result._order = order
         return result
+
+    @property
+    def output(self) -> str:
+        """stdout and stderr interleaved in the order their bytes arrived (UTF-8, invalid
+        bytes replaced; a character split by the other stream's bytes stays whole)."""
+        if self._order is None:
+            return self.stdout + self.stderr
+        data = {STDOUT: self._out.read_bytes(), STDERR: self._err.read_bytes()}
+        decoders = {ch: codecs.getincrementaldecoder("utf-8")(errors="replace") for ch in data}
+        at = {STDOUT: 0, STDERR: 0}
+        parts = []
+        for channel, size in self._order:
+            start = at[channel]
+            at[channel] = start + size
+            parts.append(decoders[channel].decode(data[channel][start : start + size]))
+        for channel, decoder in decoders.items():  # what the runs do not cover, and the tails
+            parts.append(decoder.decode(data[channel][at[channel] :], final=True))
+        return "".join(parts)
 
     # -- streams ------------------------------------------------------------------------------
     @property
@@ -137,6 +162,9 @@ class ExecResult:
             f"ExecResult(returncode={self.returncode!r}, stdout={clip(self._out)}, "
             f"stderr={clip(self._err)}, duration={self.duration:.3f}, pod={self.pod!r})"
         )
+
+
+STDOUT, STDERR = 1, 2  # the exec channels, as ``ExecResult.from_captured(order=...)`` names them
 
 
 def _captured(text: str | None, data: bytes | None) -> CapturedOutput:

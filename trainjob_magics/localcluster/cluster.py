@@ -70,12 +70,12 @@ class LocalCluster:
     ``exec_errors="translated"`` reports an exec into a container that is not running after the
     WebSocket upgrade, as a 1.30+ apiserver does (see docs/local-cluster.md).
 
-    The one node holds ``cpus`` (a cpu quantity; default the machine's CPUs), ``memory`` (a
-    memory quantity or bytes; default the machine's memory) and ``gpus`` ``nvidia.com/gpu``
-    (default 8); pods that do not fit stay Pending as kube-scheduler leaves them
-    (``self.node``). ``self.images`` is the node's image manager: ``images.fail_pulls(glob)``
-    makes pulls fail, registry hosts under ``.invalid`` never resolve, and a failed pull backs
-    off from ``image_pull_backoff`` seconds, doubling to ``image_pull_backoff_max``.
+    The one node holds ``cpus`` (a cpu quantity; default 64), ``memory`` (a memory quantity or
+    bytes; default 256Gi) and ``gpus`` ``nvidia.com/gpu`` (default 8), whatever the machine;
+    pods that do not fit stay Pending as kube-scheduler leaves them (``self.node``).
+    ``self.images`` is the node's image manager: ``images.fail_pulls(glob)`` makes pulls fail,
+    registry hosts under ``.invalid`` never resolve, and a failed pull backs off from
+    ``image_pull_backoff`` seconds, doubling to ``image_pull_backoff_max``.
     ``trainer_version`` ("2.0" ... "2.3") picks the Kubeflow Trainer release it imitates: the
     TrainJob schema it serves and how the controller builds the JobSet (docs/local-cluster.md,
     "Trainer versions").

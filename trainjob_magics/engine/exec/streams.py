@@ -60,7 +60,9 @@ def parse_exec_status(payload: bytes | bytearray | memoryview) -> tuple[int | No
 class Collector:
     """Routes each output frame: to the stream's sink when it has one, else into a bounded
     :class:`OutputBuffer`; feeds ``on_output`` with incrementally decoded text (collected
-    streams only). Nothing else is decoded while the command runs."""
+    streams only), in the order the frames came; records that order across the streams (runs
+    of ``(channel, bytes)``, for ``ExecResult.output``). Nothing else is decoded while the
+    command runs."""
 
     def __init__(
         self,
@@ -84,6 +86,7 @@ class Collector:
             if on_output is not None
             else {}
         )
+        self.runs: list[list[int]] = []  # [channel, bytes] per run of one stream's frames
 
     def add(self, channel: int, data: memoryview) -> None:
         self.received += len(data)
@@ -92,6 +95,10 @@ class Collector:
             sink(data)
             return
         self.buffers[channel].add(data)
+        if self.runs and self.runs[-1][0] == channel:
+            self.runs[-1][1] += len(data)
+        else:
+            self.runs.append([channel, len(data)])
         if self.on_output is not None:
             text = self.decoders[channel].decode(data)
             if text:
@@ -106,8 +113,12 @@ class Collector:
             if text:
                 self.on_output(STREAM_NAMES[channel], text)
 
+    def order(self) -> tuple[tuple[int, int], ...]:
+        return tuple((channel, size) for channel, size in list(self.runs))
+
     def snapshot(self, started: float, pod: str) -> ExecResult:
         """The output so far, without an exit code (safe while the command still runs)."""
+        order = self.order()  # before the buffers: the runs never cover bytes not taken
         return ExecResult.from_captured(
             *(
                 self.buffers[ch].snapshot() if ch in self.buffers else EMPTY
@@ -116,6 +127,7 @@ class Collector:
             None,
             time.monotonic() - started,
             pod,
+            order=order,
         )
 
     def result(self, returncode: int | None, started: float, pod: str) -> ExecResult:
@@ -124,7 +136,12 @@ class Collector:
             return buffer.freeze() if buffer is not None else EMPTY
 
         return ExecResult.from_captured(
-            captured(STDOUT), captured(STDERR), returncode, time.monotonic() - started, pod
+            captured(STDOUT),
+            captured(STDERR),
+            returncode,
+            time.monotonic() - started,
+            pod,
+            order=self.order(),
         )
 
 

@@ -5,7 +5,8 @@ argv element, ``python3 -c BOOTSTRAP <source> boot NAME``. Boot forks the agent 
 it listens; the agent stays in the boot exec's process group (not a session of its own), so the
 pod's end kills it like every other process of the pod.
 
-State lives in ``${TMPDIR:-/tmp}/trainjob-magics/NAME/`` (mode 0700): ``sock`` (the Unix socket
+State lives in ``${TMPDIR:-/tmp}/trainjob-magics/NAME.HOSTNAME/`` (mode 0700; the pod's
+HOSTNAME, so that pods sharing /tmp have an agent each): ``sock`` (the Unix socket
 the per-cell clients connect to), ``agent.pid`` (for the interrupt and the stopper), ``exe``
 (this interpreter, so clients skip PATH shims), ``lock`` (one agent per directory), ``log``.
 
@@ -131,9 +132,9 @@ class PipeConn:
         self.done_fd = done_fd
         self.done_path = done_path
         self.alive = True
-        self.out = os.open(f"/proc/{pid}/fd/7", os.O_WRONLY)
+        self.out = reopen(pid, 7)
         try:
-            self.err = os.open(f"/proc/{pid}/fd/8", os.O_WRONLY)
+            self.err = reopen(pid, 8)
         except OSError:
             os.close(self.out)
             raise
@@ -181,17 +182,24 @@ class Agent:
         self.ns = user.__dict__
 
     # -- output ------------------------------------------------------------------------
-    def pump(self, fd: int) -> None:
+    def pump(self) -> None:
+        """Forward fd 1 and 2 in the order the code wrote them: one edge-triggered epoll over
+        both pipes, whose events come in write order while each pipe holds one write (see
+        ``capture``). One read empties a pipe (it is at most 64 KiB)."""
         block_sigint()
-        kind = self.fds[fd]
+        poller = select.epoll()
+        for fd in self.fds:
+            os.set_blocking(fd, False)
+            poller.register(fd, select.EPOLLIN | select.EPOLLET)
         while True:
-            select.select([fd], [], [])
-            with self.lock:
-                data = os.read(fd, 1 << 16)
-                if not data:
-                    return
-                if self.current is not None:
-                    self.current.send(kind, data)
+            for fd, _events in poller.poll():
+                with self.lock:
+                    try:
+                        data = os.read(fd, 1 << 16)
+                    except BlockingIOError:
+                        continue
+                    if self.current is not None:
+                        self.current.send(self.fds[fd], data)
 
     def drain(self) -> None:
         """Wait until everything the cell wrote to fd 1/2 went to its client."""
@@ -406,6 +414,20 @@ class Agent:
         return {"ok": True, "values": values}
 
 
+def reopen(pid: int, fd: int) -> int:
+    """Open the client's ``fd`` for writing: a new open file of the pipe, which gets the
+    client's packet mode (``O_DIRECT``: the local cluster's exec pipes keep stdout and stderr
+    in order with it)."""
+    out = os.open(f"/proc/{pid}/fd/{fd}", os.O_WRONLY)
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}") as fh:
+            if int(fh.read().split("flags:")[1].split()[0], 8) & os.O_DIRECT:
+                fcntl.fcntl(out, fcntl.F_SETFL, os.O_WRONLY | os.O_DIRECT)
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
 def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -438,8 +460,17 @@ def failure(kind: str, message: str) -> dict:
 
 
 def capture(fd: int) -> int:
-    """Point ``fd`` at a new pipe; return the pipe's read end."""
-    r, w = os.pipe()
+    """Point ``fd`` at a new pipe; return the pipe's read end. The pipe is in packet mode and
+    one page big: a write then waits until the last one was read, which keeps the order of
+    stdout and stderr knowable."""
+    try:
+        r, w = os.pipe2(os.O_DIRECT)
+    except (OSError, AttributeError):
+        r, w = os.pipe()
+    try:  # noqa: SIM105 (no contextlib import in the pod)
+        fcntl.fcntl(r, 1031, 4096)  # F_SETPIPE_SZ (named in Python 3.10+)
+    except OSError:
+        pass
     os.dup2(w, fd)
     os.close(w)
     return r
@@ -482,8 +513,7 @@ def serve(directory: str, lock: object, ready: int) -> None:
                 fh.write(sys.executable + "\n")
     finally:
         os.chdir(cwd)
-    for fd in (out_r, err_r):
-        threading.Thread(target=agent.pump, args=(fd,), daemon=True).start()
+    threading.Thread(target=agent.pump, daemon=True).start()
     threading.Thread(target=agent.accept, args=(server,), daemon=True).start()
     threading.Thread(target=agent.control, args=(ctl,), daemon=True).start()
     hello = {"status": "started", "pid": os.getpid(), "instance": agent.instance}

@@ -30,6 +30,7 @@ class PythonResult:
     pod: str
     stdout: str = ""
     stderr: str = ""
+    output: str = ""  # stdout and stderr in the order they arrived
     data: dict[str, str] = field(default_factory=dict)  # mime -> form; text/plain is the repr
     error: RemoteError | None = None
     duration: float = 0.0
@@ -108,6 +109,7 @@ class Outcome:
 
     stdout: str
     frame: dict[str, Any] | None
+    nonce: str = ""  # what marked the result frame
 
     @property
     def status(self) -> str:
@@ -122,12 +124,21 @@ def read_outcome(result: ExecResult, nonce: str) -> Outcome:
     text = result.stdout
     at = text.rfind(nonce)
     if at < 0:
-        return Outcome(text, None)
+        return Outcome(text, None, nonce)
     try:
         frame = json.loads(text[at + len(nonce) :])
     except ValueError:
         frame = None
-    return Outcome(text[:at], frame if isinstance(frame, dict) else None)
+    return Outcome(text[:at], frame if isinstance(frame, dict) else None, nonce)
+
+
+def without_frame(output: str, nonce: str) -> str:
+    """The interleaved output without the ``NONCE + JSON`` line that ended stdout."""
+    at = output.rfind(nonce) if nonce else -1
+    if at < 0:
+        return output
+    end = output.find("\n", at)
+    return output[:at] + (output[end + 1 :] if end >= 0 else "")
 
 
 def python_result(result: ExecResult, outcome: Outcome) -> PythonResult:
@@ -138,6 +149,7 @@ def python_result(result: ExecResult, outcome: Outcome) -> PythonResult:
         pod=result.pod,
         stdout=outcome.stdout,
         stderr=result.stderr,
+        output=without_frame(result.output, outcome.nonce),
         data=dict(frame.get("data") or {}),
         error=RemoteError(
             str(error.get("type", "Error")),

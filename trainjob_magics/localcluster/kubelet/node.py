@@ -16,7 +16,6 @@ scheduler's integers as ``pkg/scheduler/framework/types.go`` (``Resource.Add``) 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,10 @@ from ..core.quantity import parse_quantity
 
 NODE_NAME = "local-node"
 GPU = "nvidia.com/gpu"
+# The default node: big enough for every example of the README and the notebooks, whatever
+# the machine (the pods are local processes that reserve nothing of it).
+DEFAULT_CPUS = 64
+DEFAULT_MEMORY = "256Gi"
 DEFAULT_GPUS = 8
 MAX_PODS = 110  # the kubelet's --max-pods default
 CPU, MEMORY, EPHEMERAL, PODS_RESOURCE = "cpu", "memory", "ephemeral-storage", "pods"
@@ -71,39 +74,20 @@ class NodeResources:
         return f"cpu {cpu}, memory {mem}, {GPU} {self.gpus}"
 
 
-def machine_cpus() -> int:
-    """The machine's logical CPUs, as cAdvisor reports the node's cpu capacity."""
-    return os.cpu_count() or 1
-
-
-def machine_memory() -> int:
-    """The machine's memory in bytes (``MemTotal`` of /proc/meminfo, as cAdvisor reads it)."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return 8 * 2**30
-
-
 def node_resources(
     cpus: str | int | float | None = None,
     memory: str | int | None = None,
     gpus: int | str | None = None,
     ephemeral_storage: int = 0,
 ) -> NodeResources:
-    """The node's resources: the machine's CPUs and memory and 8 GPUs unless given.
+    """The node's resources: 64 CPUs, 256 GiB of memory and 8 GPUs unless given (not the
+    machine's size).
 
     ``cpus`` is a cpu quantity (``4``, ``"2.5"``, ``"500m"``), ``memory`` a memory quantity
     (``"16Gi"``, or bytes), ``gpus`` a whole number. Raises ValueError for anything else.
     """
-    milli = machine_cpus() * 1000 if cpus is None else _non_negative(CPU, cpus)
-    mem = machine_memory() if memory is None else _non_negative(MEMORY, memory)
+    milli = _non_negative(CPU, DEFAULT_CPUS if cpus is None else cpus)
+    mem = _non_negative(MEMORY, DEFAULT_MEMORY if memory is None else memory)
     if gpus is None:
         gpu_count = DEFAULT_GPUS
     else:
@@ -171,8 +155,6 @@ __all__ = [
     "MAX_PODS",
     "NODE_NAME",
     "NodeResources",
-    "machine_cpus",
-    "machine_memory",
     "node_resources",
     "pod_requests",
     "scheduler_value",
