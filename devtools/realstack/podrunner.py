@@ -67,8 +67,11 @@ Known limits (none of these is a kubelet):
   log reader treats as "still running"). Port-forward reaches only ports the pod declares in
   ``containerPorts`` (kwok's ``PortForward`` target has a fixed port; a command target is not
   told the port). kwok's exec runs with kwok's own (minimal) environment under the ``Exec`` envs.
-- MPI worker pods whose command is ``sshd`` cannot serve ssh here (host network, no image): the
-  launcher's ``mpirun`` needs another way in (``plm_rsh_agent`` through pods/exec, not done yet).
+- MPI worker pods whose command is ``sshd`` (``/usr/sbin/sshd -De ...`` in the deepspeed and
+  MPI runtimes) cannot serve ssh here (host network, no image, no sshd on the host): their
+  container runs ``sleep infinity`` instead, so the pods become Running and Ready (there are no
+  probes) and exec works in them, but nothing listens on port 2222. The launcher's ``mpirun``
+  over ssh therefore cannot reach them (``plm_rsh_agent`` through pods/exec is not done).
 """
 
 from __future__ import annotations
@@ -106,6 +109,8 @@ ENV_SHIM = "TRAINJOB_REALSTACK_SHIM"
 POD_IP = "127.0.0.1"
 STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NO_COMMAND = ["sleep", "infinity"]
+# An MPI worker's sshd (the deepspeed and MPI runtimes' node pods): a keep-alive instead.
+SSHD_COMMANDS = frozenset({"sshd"})
 FIELD_MANAGER = "trainjob-magics-realstack"
 BACKOFF_INITIAL = 10.0
 BACKOFF_MAX = 300.0
@@ -492,7 +497,7 @@ def container_env(
 
 def container_argv(container: dict, env: dict[str, str]) -> list[str]:
     command = container.get("command") or []
-    if not command:
+    if not command or os.path.basename(command[0]) in SSHD_COMMANDS:
         return list(NO_COMMAND)
     return [expand(a, env) for a in command] + [expand(a, env) for a in container.get("args") or []]
 

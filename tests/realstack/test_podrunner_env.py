@@ -151,6 +151,8 @@ def test_argv() -> None:
         "echo 1 $X",
     ]
     assert container_argv({"args": ["--flag"]}, env) == NO_COMMAND
+    sshd = {"command": ["/usr/sbin/sshd"], "args": ["-De", "-f", "/home/mpiuser/.sshd_config"]}
+    assert container_argv(sshd, env) == NO_COMMAND  # an MPI worker: kept alive, no ssh
     assert expand("$(X)$(X)", env) == "11"
 
 
