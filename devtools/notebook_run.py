@@ -23,6 +23,7 @@ import html
 import os
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from typing import Any
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError
+from traitlets.config import Config
 
 WIDGET_STATE_MIME = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
@@ -217,6 +219,13 @@ def _first_error(nb: Any) -> tuple[int | None, str | None]:
     return None, None
 
 
+def ipc_kernel_config(directory: str | Path) -> Config:
+    """KernelManager settings for a kernel on Unix sockets in ``directory`` (absolute, so the
+    kernel and its client agree whatever their working directories): no TCP port, and no
+    "Kernel is running over TCP without encryption" warning on every run."""
+    return Config({"KernelManager": {"transport": "ipc", "ip": str(Path(directory) / "kernel")}})
+
+
 def run_notebook(
     path: str | Path,
     output: str | Path | None = None,
@@ -235,6 +244,7 @@ def run_notebook(
     env_before = os.environ.get("KUBECONFIG")
     if kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(kubeconfig)
+    sockets = tempfile.TemporaryDirectory(prefix="nb-kernel-")
     client = NotebookClient(
         nb,
         kernel_name="python3",
@@ -242,6 +252,7 @@ def run_notebook(
         timeout=int(timeout),
         startup_timeout=int(startup_timeout),
         resources={"metadata": {"path": str(cwd or Path(path).resolve().parent)}},
+        config=ipc_kernel_config(sockets.name),
     )
     start = time.monotonic()
     error: str | None = None
@@ -253,6 +264,7 @@ def run_notebook(
     except CellExecutionError as exc:
         error = f"{exc.ename}: {exc.evalue}"
     finally:
+        sockets.cleanup()
         if error is not None:
             client.set_widgets_metadata()  # nbclient only stores it after the last cell
         if kubeconfig is not None:

@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/venv.sh
-# Installed (not merely importable from the repository root) and editable from this checkout?
-if ! python - <<'PY' 2>/dev/null || [ "${TRAINJOB_MAGICS_REINSTALL:-}" = 1 ]; then
+# Installed (not merely importable from the repository root: -I leaves the working directory
+# off sys.path) and editable from this checkout?
+if ! python -I - <<'PY' 2>/dev/null || [ "${TRAINJOB_MAGICS_REINSTALL:-}" = 1 ]; then
 import importlib.metadata, json, pathlib, sys
 import aiohttp, cel_expr_python, jsonschema, nbclient, playwright  # noqa: F401
 url = json.loads(importlib.metadata.distribution("trainjob-magics").read_text("direct_url.json"))

@@ -212,6 +212,7 @@ def test_runner_exits_non_zero_on_a_failing_cell(tmp_path: Path) -> None:
     assert "first" in proc.stdout
     assert "never printed" not in proc.stdout.replace(">>> print('never printed')", "")
     assert "RuntimeError: cell went wrong" in proc.stderr
+    assert "without encryption" not in proc.stderr  # the kernel runs on Unix sockets
     assert (tmp_path / "bad.executed.ipynb").is_file()
 
 
