@@ -321,3 +321,21 @@ def test_frozen_html_keeps_failed_outputs_and_says_where_the_rest_is() -> None:
     assert page.count("<details") == MultiPodWidgetView.STATIC_GROUPS
     assert "only on pod 19" in page.split("<details", 2)[1]  # the failed one first, kept
     assert "the output of 12 more pods is not kept here; it is in _trainjob[pod].stdout" in page
+
+
+def test_frozen_html_of_a_long_multi_pod_cell_says_lines_were_hidden(
+    published: list[dict[str, Any]],
+) -> None:
+    """Each kept group of the frozen output says how many of its lines are not shown, as the
+    live tabs and the text fallback do (the buffer's hidden count reaches the static HTML)."""
+    view = MultiPodWidgetView(pods(2), max_lines=5, interval=0.0, where="_trainjob[pod].stdout")
+    for i, (pod, _) in enumerate(pods(2)):
+        view.write(pod, "stdout", "".join(f"pod {i} line {n}\n" for n in range(1, 13 + i)))
+        view.pod_done(pod, res(0), None)
+    view.finish("2 pods ok")
+    page, text = last_bundle(published)["text/html"], last_bundle(published)["text/plain"]
+    for hidden in (7, 8):  # 12 and 13 lines, 5 kept
+        note = f"[… {hidden} lines hidden; the full output is in _trainjob[pod].stdout]"
+        assert note in text
+        assert note in page, page
+    assert "pod 0 line 7<" not in page and "pod 0 line 8<" in page
