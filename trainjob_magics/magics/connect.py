@@ -207,18 +207,18 @@ def run_connect(
         pump.cancel()
         deleted = abandon_connect(host, pump, settings, job_name)
         message = interrupt_message(settings, job_name, seen.get("status"), deleted)
-        view.final("Interrupted", message.removeprefix("interrupted: "))
+        view.final("Interrupted")  # the error below the panel says what happened, once
         raise TrainJobMagicError(message) from None
     except QueuedTimeoutError as exc:
         name = exc.job or settings["attach"] or job_name or "NAME"
         namespace = exc.namespace or settings["namespace"]
-        message = queued_message(exc, name)
-        view.final("Timed out", " ".join(message.split()))
+        message = queued_message(exc, name, brief=view.widgets)
+        view.final("Timed out")
         job = QueuedJob(host, name, namespace, settings["runtime"] or "", common)
         raise StillQueued(message, job) from None
     except Exception as exc:
         timed_out = isinstance(exc, (ConnectTimeoutError, QueuedTimeoutError))
-        view.final("Timed out" if timed_out else "Failed", " ".join(str(exc).split()))
+        view.final("Timed out" if timed_out else "Failed")
         raise as_one_line(exc) from None
     try:
         final = session.status()

@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .styles import (
-    FAIL_STYLE,
+    FAIL_MARK_STYLE,
     MUTED_STYLE,
     OK_STYLE,
     POD_FAILED_ROW_STYLE,
     POD_ROW_STYLE,
     POD_SUMMARY_STYLE,
+    TEXT_COLOUR,
 )
 from .text import strip_ansi
 
@@ -184,7 +185,8 @@ def summary_html(outcomes: Sequence[PodOutcome], head: str = "") -> str:
     for mark, who, code, dur, last in summary_rows(outcomes):
         failed = mark == FAILED
         style = POD_ROW_STYLE + (POD_FAILED_ROW_STYLE if failed else "")
-        mark_style = FAIL_STYLE if failed else OK_STYLE if mark == OK else MUTED_STYLE
+        mark_style = FAIL_MARK_STYLE if failed else OK_STYLE if mark == OK else MUTED_STYLE
+        muted = f"color:{TEXT_COLOUR}" if failed else MUTED_STYLE
         cls = "tjm-pod-row tjm-pod-failed" if failed else "tjm-pod-row"
         rows.append(
             f'<div class="{cls}" style="{style}">'
@@ -193,8 +195,8 @@ def summary_html(outcomes: Sequence[PodOutcome], head: str = "") -> str:
             f'<span class="tjm-pod-name" style="flex:none;max-width:55%;overflow:hidden;'
             f'text-overflow:ellipsis">{e(who)}</span>'
             f'<span class="tjm-pod-code" style="flex:none">{e(code)}</span>'
-            f'<span class="tjm-pod-duration" style="{MUTED_STYLE};flex:none">{e(dur)}</span>'
-            f'<span class="tjm-pod-last" style="{MUTED_STYLE};flex:1 1 0;min-width:0;'
+            f'<span class="tjm-pod-duration" style="{muted};flex:none">{e(dur)}</span>'
+            f'<span class="tjm-pod-last" style="{muted};flex:1 1 0;min-width:0;'
             f'overflow:hidden;text-overflow:ellipsis" title="{e(last)}">{e(last)}</span></div>'
         )
     return (

@@ -34,6 +34,7 @@ from .status_text import (
 from .styles import (
     CELL_STYLE,
     COMPACT_STYLE,
+    ERROR_WRAP_CSS,
     FAIL_STYLE,
     MUTED_STYLE,
     NOTE_STYLE,
@@ -186,7 +187,7 @@ class StatusWidget:
         with self._lock:
             inner = self.html or f'<div style="{NOTE_STYLE}">{html.escape(self.text())}</div>'
             return {
-                "text/html": f'<div class="trainjob-status">{inner}</div>',
+                "text/html": f'<div class="trainjob-status">{inner}</div>{ERROR_WRAP_CSS}',
                 "text/plain": self.text(),
             }
 
