@@ -71,7 +71,9 @@ def test_connect_panel_ends_frozen_saying_the_trainjob_was_deleted(
     assert "mpi-interactive" in text and "namespace default" in text
     head = text.split("as last seen")[0]
     assert "Deleted" in head and "Running" not in head, text
-    assert f"TrainJob {job_name} deleted" in head
+    assert f"TrainJob {job_name} ·" in head
+    # the pods ran: the panel keeps its history beside the final state
+    assert re.search(r"Ready after [\d.]+ s · deleted by %trainjob_close [\d.]+ s later", head)
     streams = [o for o in outputs if o.get("output_type") == "stream"]
     assert not streams, streams  # the panel says it all: no long print under it
 

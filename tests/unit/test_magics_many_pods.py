@@ -4,6 +4,7 @@ widgets show when it ends. Real ipywidgets objects and a real IPython display pu
 
 from __future__ import annotations
 
+import html
 import io
 import re
 from typing import Any
@@ -241,6 +242,40 @@ def test_final_state_freezes_with_the_wall_clock_elapsed(published: list[dict[st
     assert "Running" not in last_bundle(published)["text/html"].split("<details", 1)[0]
 
 
+def test_a_closed_panel_keeps_its_history(published: list[dict[str, Any]]) -> None:
+    """The true final state, and what came before: ``Ready after 2.1 s · deleted by
+    %trainjob_close 8.0 s later``, in the panel's HTML and its text form."""
+
+    class Session:
+        name = "j"
+
+        def close(self, timeout: float | None = None) -> None:
+            pass
+
+    clock = Clock()
+    connect_panel = StatusWidget(_status(2), clock=clock)
+    connect_panel._base = (2.1, clock())  # the job was 2.1 s old when it was ready
+    connect_panel.mark_seen("Ready after 2.1 s")
+    clock.t = 3.0
+    status_panel = StatusWidget(_status(2), clock=clock)
+    status_panel.mark_seen("Running when shown")
+    reg = SessionRegistry()
+    entry = reg.add("default", Session())
+    entry.watch(connect_panel)
+    entry.watch(status_panel)
+    clock.t = 8.0
+    reg.close(by="%trainjob_close")
+    for panel, history in (
+        (connect_panel, "Ready after 2.1 s · deleted by %trainjob_close 8.0 s later"),
+        (status_panel, "Running when shown · deleted by %trainjob_close 5.0 s later"),
+    ):
+        bundle = panel.bundle()
+        head = bundle["text/plain"].split("as last seen")[0]
+        assert " · Deleted · " in head and "Running ·" not in head, head
+        assert f"{history} · session 'default' closed" in head, head
+        assert html.escape(history) in bundle["text/html"].split("<details")[0]
+
+
 def test_interrupted_queued_connect_does_not_stay_queued(
     published: list[dict[str, Any]],
 ) -> None:
@@ -263,8 +298,8 @@ def test_registry_close_pushes_deleted_and_kernel_exit_to_every_widget() -> None
     seen: list[tuple[str, str]] = []
 
     class View:
-        def final(self, state: str, note: str = "") -> None:
-            seen.append((state, note))
+        def final(self, state: str, note: str = "", cause: str = "") -> None:
+            seen.append((state, " · ".join(p for p in (cause, note) if p)))
 
     reg = SessionRegistry()
     entry = reg.add("a", Session())
@@ -273,9 +308,13 @@ def test_registry_close_pushes_deleted_and_kernel_exit_to_every_widget() -> None
     assert reg.close("a").line() == "Closed session 'a' (TrainJob j deleted)."
     assert [s for s, _ in seen] == ["Deleted", "Deleted"] and "TrainJob j deleted" in seen[0][1]
     seen.clear()
+    reg.add("c", Session()).watch(View())
+    reg.close("c", by="%trainjob_close")
+    assert seen == [("Deleted", "deleted by %trainjob_close · session 'c' closed")]
+    seen.clear()
     reg.add("b", Session()).watch(View())
     reg.close_all(final_state="Closed at kernel exit")
-    assert seen[0][0] == "Closed at kernel exit"
+    assert seen == [("Closed at kernel exit", "deleted at kernel exit · session 'b' closed")]
 
 
 # ------------------------------------------------------------ transfers

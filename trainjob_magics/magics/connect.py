@@ -83,7 +83,10 @@ def connect(host: MagicsHost, args: Any) -> None:
                     f"session {alias!r} is live with other settings: run "
                     f"%trainjob_close {alias} first, add --replace, or pick another --as ALIAS"
                 )
-            print(host.registry.close(alias, timeout=host.settings.close_timeout).line())
+            closed = host.registry.close(
+                alias, timeout=host.settings.close_timeout, by="%trainjob_connect --replace"
+            )
+            print(closed.line())
         else:
             host.registry.remove(alias)
     timeout = args.timeout if args.timeout is not None else host.settings.connect_timeout

@@ -49,8 +49,9 @@ class TrainJobMagics(Magics, TrainJobConfig):
     def close_all(self, reason: str = "") -> None:
         """Close every session (kernel shutdown/restart, %reset, %unload_ext) and report."""
         final = "Closed at kernel exit" if reason == "shutdown" else "Deleted"
+        by = {"reset": "%reset", "unload": "%unload_ext"}.get(reason, "")
         for report in self.host.registry.close_all(
-            timeout=self.exit_close_timeout, final_state=final
+            timeout=self.exit_close_timeout, final_state=final, by=by
         ):
             print(report.line())
 

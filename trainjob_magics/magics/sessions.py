@@ -113,7 +113,9 @@ def render_status(host: MagicsHost, entry: Entry, quiet_errors: bool = False) ->
 
         limit = duration_seconds(entry.settings.get("max_runtime"))
         entry.push_status(status)
-        entry.watch(StatusWidget(status, refresh=entry.session.status, max_runtime=limit))
+        panel = StatusWidget(status, refresh=entry.session.status, max_runtime=limit)
+        panel.mark_seen(f"{status.state} when shown")
+        entry.watch(panel)
     else:
         print(
             format_status(status, max_runtime=duration_seconds(entry.settings.get("max_runtime")))
@@ -136,11 +138,13 @@ def close(host: MagicsHost, args: Any) -> None:
             return
         alias = named[0].alias  # %trainjob_close TRAINJOB-NAME of a session of this kernel
     if args.all or (alias is None and not host.registry.entries()):
-        reports = host.registry.close_all(timeout=timeout)
+        reports = host.registry.close_all(timeout=timeout, by="%trainjob_close")
         if not reports:
             print("No sessions to close.")
     else:
-        reports = [host.registry.close(host.entry(alias).alias, timeout=timeout)]
+        reports = [
+            host.registry.close(host.entry(alias).alias, timeout=timeout, by="%trainjob_close")
+        ]
     for rep in reports:
         print(rep.line())
     failed = [r for r in reports if r.error]

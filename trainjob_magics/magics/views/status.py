@@ -43,6 +43,12 @@ from .styles import (
     state_badge,
 )
 
+
+def format_duration(seconds: float) -> str:
+    """``2.1 s`` under a minute, else as the headline's elapsed time (``3m 05s``)."""
+    return f"{seconds:.1f} s" if seconds < 60 else format_seconds(seconds)
+
+
 PUSH_INTERVAL = 0.25  # seconds between two updates of the connect panel's display, at least
 COMPACT_CELL = CELL_STYLE + ";padding-top:0;padding-bottom:0;line-height:1.35"
 
@@ -147,6 +153,7 @@ class StatusWidget:
         self.note = ""
         self.error = ""  # why the last refresh failed, one line
         self.final_state = ""
+        self.seen: tuple[str, float] | None = None  # ("Ready after 2.1 s", clock then)
         self.html = ""  # the panel's HTML as last rendered
         self.pushes = 0  # updates sent to the display
         self._refresh = refresh
@@ -265,17 +272,33 @@ class StatusWidget:
             self._render(elapsed=self.elapsed())
         self._push(now=True)
 
-    def final(self, state: str, note: str = "") -> None:
+    def mark_seen(self, what: str) -> None:
+        """What the panel saw before the session ended ("Ready after 2.1 s", "Running when
+        shown"), kept in its final note with the time since: its history."""
+        if self.seen is None:
+            self.seen = (what, self.clock())
+
+    def history(self, cause: str = "") -> str:
+        """``Ready after 2.1 s · deleted by %trainjob_close 8 s later`` (or its first part)."""
+        if self.seen is None:
+            return cause
+        what, since = self.seen
+        if not cause:
+            return what
+        return f"{what} · {cause} {format_duration(self.clock() - since)} later"
+
+    def final(self, state: str, note: str = "", cause: str = "") -> None:
         """The session ended: show ``state`` ("Deleted", "Interrupted", "Timed out", "Closed at
-        kernel exit", "Preempted", ...) with the wall-clock elapsed time; later updates are
-        ignored."""
+        kernel exit", "Preempted", ...) with the wall-clock elapsed time, and the history (what
+        the panel saw, then ``cause`` and when); later updates are ignored."""
         with self._lock:
             if self.final_state:
                 return
             elapsed = self.elapsed()
             self.final_state = state
-            if note:
-                self.note = note
+            told = [part for part in (self.history(cause), note) if part]
+            if told:
+                self.note = " · ".join(told)
             self._refresh = None
             self.error = ""
             if self.status is not None:
@@ -366,6 +389,9 @@ class ConnectStatusView:
             if self.widget_view is not None:
                 if refresh is not None:
                     self.widget_view.set_refresh(refresh)
+                self.widget_view.mark_seen(
+                    f"Ready after {format_duration(self.widget_view.elapsed())}"
+                )
                 if note:
                     self.widget_view.set_note(note)
                 else:
@@ -373,8 +399,8 @@ class ConnectStatusView:
         elif status is not None:
             print(format_status(status, max_runtime=self.max_runtime), flush=True)
 
-    def final(self, state: str, note: str = "") -> None:
+    def final(self, state: str, note: str = "", cause: str = "") -> None:
         """The connect did not give a session (interrupted, timed out, failed): the panel
         shows ``state``; in text mode the error line says it."""
         if self._widgets and self.widget_view is not None:
-            self.widget_view.final(state, note)
+            self.widget_view.final(state, note, cause)
