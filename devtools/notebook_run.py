@@ -64,24 +64,39 @@ _BLOCK_TAGS = {
 _CELL_TAGS = {"td", "th"}
 
 
+_VOID_TAGS = {"br", "hr", "img", "input", "meta", "link", "wbr", "col", "source"}
+
+
 class _TextExtractor(HTMLParser):
-    """Collect the visible text of an HTML fragment: table cells tab-separated, blocks on lines."""
+    """Collect the visible text of an HTML fragment: table cells tab-separated, blocks on lines;
+    nothing of ``<style>``, ``<script>`` or an element styled ``display:none``."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
-        self._skip = 0
+        self._open: list[tuple[str, bool]] = []  # open elements: (tag, hides its content)
+
+    @property
+    def _skip(self) -> bool:
+        return any(hides for _tag, hides in self._open)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in ("style", "script"):
-            self._skip += 1
-        elif tag in _BLOCK_TAGS:
+        if tag not in _VOID_TAGS:
+            style = (dict(attrs).get("style") or "").replace(" ", "")
+            hidden = tag in ("style", "script") or "display:none" in style
+            self._open.append((tag, hidden))
+        if tag in _BLOCK_TAGS and not self._skip:
             self.parts.append("\n")
 
     def handle_endtag(self, tag: str) -> None:
-        if tag in ("style", "script"):
-            self._skip = max(0, self._skip - 1)
-        elif tag in _CELL_TAGS:
+        skipped = self._skip
+        for index in range(len(self._open) - 1, -1, -1):
+            if self._open[index][0] == tag:
+                del self._open[index:]
+                break
+        if skipped:
+            return
+        if tag in _CELL_TAGS:
             self.parts.append("\t")
         elif tag in _BLOCK_TAGS:
             self.parts.append("\n")

@@ -97,7 +97,7 @@ def test_close_says_deleted_in_the_connect_panel_and_the_status_panel(
         head = headline(bundle)
         assert " · Deleted · " in head and "Running" not in head, head
         # the true final state, and its history: ready (or shown), then closed, and when
-        history = r"(Ready after \d+\.\d s|Running when shown) · deleted by %trainjob_close"
+        history = r"Ready (after \d+\.\d s|when shown) · deleted by %trainjob_close"
         assert re.search(history + r" \d+\.\d s later · session 'default' closed", head), head
         assert "max runtime 1h00m" in head and "left" not in head
         assert "Deleted" in bundle["text/html"].split("<details")[0]

@@ -258,7 +258,7 @@ def test_a_closed_panel_keeps_its_history(published: list[dict[str, Any]]) -> No
     connect_panel.mark_seen("Ready after 2.1 s")
     clock.t = 3.0
     status_panel = StatusWidget(_status(2), clock=clock)
-    status_panel.mark_seen("Running when shown")
+    status_panel.mark_seen("Ready when shown")
     reg = SessionRegistry()
     entry = reg.add("default", Session())
     entry.watch(connect_panel)
@@ -267,11 +267,11 @@ def test_a_closed_panel_keeps_its_history(published: list[dict[str, Any]]) -> No
     reg.close(by="%trainjob_close")
     for panel, history in (
         (connect_panel, "Ready after 2.1 s · deleted by %trainjob_close 8.0 s later"),
-        (status_panel, "Running when shown · deleted by %trainjob_close 5.0 s later"),
+        (status_panel, "Ready when shown · deleted by %trainjob_close 5.0 s later"),
     ):
         bundle = panel.bundle()
         head = bundle["text/plain"].split("as last seen")[0]
-        assert " · Deleted · " in head and "Running ·" not in head, head
+        assert " · Deleted · " in head and "Running" not in head, head
         assert f"{history} · session 'default' closed" in head, head
         assert html.escape(history) in bundle["text/html"].split("<details")[0]
 

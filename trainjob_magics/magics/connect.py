@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..engine import ConnectTimeoutError, NotFoundError, QueuedTimeoutError, SessionClosedError
+from . import restarts
 from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, cluster_settings, parse_env
@@ -181,9 +182,12 @@ def run_connect(
     """connect()/attach() in a worker thread with the live status shown here; the session and
     its status view. An interrupted, timed-out or failed connect leaves the view frozen in
     that final state."""
+    widgets = host.use_widgets()
     view = host.views.connect_status(
-        host.use_widgets(), max_runtime=duration_seconds(settings.get("max_runtime"))
+        widgets, max_runtime=duration_seconds(settings.get("max_runtime"))
     )
+    if widgets:
+        restarts.note_live_panels(host.shell)
     seen: dict[str, Any] = {}
     common = {k: settings[k] for k in ("namespace", "context", "config_file")}
     common["timeout"] = timeout

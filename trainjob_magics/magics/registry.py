@@ -251,7 +251,8 @@ def install_hooks(shell: Any, on_close: Callable[[str], None]) -> None:
         original_shutdown = kernel.do_shutdown
 
         def do_shutdown(*args: Any, **kwargs: Any) -> Any:
-            on_close("shutdown")
+            restart = kwargs.get("restart", args[0] if args else False)
+            on_close("restart" if restart else "shutdown")
             return original_shutdown(*args, **kwargs)
 
         do_shutdown._trainjob_hook = True  # type: ignore[attr-defined]

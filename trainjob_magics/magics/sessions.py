@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine import NotFoundError, validate_name
+from . import restarts
 from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import chosen_session, cluster_settings
@@ -113,8 +114,10 @@ def render_status(host: MagicsHost, entry: Entry, quiet_errors: bool = False) ->
 
         limit = duration_seconds(entry.settings.get("max_runtime"))
         entry.push_status(status)
+        restarts.note_live_panels(host.shell)
         panel = StatusWidget(status, refresh=entry.session.status, max_runtime=limit)
-        panel.mark_seen(f"{status.state} when shown")
+        state = "Ready" if status.state == "Running" else status.state  # "Running" is the live word
+        panel.mark_seen(f"{state} when shown")
         entry.watch(panel)
     else:
         print(

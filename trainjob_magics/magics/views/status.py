@@ -14,6 +14,7 @@ import html
 import math
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -42,6 +43,34 @@ from .styles import (
     WARN_STYLE,
     state_badge,
 )
+
+# This process's mark on the panels it keeps live (``tjm-k-<mark>``): the kernel after a restart
+# or a crash marks the panels of the one before as ended (magics/restarts.py), in the page.
+KERNEL_MARK = uuid.uuid4().hex[:12]
+
+# What a live panel turns into, in the page, when the next kernel marks it (``tjm-when-*``
+# elements, hidden until then): its sessions were closed at kernel exit, or its kernel is gone
+# without closing them.
+ENDED_ALTERNATIVES = {
+    "closed": ("Closed at kernel exit", "The kernel restarted: its sessions were closed."),
+    "gone": (
+        "Kernel gone",
+        "The kernel stopped without closing its sessions: list them with "
+        "%trainjob_sessions --all and close them with %trainjob_close NAME.",
+    ),
+}
+
+
+def _ended_alternatives() -> tuple[str, str]:
+    """The hidden badges (for the headline) and notes (below it) of a live panel."""
+    badges = notes = ""
+    for kind, (state, note) in ENDED_ALTERNATIVES.items():
+        badges += f'<span class="tjm-when-{kind}" style="display:none">{state_badge(state)}</span>'
+        notes += (
+            f'<div class="tjm-when-{kind} tjm-note" style="display:none;{MUTED_STYLE}">'
+            f"{html.escape(note)}</div>"
+        )
+    return badges, notes
 
 
 def format_duration(seconds: float) -> str:
@@ -84,21 +113,27 @@ def render_status_html(
     max_runtime: float | None = None,
     state: str = "",
     note: str = "",
+    live: bool = False,
 ) -> str:
     """Headline (TrainJob, namespace, runtime, state, elapsed, max runtime), message, Kueue
     line and pod table as compact HTML. ``state`` replaces the job's state (a final state);
-    ``note`` is one more line (what was deleted, how the session ended)."""
+    ``note`` is one more line (what was deleted, how the session ended); ``live``: the panel
+    is kept current, so it carries the ended forms the next kernel may show (hidden)."""
     el = status.elapsed if elapsed is None else elapsed
     e = html.escape
     shown = state or status.state
     limit = runtime_limit(shown, el, max_runtime)
     limit_html = f' · <span class="tjm-limit">{e(limit)}</span>' if limit else ""
+    badge = state_badge(shown)
+    ended_badges, ended_notes = _ended_alternatives() if live else ("", "")
+    if live:
+        badge = f'<span class="tjm-when-live">{badge}</span>{ended_badges}'
     head = (
         f'<div class="tjm-status-head"><b>TrainJob {e(status.name)}</b> · namespace '
-        f"{e(status.namespace)} · runtime {e(status.runtime or '-')} · {state_badge(shown)}"
+        f"{e(status.namespace)} · runtime {e(status.runtime or '-')} · {badge}"
         f' · <span class="tjm-elapsed">elapsed {format_seconds(el)}</span>{limit_html}</div>'
     )
-    msg = ""
+    msg = ended_notes
     message = "" if state else status_message(status)  # e.g. "... is running": no longer true
     if message:
         msg += f'<div class="tjm-message" style="{MUTED_STYLE}">{e(message)}</div>'
@@ -182,6 +217,7 @@ class StatusWidget:
                 max_runtime=self.max_runtime,
                 state=self.final_state,
                 note=self.note,
+                live=not self.final_state,
             )
             if self.error:
                 self.html += (
@@ -193,6 +229,8 @@ class StatusWidget:
         """What the display shows: the panel's HTML and its plain-text twin."""
         with self._lock:
             inner = self.html or f'<div style="{NOTE_STYLE}">{html.escape(self.text())}</div>'
+            if not self.final_state:  # live: marked with this kernel (magics/restarts.py)
+                inner = f'<div class="tjm-live tjm-k-{KERNEL_MARK}">{inner}</div>'
             return {
                 "text/html": f'<div class="trainjob-status">{inner}</div>{ERROR_WRAP_CSS}',
                 "text/plain": self.text(),
