@@ -135,8 +135,9 @@ def render_status_html(
     )
     msg = ended_notes
     message = "" if state else status_message(status)  # e.g. "... is running": no longer true
+    when_live = " tjm-when-live" if live else ""  # no longer true once the next kernel marks it
     if message:
-        msg += f'<div class="tjm-message" style="{MUTED_STYLE}">{e(message)}</div>'
+        msg += f'<div class="tjm-message{when_live}" style="{MUTED_STYLE}">{e(message)}</div>'
     kueue = queue_line(status)
     if kueue:
         msg += f'<div class="tjm-queue" style="{MUTED_STYLE}">{e(kueue)}</div>'
@@ -148,7 +149,7 @@ def render_status_html(
             f"Last disruption: {e(status.disruption)}</div>"
         )
     if note:
-        msg += f'<div class="tjm-note" style="{MUTED_STYLE}">{e(note)}</div>'
+        msg += f'<div class="tjm-note{when_live}" style="{MUTED_STYLE}">{e(note)}</div>'
     pods = list(status.pods or [])
     if state and pods:  # the session ended: the pods as last seen, folded and said so
         body = _pod_table(pods, now, fold=ended_pods_line(pods))
