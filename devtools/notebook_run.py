@@ -23,6 +23,7 @@ import html
 import os
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from typing import Any
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError
+from traitlets.config import Config
 
 WIDGET_STATE_MIME = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
@@ -62,24 +64,39 @@ _BLOCK_TAGS = {
 _CELL_TAGS = {"td", "th"}
 
 
+_VOID_TAGS = {"br", "hr", "img", "input", "meta", "link", "wbr", "col", "source"}
+
+
 class _TextExtractor(HTMLParser):
-    """Collect the visible text of an HTML fragment: table cells tab-separated, blocks on lines."""
+    """Collect the visible text of an HTML fragment: table cells tab-separated, blocks on lines;
+    nothing of ``<style>``, ``<script>`` or an element styled ``display:none``."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
-        self._skip = 0
+        self._open: list[tuple[str, bool]] = []  # open elements: (tag, hides its content)
+
+    @property
+    def _skip(self) -> bool:
+        return any(hides for _tag, hides in self._open)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in ("style", "script"):
-            self._skip += 1
-        elif tag in _BLOCK_TAGS:
+        if tag not in _VOID_TAGS:
+            style = (dict(attrs).get("style") or "").replace(" ", "")
+            hidden = tag in ("style", "script") or "display:none" in style
+            self._open.append((tag, hidden))
+        if tag in _BLOCK_TAGS and not self._skip:
             self.parts.append("\n")
 
     def handle_endtag(self, tag: str) -> None:
-        if tag in ("style", "script"):
-            self._skip = max(0, self._skip - 1)
-        elif tag in _CELL_TAGS:
+        skipped = self._skip
+        for index in range(len(self._open) - 1, -1, -1):
+            if self._open[index][0] == tag:
+                del self._open[index:]
+                break
+        if skipped:
+            return
+        if tag in _CELL_TAGS:
             self.parts.append("\t")
         elif tag in _BLOCK_TAGS:
             self.parts.append("\n")
@@ -217,6 +234,13 @@ def _first_error(nb: Any) -> tuple[int | None, str | None]:
     return None, None
 
 
+def ipc_kernel_config(directory: str | Path) -> Config:
+    """KernelManager settings for a kernel on Unix sockets in ``directory`` (absolute, so the
+    kernel and its client agree whatever their working directories): no TCP port, and no
+    "Kernel is running over TCP without encryption" warning on every run."""
+    return Config({"KernelManager": {"transport": "ipc", "ip": str(Path(directory) / "kernel")}})
+
+
 def run_notebook(
     path: str | Path,
     output: str | Path | None = None,
@@ -235,6 +259,7 @@ def run_notebook(
     env_before = os.environ.get("KUBECONFIG")
     if kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(kubeconfig)
+    sockets = tempfile.TemporaryDirectory(prefix="nb-kernel-")
     client = NotebookClient(
         nb,
         kernel_name="python3",
@@ -242,6 +267,7 @@ def run_notebook(
         timeout=int(timeout),
         startup_timeout=int(startup_timeout),
         resources={"metadata": {"path": str(cwd or Path(path).resolve().parent)}},
+        config=ipc_kernel_config(sockets.name),
     )
     start = time.monotonic()
     error: str | None = None
@@ -253,6 +279,7 @@ def run_notebook(
     except CellExecutionError as exc:
         error = f"{exc.ename}: {exc.evalue}"
     finally:
+        sockets.cleanup()
         if error is not None:
             client.set_widgets_metadata()  # nbclient only stores it after the last cell
         if kubeconfig is not None:

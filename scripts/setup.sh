@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# Install everything the quick start and the test suite need (idempotent).
+# Install everything the quick start and the test suite need (idempotent), into the active venv
+# or the project's .venv (scripts/venv.sh), never into the system's Python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! python -c "import trainjob_magics, aiohttp, nbclient, playwright, jsonschema, cel_expr_python" 2>/dev/null \
-   || [ "${TRAINJOB_MAGICS_REINSTALL:-}" = 1 ]; then
+. scripts/venv.sh
+# Installed (not merely importable from the repository root: -I leaves the working directory
+# off sys.path) and editable from this checkout?
+if ! python -I - <<'PY' 2>/dev/null || [ "${TRAINJOB_MAGICS_REINSTALL:-}" = 1 ]; then
+import importlib.metadata, json, pathlib, sys
+import aiohttp, cel_expr_python, jsonschema, nbclient, playwright  # noqa: F401
+url = json.loads(importlib.metadata.distribution("trainjob-magics").read_text("direct_url.json"))
+sys.exit(url.get("url") != pathlib.Path.cwd().resolve().as_uri())
+PY
   python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 fi
 # The test suite (--browser, as scripts/test.sh passes it) also needs Chromium and the real Open MPI

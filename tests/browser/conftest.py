@@ -12,6 +12,7 @@ is never used.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -235,7 +236,7 @@ def jupyterlab_factory(
     tmp_path: Path,
 ) -> Iterator[Callable[[Path, dict[str, str]], JupyterLab]]:
     """Start JupyterLab servers on demand; every one is stopped at teardown."""
-    if shutil.which("jupyter-lab") is None and shutil.which("jupyter") is None:
+    if importlib.util.find_spec("jupyterlab") is None:  # the server runs as sys.executable -m
         pytest.skip("JupyterLab (jupyter lab) is not installed; run scripts/setup.sh")
     started: list[JupyterLab] = []
 

@@ -230,8 +230,15 @@ def test_live_output_follows_the_tail(
         print("\nscreenshots:\n  " + "\n  ".join(str(s) for s in shots))
 
 
-CONTRAST = """() => {
+# Every element of ours with text of its own (or those matching the selector passed): its
+# colour over the backgrounds below it, and the contrast ratio.
+CONTRAST = """(selector) => {
   const parse = c => {
+    const s = c.match(/color\\(srgb ([^)]+)\\)/);  // what color-mix() computes to
+    if (s) {
+      const q = s[1].split(/[ /]+/).filter(Boolean).map(Number);
+      return [q[0] * 255, q[1] * 255, q[2] * 255, q.length > 3 ? q[3] : 1];
+    }
     const m = c.match(/rgba?\\(([^)]+)\\)/);
     if (!m) throw new Error('unparsed colour ' + c);
     const p = m[1].split(/[ ,/]+/).filter(Boolean).map(Number);
@@ -250,7 +257,8 @@ CONTRAST = """() => {
     const f = v => (v /= 255) <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4);
     return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]);
   };
-  const sel = '.jp-Cell-outputArea [class*="tjm-"], .jp-Cell-outputArea [class*="trainjob-"]';
+  const sel = selector ||
+    '.jp-Cell-outputArea [class*="tjm-"], .jp-Cell-outputArea [class*="trainjob-"]';
   const found = [];
   for (const el of document.querySelectorAll(sel)) {
     const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());

@@ -4,6 +4,7 @@ grouped, the status table folds under one line, and closing the session freezes 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,8 @@ import nbformat
 import pytest
 
 from tests.browser.conftest import NotebookPage
+from tests.helpers.kube import trainjob_names
+from tests.helpers.polling import wait_until
 from trainjob_magics.localcluster import LocalCluster
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
@@ -227,3 +230,76 @@ def test_kernel_restart_leaves_the_panel_saying_closed_at_kernel_exit(
     head = area.locator(".tjm-status-head").inner_text()
     assert "Running" not in head and "deleted" in area.inner_text(), head
     nbp.screenshot_cell(1, screenshot_path("many_pods", "closed-at-kernel-exit"))
+
+
+def test_a_restart_from_the_menu_leaves_no_panel_saying_running(
+    tmp_path: Path,
+    big_cluster: LocalCluster,
+    jupyterlab_factory: Any,
+    open_notebook: Any,
+    screenshot_path: Any,
+    capsys: Any,
+) -> None:
+    """Kernel > Restart Kernel… from JupyterLab's menu: the page drops what the old kernel
+    sends once the restart begins, so its closing updates never reach the panels. When the
+    extension loads in the new kernel, the connect and status panels of the old one say
+    "Closed at kernel exit" (and still do in the saved notebook, reopened)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("%load_ext trainjob_magics"),
+            nbformat.v4.new_code_cell("%trainjob_connect torch-distributed --nodes 2"),
+            nbformat.v4.new_code_cell("%trainjob_status"),
+        ],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+    )
+    nbformat.write(nb, str(root / "menu_restart.ipynb"))
+    lab = jupyterlab_factory(root, {"KUBECONFIG": str(big_cluster.kubeconfig_path)})
+    nbp = open_notebook(lab, "menu_restart.ipynb")
+    nbp.run_all()
+    nbp.wait_all_ran(timeout=180)
+    cells = nbp.cells()
+    heads = [cells.nth(i).locator(".tjm-status-head") for i in (1, 2)]
+    for head in heads:
+        assert "Running" in head.inner_text(), head.inner_text()
+    assert trainjob_names(big_cluster.kubeconfig_path, include_deleting=False)
+
+    page = nbp.page
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Kernel$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Restart Kernel…$")).click()
+    page.locator(".jp-Dialog-button.jp-mod-accept", has_text="Restart").click()
+    # the old kernel's shutdown hook deleted the TrainJob; the new kernel is up
+    wait_until(
+        lambda: not trainjob_names(big_cluster.kubeconfig_path, include_deleting=False),
+        timeout=60,
+    )
+    lab.wait_kernel_ready("menu_restart.ipynb")
+    page.wait_for_timeout(1500)
+    before = [head.inner_text() for head in heads]
+    shots = [nbp.screenshot_cell(1, screenshot_path("menu_restart", "connect-after-restart"))]
+
+    # the user loads the extension again: the old kernel's panels say how it ended
+    cells.nth(0).locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+    cells.nth(0).locator(".trainjob-kernel-note").wait_for(timeout=60_000)
+    for index, head in zip((1, 2), heads, strict=True):
+        text = head.inner_text()
+        assert "Closed at kernel exit" in text and "Running" not in text, (index, text)
+        assert (
+            "its sessions were closed" in cells.nth(index).locator(".trainjob-status").inner_text()
+        )
+    shots.append(nbp.screenshot_cell(1, screenshot_path("menu_restart", "connect-marked")))
+    shots.append(nbp.screenshot_cell(2, screenshot_path("menu_restart", "status-marked")))
+    shots.append(nbp.screenshot_cell(0, screenshot_path("menu_restart", "load-note")))
+
+    # saved and reopened (trusted): still said
+    nbp.save()
+    nbp = open_notebook(lab, "menu_restart.ipynb")
+    head = nbp.cells().nth(1).locator(".tjm-status-head")
+    assert "Closed at kernel exit" in head.inner_text() and "Running" not in head.inner_text()
+    with capsys.disabled():
+        print(f"\nheadlines right after the menu restart (before the extension loaded): {before}")
+        print("screenshots:\n  " + "\n  ".join(str(s) for s in shots))

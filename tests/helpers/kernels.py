@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,11 @@ class Kernel:
     """
 
     def __init__(self, ready_timeout: float = 60) -> None:
-        self.km = KernelManager(kernel_name="python3")
+        # Unix sockets in a private directory, as devtools/notebook_run.py: no TCP ports
+        self._sockets = tempfile.TemporaryDirectory(prefix="kernel-")
+        self.km = KernelManager(
+            kernel_name="python3", transport="ipc", ip=str(Path(self._sockets.name) / "kernel")
+        )
         self.km.start_kernel()
         self.kc = self.km.client()
         try:
@@ -64,6 +69,7 @@ class Kernel:
             except Exception:
                 with contextlib.suppress(Exception):
                     self.km.shutdown_kernel(now=True)
+        self._sockets.cleanup()
 
 
 def stream_text(msgs: list[dict[str, Any]]) -> str:

@@ -96,7 +96,9 @@ def test_close_says_deleted_in_the_connect_panel_and_the_status_panel(
     for bundle in final.values():
         head = headline(bundle)
         assert " · Deleted · " in head and "Running" not in head, head
-        assert "deleted; session 'default' closed" in head
+        # the true final state, and its history: ready (or shown), then closed, and when
+        history = r"Ready (after \d+\.\d s|when shown) · deleted by %trainjob_close"
+        assert re.search(history + r" \d+\.\d s later · session 'default' closed", head), head
         assert "max runtime 1h00m" in head and "left" not in head
         assert "Deleted" in bundle["text/html"].split("<details")[0]
     no_widgets(close_msgs)
@@ -148,7 +150,9 @@ def test_interrupted_and_timed_out_queued_connects_say_so(kueue_cluster: LocalCl
         assert " · Interrupted · " in text and "Queued" not in text.split("Kueue:")[0], text
         elapsed = re.search(r"elapsed (\d+)s", text)
         assert elapsed and int(elapsed.group(1)) >= 1, text
-        assert "is deleted since nothing ran in it yet" in text
+        # said once: by the error below the panel, not by the panel too
+        assert "is deleted since nothing ran in it yet" in reply["content"]["evalue"], reply
+        assert "is deleted since" not in text, text
         # a connect that times out while queued
         reply, msgs = k.run(
             "%trainjob_connect torch-distributed --cpu 4 --queue user-queue --as c --timeout 3"
@@ -156,6 +160,12 @@ def test_interrupted_and_timed_out_queued_connects_say_so(kueue_cluster: LocalCl
         assert reply["status"] == "error", reply
         (bundle,) = frozen(msgs).values()
         assert " · Timed out · " in bundle["text/plain"], bundle["text/plain"]
+        # the panel shows the queue position; the error says what happened and what to do
+        panel = bundle["text/plain"]
+        assert panel.count("position 1") == 1 and "keeps its place" not in panel, panel
+        error = reply["evalue"]
+        assert "still queued in LocalQueue user-queue after 3s;" in error, error
+        assert "position" not in error and "%trainjob_close " in error, error
         reply, _ = k.run("%trainjob_close --all")
         assert reply["status"] == "ok", reply
 

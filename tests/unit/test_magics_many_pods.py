@@ -4,6 +4,7 @@ widgets show when it ends. Real ipywidgets objects and a real IPython display pu
 
 from __future__ import annotations
 
+import html
 import io
 import re
 from typing import Any
@@ -74,7 +75,7 @@ def test_32_pods_one_failing_summary_first_failed_marked_rest_grouped(
     assert html_out.index("tjm-pod-failed") < html_out.index("31 pods: identical output")
     details = re.findall(r"<details[^>]*>", html_out)
     assert len(details) == 2 and " open" in details[0]  # the failed pod's output is open
-    assert "NCCL timeout" in html_out and "exit code 3" in html_out
+    assert "NCCL timeout" in html_out and "exit 3" in html_out and "exit code 3" not in html_out
     text = bundle["text/plain"]
     assert text.splitlines()[0] == "32 pods · 31 ✓ · 1 ✗"
     assert text.splitlines()[1].startswith("  ✗ node-7 · exit 3")
@@ -91,8 +92,9 @@ def test_frozen_text_keeps_each_group_once_so_its_size_does_not_grow_with_pods(
         view.finish("", ok=False)
         text = last_bundle(published)["text/plain"]
         assert text.count("[node-7] RuntimeError: NCCL timeout") == 1  # the failed pod's own
-        assert text.count("] epoch 1 loss 0.25") == 2  # once for the failed pod, once for the rest
-        assert f"\n[✓ {n - 1} pods: identical output (node-0, node-1" in text  # the group's head
+        # once for the failed pod, once for the rest: under the group's head, unprefixed
+        assert text.count("[node-7] epoch 1 loss 0.25") == text.count("\nepoch 1 loss 0.25") == 1
+        assert f"\n[✓ output of {n - 1} pods]\nloading data\nepoch 1 loss 0.25" in text
         sizes[n] = len(text)
     assert sizes[256] - sizes[32] < 50  # only the counts in the lines grow
 
@@ -240,6 +242,40 @@ def test_final_state_freezes_with_the_wall_clock_elapsed(published: list[dict[st
     assert "Running" not in last_bundle(published)["text/html"].split("<details", 1)[0]
 
 
+def test_a_closed_panel_keeps_its_history(published: list[dict[str, Any]]) -> None:
+    """The true final state, and what came before: ``Ready after 2.1 s · deleted by
+    %trainjob_close 8.0 s later``, in the panel's HTML and its text form."""
+
+    class Session:
+        name = "j"
+
+        def close(self, timeout: float | None = None) -> None:
+            pass
+
+    clock = Clock()
+    connect_panel = StatusWidget(_status(2), clock=clock)
+    connect_panel._base = (2.1, clock())  # the job was 2.1 s old when it was ready
+    connect_panel.mark_seen("Ready after 2.1 s")
+    clock.t = 3.0
+    status_panel = StatusWidget(_status(2), clock=clock)
+    status_panel.mark_seen("Ready when shown")
+    reg = SessionRegistry()
+    entry = reg.add("default", Session())
+    entry.watch(connect_panel)
+    entry.watch(status_panel)
+    clock.t = 8.0
+    reg.close(by="%trainjob_close")
+    for panel, history in (
+        (connect_panel, "Ready after 2.1 s · deleted by %trainjob_close 8.0 s later"),
+        (status_panel, "Ready when shown · deleted by %trainjob_close 5.0 s later"),
+    ):
+        bundle = panel.bundle()
+        head = bundle["text/plain"].split("as last seen")[0]
+        assert " · Deleted · " in head and "Running" not in head, head
+        assert f"{history} · session 'default' closed" in head, head
+        assert html.escape(history) in bundle["text/html"].split("<details")[0]
+
+
 def test_interrupted_queued_connect_does_not_stay_queued(
     published: list[dict[str, Any]],
 ) -> None:
@@ -262,8 +298,8 @@ def test_registry_close_pushes_deleted_and_kernel_exit_to_every_widget() -> None
     seen: list[tuple[str, str]] = []
 
     class View:
-        def final(self, state: str, note: str = "") -> None:
-            seen.append((state, note))
+        def final(self, state: str, note: str = "", cause: str = "") -> None:
+            seen.append((state, " · ".join(p for p in (cause, note) if p)))
 
     reg = SessionRegistry()
     entry = reg.add("a", Session())
@@ -272,9 +308,13 @@ def test_registry_close_pushes_deleted_and_kernel_exit_to_every_widget() -> None
     assert reg.close("a").line() == "Closed session 'a' (TrainJob j deleted)."
     assert [s for s, _ in seen] == ["Deleted", "Deleted"] and "TrainJob j deleted" in seen[0][1]
     seen.clear()
+    reg.add("c", Session()).watch(View())
+    reg.close("c", by="%trainjob_close")
+    assert seen == [("Deleted", "deleted by %trainjob_close · session 'c' closed")]
+    seen.clear()
     reg.add("b", Session()).watch(View())
     reg.close_all(final_state="Closed at kernel exit")
-    assert seen[0][0] == "Closed at kernel exit"
+    assert seen == [("Closed at kernel exit", "deleted at kernel exit · session 'b' closed")]
 
 
 # ------------------------------------------------------------ transfers
@@ -321,3 +361,90 @@ def test_frozen_html_keeps_failed_outputs_and_says_where_the_rest_is() -> None:
     assert page.count("<details") == MultiPodWidgetView.STATIC_GROUPS
     assert "only on pod 19" in page.split("<details", 2)[1]  # the failed one first, kept
     assert "the output of 12 more pods is not kept here; it is in _trainjob[pod].stdout" in page
+
+
+def test_frozen_html_of_a_long_multi_pod_cell_says_lines_were_hidden(
+    published: list[dict[str, Any]],
+) -> None:
+    """Each kept group of the frozen output says how many of its lines are not shown, as the
+    live tabs and the text fallback do (the buffer's hidden count reaches the static HTML)."""
+    view = MultiPodWidgetView(pods(2), max_lines=5, interval=0.0, where="_trainjob[pod].stdout")
+    for i, (pod, _) in enumerate(pods(2)):
+        view.write(pod, "stdout", "".join(f"pod {i} line {n}\n" for n in range(1, 13 + i)))
+        view.pod_done(pod, res(0), None)
+    view.finish("2 pods ok")
+    page, text = last_bundle(published)["text/html"], last_bundle(published)["text/plain"]
+    for hidden in (7, 8):  # 12 and 13 lines, 5 kept
+        note = f"[… {hidden} lines hidden; the full output is in _trainjob[pod].stdout]"
+        assert note in text
+        assert note in page, page
+    assert "pod 0 line 7<" not in page and "pod 0 line 8<" in page
+
+
+FOUR = [("j-launcher-0-0-a", "launcher-0")] + [(f"j-node-0-{i}-b", f"node-{i}") for i in range(3)]
+
+
+def test_four_identical_pods_say_each_thing_once(published: list[dict[str, Any]]) -> None:
+    """One row names the pods, code and duration; the fold holds the lines only (no footer
+    naming one pod of four); the cell's summary heads the rows, in the footers' number format."""
+    view = MultiPodWidgetView(FOUR, interval=0.0)
+    for pod, _ in FOUR:
+        view.write(pod, "stdout", "hello\nworld\n")
+    for pod, _ in FOUR:
+        view.pod_done(pod, res(0), None)
+    view.finish("4 pods ok · 2.00 s")
+    page, text = last_bundle(published)["text/html"], last_bundle(published)["text/plain"]
+    for shown in (page, text):
+        assert shown.count("launcher-0") == 1 and shown.count("identical output") == 1
+        assert shown.count("4 pods ok · 2.00 s") == 1 and "(2.00s)" not in shown
+        assert shown.count("0.50 s") == 1 and "exit code" not in shown and "j-launcher" not in shown
+    assert re.search(r"<summary[^>]*>output</summary>", page)
+    assert text.splitlines() == [
+        "4 pods ok · 2.00 s",
+        "  ✓ 4 pods: identical output (launcher-0, node-0, node-1, node-2) · exit 0 · 0.50 s"
+        "  | world",
+        "hello",
+        "world",
+    ]
+
+
+def test_a_running_multi_pod_cell_shows_its_summary_and_tabs_say_running() -> None:
+    view = MultiPodWidgetView(FOUR, interval=0.0, show=False)
+    assert view.tabs.titles == tuple(f"{label} · running" for _, label in FOUR)
+    for pod, _ in FOUR:
+        view.write(pod, "stdout", "step 1\n")
+    view.tick()
+    overview = view.overview.value
+    assert "4 pods · 4 running" in overview and "4 pods: identical output" in overview
+    assert "step 1" in overview
+    view.pod_done(FOUR[0][0], res(0), None)
+    assert view.tabs.titles[0] == "launcher-0 ✓"
+    assert "4 pods · 1 ✓ · 3 running" in view.overview.value
+
+
+def test_pods_without_output_have_a_row_and_no_empty_fold(
+    published: list[dict[str, Any]],
+) -> None:
+    """``--python`` with no output: the row says so; no fold holding only a footer."""
+    view = MultiPodWidgetView(FOUR, interval=0.0)
+    for pod, _ in FOUR:
+        view.pod_done(pod, res(0), None)
+    view.finish("4 pods ok · 0.10 s")
+    page, text = last_bundle(published)["text/html"], last_bundle(published)["text/plain"]
+    assert "<details" not in page and "tjm-footer" not in page
+    assert "4 pods: no output (launcher-0, node-0, node-1, node-2)" in page
+    assert "identical output" not in page + text
+    assert text.splitlines()[0] == "4 pods ok · 0.10 s" and len(text.splitlines()) == 2
+
+
+def test_logs_folds_start_with_the_pods_not_a_stray_mark(published: list[dict[str, Any]]) -> None:
+    view = MultiPodWidgetView(FOUR, interval=0.0, live_summary=False)
+    for pod, _ in FOUR[1:]:
+        view.write(pod, "stdout", "Server listening\n")
+    view.write(FOUR[0][0], "stdout", "launcher log\n")
+    view.tick()
+    assert view.overview.value == "" and view.tabs.titles[0] == "launcher-0"
+    view.finish("logs of 4 pods")
+    page = last_bundle(published)["text/html"]
+    heads = re.findall(r"<summary[^>]*>([^<]*)</summary>", page)
+    assert heads == ["3 pods: identical output (node-0, node-1, node-2)", "launcher-0"], heads

@@ -39,7 +39,7 @@ def test_prefixed_text_lines_per_pod_and_stream() -> None:
 
 def test_tabbed_widget_titles_outputs_and_text_fallback() -> None:
     view = TabbedWidgetView(PODS, interval=0.0, show=False)
-    assert view.tabs.titles == ("node-0 …", "node-1 …")
+    assert view.tabs.titles == ("node-0 · running", "node-1 · running")
     view.write("job-node-0-0-a", "stdout", "alpha\n")
     view.write("job-node-0-1-b", "stderr", "beta\n")
     view.tick()

@@ -58,7 +58,13 @@ def test_finish_freezes_into_static_html_with_tail_note_and_footer() -> None:
     assert "line 4<" not in html
     assert re.search(r'class="tjm-stderr"[^>]*>line 6<', html)
     assert re.search(r'class="tjm-footer" style="[^"]*font-weight:bold', html)
-    assert html.endswith("exit code 1 · 0.50 s · pod p</div></div>")
+    # the note is said beside the footer too, where the reader of a finished cell looks
+    footer = html[html.index('class="tjm-footer"') :]
+    assert re.search(
+        r'>exit code 1 · 0.50 s · pod p <span class="tjm-note" style="[^"]*font-weight:normal">'
+        r"\[… 4 lines hidden; the full output is in res.stdout\]</span></div></div>$",
+        footer,
+    ), footer
     assert text.splitlines() == [
         "[… 4 lines hidden; the full output is in res.stdout]",
         "line 5",

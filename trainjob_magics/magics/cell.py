@@ -161,9 +161,17 @@ def _finish(
             view.view.finish(extra, ok=False, interrupted=interrupted)
     elif isinstance(result, MultiExecResult) and not extra:
         said_by_the_error = raises and not result.ok
-        view.finish("" if said_by_the_error else result.summary(), ok=result.ok)
+        view.finish("" if said_by_the_error else multi_summary(result), ok=result.ok)
     else:
         view.finish(extra or "failed", ok=False, interrupted=interrupted)
+
+
+def multi_summary(result: Any) -> str:
+    """``4 pods ok · 2.00 s`` (durations as the footers write them), or the failed pods."""
+    if not result.ok:
+        return result.summary()
+    n = len(result)
+    return f"{n} pod{'s' if n != 1 else ''} ok · {result.duration:.2f} s"
 
 
 def failure_line(result: Any) -> str:

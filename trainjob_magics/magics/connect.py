@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..engine import ConnectTimeoutError, NotFoundError, QueuedTimeoutError, SessionClosedError
+from . import restarts
 from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, cluster_settings, parse_env
@@ -83,7 +84,10 @@ def connect(host: MagicsHost, args: Any) -> None:
                     f"session {alias!r} is live with other settings: run "
                     f"%trainjob_close {alias} first, add --replace, or pick another --as ALIAS"
                 )
-            print(host.registry.close(alias, timeout=host.settings.close_timeout).line())
+            closed = host.registry.close(
+                alias, timeout=host.settings.close_timeout, by="%trainjob_connect --replace"
+            )
+            print(closed.line())
         else:
             host.registry.remove(alias)
     timeout = args.timeout if args.timeout is not None else host.settings.connect_timeout
@@ -178,9 +182,12 @@ def run_connect(
     """connect()/attach() in a worker thread with the live status shown here; the session and
     its status view. An interrupted, timed-out or failed connect leaves the view frozen in
     that final state."""
+    widgets = host.use_widgets()
     view = host.views.connect_status(
-        host.use_widgets(), max_runtime=duration_seconds(settings.get("max_runtime"))
+        widgets, max_runtime=duration_seconds(settings.get("max_runtime"))
     )
+    if widgets:
+        restarts.note_live_panels(host.shell)
     seen: dict[str, Any] = {}
     common = {k: settings[k] for k in ("namespace", "context", "config_file")}
     common["timeout"] = timeout
@@ -207,18 +214,18 @@ def run_connect(
         pump.cancel()
         deleted = abandon_connect(host, pump, settings, job_name)
         message = interrupt_message(settings, job_name, seen.get("status"), deleted)
-        view.final("Interrupted", message.removeprefix("interrupted: "))
+        view.final("Interrupted")  # the error below the panel says what happened, once
         raise TrainJobMagicError(message) from None
     except QueuedTimeoutError as exc:
         name = exc.job or settings["attach"] or job_name or "NAME"
         namespace = exc.namespace or settings["namespace"]
-        message = queued_message(exc, name)
-        view.final("Timed out", " ".join(message.split()))
+        message = queued_message(exc, name, brief=view.widgets)
+        view.final("Timed out")
         job = QueuedJob(host, name, namespace, settings["runtime"] or "", common)
         raise StillQueued(message, job) from None
     except Exception as exc:
         timed_out = isinstance(exc, (ConnectTimeoutError, QueuedTimeoutError))
-        view.final("Timed out" if timed_out else "Failed", " ".join(str(exc).split()))
+        view.final("Timed out" if timed_out else "Failed")
         raise as_one_line(exc) from None
     try:
         final = session.status()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
+from . import restarts
 from .magics import TrainJobMagics
 
 _NAME = "TrainJobMagics"
@@ -20,6 +22,8 @@ def load_ipython_extension(shell: Any) -> None:
     if loaded_magics(shell) is not None:
         return
     shell.register_magics(TrainJobMagics(shell=shell))
+    with contextlib.suppress(Exception):  # never in the way of loading
+        restarts.mark_panels_of_the_kernel_before(shell)
 
 
 def unload_ipython_extension(shell: Any) -> None:

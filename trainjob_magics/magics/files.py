@@ -107,7 +107,7 @@ def logs(host: MagicsHost, args: Any) -> None:
     except Exception as exc:
         raise as_one_line(exc) from None
     pods = [(r.name, "" if r.role == "trainer" else r.label) for r in refs]
-    view = host.pods_view(pods, "session.logs()")
+    view = host.pods_view(pods, "session.logs()", live_summary=False)
     stop = threading.Event()
     started = time.monotonic()
 

@@ -86,10 +86,13 @@ class MagicsHost:
         kind = self.views.widget_output if self.use_widgets() else self.views.text_output
         return kind(**self.view_limits(where))
 
-    def pods_view(self, pods: list[tuple[str, str]], where: str) -> Any:
-        """A tab per pod (widgets) or prefixed lines (text)."""
+    def pods_view(self, pods: list[tuple[str, str]], where: str, live_summary: bool = True) -> Any:
+        """A tab per pod (widgets) or prefixed lines (text); ``live_summary``: the per-pod
+        summary shows while the pods run (a command's, not logs)."""
         if self.use_widgets():
-            return self.views.widget_pods(pods, **self.view_limits(where))
+            return self.views.widget_pods(
+                pods, live_summary=live_summary, **self.view_limits(where)
+            )
         return self.views.text_pods(pods, max_line_chars=self.settings.display_max_line_chars)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from . import cell, connect, files, python, sessions
+from . import cell, connect, files, python, restarts, sessions
 from .config import TrainJobConfig
 from .host import MagicsHost
 from .options import (
@@ -47,16 +47,21 @@ class TrainJobMagics(Magics, TrainJobConfig):
         return self.host.registry
 
     def close_all(self, reason: str = "") -> None:
-        """Close every session (kernel shutdown/restart, %reset, %unload_ext) and report."""
-        final = "Closed at kernel exit" if reason == "shutdown" else "Deleted"
+        """Close every session (kernel shutdown or restart, %reset, %unload_ext) and report."""
+        exiting = reason in ("shutdown", "restart")
+        final = "Closed at kernel exit" if exiting else "Deleted"
+        by = {"reset": "%reset", "unload": "%unload_ext"}.get(reason, "")
         for report in self.host.registry.close_all(
-            timeout=self.exit_close_timeout, final_state=final
+            timeout=self.exit_close_timeout, final_state=final, by=by
         ):
             print(report.line())
+        if exiting:  # for the kernel after a restart: the panels it cannot update any more
+            restarts.note_exit(self.shell, restart=reason == "restart")
 
     def unload(self) -> None:
         """Close this kernel's sessions and remove the hooks."""
         self.close_all("unload")
+        restarts.forget(self.shell)
         if self.shell is not None:
             uninstall_hooks(self.shell)
 

@@ -41,7 +41,7 @@ def learn_from_cell_error(entry: Entry, error: BaseException) -> None:
         return
     note = " ".join(str(error).split())
     if isinstance(error, IdleReleasedError):
-        entry.push_final("Deleted (idle)", note)
+        entry.push_final("Deleted (idle)", note, cause="deleted when idle")
         return
     if not isinstance(error, (SessionPreemptedError, *_ABOUT_THE_JOB)):
         return
@@ -54,8 +54,9 @@ def learn_from_cell_error(entry: Entry, error: BaseException) -> None:
     if status is not None:
         entry.push_status(status)
     if isinstance(error, SessionPreemptedError):
-        entry.push_final("Preempted", note)
+        entry.push_final("Preempted", note, cause="preempted")
     elif status is None:
-        entry.push_final("Deleted", note)
+        entry.push_final("Deleted", note, cause="gone")
     elif status.state in ENDED_STATES:
-        entry.push_final(status.state, getattr(status, "message", "") or note)
+        message = getattr(status, "message", "") or note
+        entry.push_final(status.state, message, cause=status.state.lower())

@@ -13,7 +13,7 @@ from typing import Any
 from IPython.display import display
 
 from ..engine import MultiPythonResult, PythonResult, PythonRun, RemoteError
-from .cell import QuietPodsView, SinglePodView
+from .cell import QuietPodsView, SinglePodView, multi_summary
 from .failures import TrainJobCellError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, check_var, chosen_session
@@ -157,7 +157,7 @@ def _follow(run: PythonRun, pump: Pump, view: Any) -> tuple[Any, BaseException |
 def _footer(result: Any, extra: str = "") -> str:
     """``python · 0.05 s · pod p`` (or the error), for one pod or several."""
     if isinstance(result, MultiPythonResult):
-        return extra or result.summary()
+        return extra or multi_summary(result)
     parts = []
     if isinstance(result, PythonResult):
         parts.append(result.error.type if result.error else "python")

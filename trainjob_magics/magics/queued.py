@@ -22,9 +22,13 @@ class StillQueuedError(TrainJobUsageError, AttributeError):
     AttributeError too, so ``getattr(session, x, default)`` keeps working)."""
 
 
-def queued_message(exc: Any, name: str) -> str:
-    """The engine's timeout line with the magics to run next (never the Python calls)."""
+def queued_message(exc: Any, name: str, brief: bool = False) -> str:
+    """The engine's timeout line with the magics to run next (never the Python calls);
+    ``brief``: without the queue position and Kueue's message, which the status panel above
+    the error shows already."""
     text = str(exc).split("; it keeps its place", 1)[0]
+    if brief:
+        text = text.split(" (", 1)[0]
     return (
         f"{text}; it keeps its place in the queue: wait for it with "
         f"%trainjob_connect --attach {name}, or delete it with %trainjob_close {name}"

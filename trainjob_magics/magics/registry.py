@@ -36,13 +36,15 @@ class Entry:
             with contextlib.suppress(Exception):
                 view.update(status, now=True)
 
-    def push_final(self, state: str, note: str = "") -> None:
+    def push_final(self, state: str, note: str = "", cause: str = "") -> None:
         """Show the session's final state ("Deleted", "Closed at kernel exit", ...) in every
-        panel of it (which then ignores later updates); a panel that fails is skipped."""
+        panel of it (which then ignores later updates); ``cause``: what ended it ("deleted by
+        %trainjob_close"), told with the time since the panel saw it ready. A panel that fails
+        is skipped."""
         views, self.views = self.views, []
         for view in views:
             with contextlib.suppress(Exception):
-                view.final(state, note)
+                view.final(state, note, cause=cause)
 
 
 @dataclass
@@ -122,14 +124,17 @@ class SessionRegistry:
         with self._lock:
             return self._entries.pop(alias, None)
 
-    def close(self, alias: str | None = None, timeout: float | None = None) -> CloseReport:
-        """Close one session (default when None) and forget it, even when closing failed."""
+    def close(
+        self, alias: str | None = None, timeout: float | None = None, by: str = ""
+    ) -> CloseReport:
+        """Close one session (default when None) and forget it, even when closing failed;
+        ``by``: what closes it (``%trainjob_close``), said in its panels."""
         entry = self.get(alias)
         self.remove(entry.alias)
-        return _close_entry(entry, timeout)
+        return _close_entry(entry, timeout, by=by)
 
     def close_all(
-        self, timeout: float | None = None, final_state: str = "Deleted"
+        self, timeout: float | None = None, final_state: str = "Deleted", by: str = ""
     ) -> list[CloseReport]:
         """Close every session concurrently; waits at most about ``timeout`` seconds overall.
 
@@ -142,7 +147,7 @@ class SessionRegistry:
         reports: dict[str, CloseReport] = {}
 
         def run(e: Entry) -> None:
-            reports[e.alias] = _close_entry(e, timeout, final_state)
+            reports[e.alias] = _close_entry(e, timeout, final_state, by)
 
         threads = [
             threading.Thread(target=run, args=(e,), daemon=True, name=f"trainjob-close-{e.alias}")
@@ -159,7 +164,9 @@ class SessionRegistry:
         ]
 
 
-def _close_entry(entry: Entry, timeout: float | None, final_state: str = "Deleted") -> CloseReport:
+def _close_entry(
+    entry: Entry, timeout: float | None, final_state: str = "Deleted", by: str = ""
+) -> CloseReport:
     name = session_name(entry.session)
     try:
         if timeout is None:
@@ -170,7 +177,13 @@ def _close_entry(entry: Entry, timeout: float | None, final_state: str = "Delete
         report = CloseReport(entry.alias, name, f"{type(exc).__name__}: {exc}")
         entry.push_final("Close failed", report.line())
         return report
-    entry.push_final(final_state, f"TrainJob {name} deleted; session {entry.alias!r} closed.")
+    if final_state == "Closed at kernel exit":
+        by = by or "kernel exit"
+    cause = f"deleted by {by}" if by and by.startswith("%") else f"deleted at {by}" if by else ""
+    note = f"session {entry.alias!r} closed" if cause else f"TrainJob {name} deleted"
+    entry.push_final(
+        final_state, note if cause else f"{note}; session {entry.alias!r} closed", cause
+    )
     return CloseReport(entry.alias, name)
 
 
@@ -238,7 +251,8 @@ def install_hooks(shell: Any, on_close: Callable[[str], None]) -> None:
         original_shutdown = kernel.do_shutdown
 
         def do_shutdown(*args: Any, **kwargs: Any) -> Any:
-            on_close("shutdown")
+            restart = kwargs.get("restart", args[0] if args else False)
+            on_close("restart" if restart else "shutdown")
             return original_shutdown(*args, **kwargs)
 
         do_shutdown._trainjob_hook = True  # type: ignore[attr-defined]

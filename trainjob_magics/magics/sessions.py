@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine import NotFoundError, validate_name
+from . import restarts
 from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import chosen_session, cluster_settings
@@ -113,7 +114,11 @@ def render_status(host: MagicsHost, entry: Entry, quiet_errors: bool = False) ->
 
         limit = duration_seconds(entry.settings.get("max_runtime"))
         entry.push_status(status)
-        entry.watch(StatusWidget(status, refresh=entry.session.status, max_runtime=limit))
+        restarts.note_live_panels(host.shell)
+        panel = StatusWidget(status, refresh=entry.session.status, max_runtime=limit)
+        state = "Ready" if status.state == "Running" else status.state  # "Running" is the live word
+        panel.mark_seen(f"{state} when shown")
+        entry.watch(panel)
     else:
         print(
             format_status(status, max_runtime=duration_seconds(entry.settings.get("max_runtime")))
@@ -136,11 +141,13 @@ def close(host: MagicsHost, args: Any) -> None:
             return
         alias = named[0].alias  # %trainjob_close TRAINJOB-NAME of a session of this kernel
     if args.all or (alias is None and not host.registry.entries()):
-        reports = host.registry.close_all(timeout=timeout)
+        reports = host.registry.close_all(timeout=timeout, by="%trainjob_close")
         if not reports:
             print("No sessions to close.")
     else:
-        reports = [host.registry.close(host.entry(alias).alias, timeout=timeout)]
+        reports = [
+            host.registry.close(host.entry(alias).alias, timeout=timeout, by="%trainjob_close")
+        ]
     for rep in reports:
         print(rep.line())
     failed = [r for r in reports if r.error]

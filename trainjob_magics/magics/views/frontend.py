@@ -61,8 +61,10 @@ class WidgetDisplay:
         A finished result then survives the kernel: a notebook saved without widget state shows
         it in JupyterLab, Notebook 7, nbviewer and GitHub.
         """
+        from .styles import ERROR_WRAP_CSS
+
         if self.handle is not None:
-            self.handle.update({"text/html": html, "text/plain": text}, raw=True)
+            self.handle.update({"text/html": html + ERROR_WRAP_CSS, "text/plain": text}, raw=True)
         close_tree(self.widget)
 
 

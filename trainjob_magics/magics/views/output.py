@@ -54,10 +54,16 @@ def scroll_box_html(inner: str) -> str:
     return f'<div class="tjm-scroll" style="{BOX_STYLE}"><div>{inner}</div></div>'
 
 
-def footer_html(footer: str, ok: bool) -> str:
-    """The footer line: the success colour, or the bold failure colour."""
+def footer_html(footer: str, ok: bool, note: str = "") -> str:
+    """The footer line: the success colour, or the bold failure colour; ``note`` (the
+    hidden-lines note) beside it, where the reader of a finished cell looks."""
     style = OK_STYLE if ok else FAIL_STYLE
-    return f'<div class="tjm-footer" style="{style};font-size:12px">{html.escape(footer)}</div>'
+    beside = ""
+    if note:
+        escaped = html.escape(note)
+        beside = f' <span class="tjm-note" style="{NOTE_STYLE};font-weight:normal">{escaped}</span>'
+    body = html.escape(footer) + beside
+    return f'<div class="tjm-footer" style="{style};font-size:12px">{body}</div>'
 
 
 def follow_tail_box(child: Any) -> Any:
@@ -164,7 +170,9 @@ class WidgetOutputView:
         """Final render and footer; a shown view becomes static HTML + text (``freeze``)."""
         self._render()
         if footer:
-            self.footer_value = footer_html(footer, ok)
+            hidden = self.buffer.hidden
+            note = hidden_note(hidden, self.where, self.output_path) if hidden else ""
+            self.footer_value = footer_html(footer, ok, note)
             self.footer.value = self.footer_value
         if self.display is not None:
             text = self.text()

@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .styles import (
-    FAIL_STYLE,
+    FAIL_MARK_STYLE,
     MUTED_STYLE,
     OK_STYLE,
     POD_FAILED_ROW_STYLE,
     POD_ROW_STYLE,
     POD_SUMMARY_STYLE,
+    TEXT_COLOUR,
 )
 from .text import strip_ansi
 
@@ -79,17 +80,39 @@ class PodGroup:
         lo, hi = min(values), max(values)
         return f"{lo:.2f} s" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f} s"
 
+    @property
+    def silent(self) -> bool:
+        """No pod of the group printed anything."""
+        return not self.first.lines and not self.first.hidden
+
+    def who(self) -> str:
+        """``node-7``, ``31 pods: identical output (node-0, …)`` or ``4 pods: no output (…)``."""
+        if len(self.members) == 1:
+            return self.first.label
+        what = "no output" if self.silent else "identical output"
+        return f"{len(self.members)} pods: {what} ({self.names()})"
+
     def title(self) -> str:
-        """``✗ node-7 · exit 3`` or ``✓ 31 pods: identical output (node-0, …) · exit 0``."""
+        """``✗ node-7 · exit 3`` or ``✓ 31 pods: identical output (node-0, …) · exit 0``; no
+        mark or code for pods that only ended (logs)."""
         m = self.first
-        who = m.label
-        if len(self.members) > 1:
-            who = f"{len(self.members)} pods: identical output ({self.names()})"
-        parts = [f"{m.mark} {who}", "" if m.code == "ended" else m.code]
+        mark = "" if m.mark in (ENDED, RUNNING) else f"{m.mark} "
+        parts = [f"{mark}{self.who()}", "" if m.code == "ended" else m.code]
         d = self.duration()
         if d:
             parts.append(d)
         return " · ".join(p for p in parts if p)
+
+    def fold_title(self, alone: bool) -> str:
+        """The head of the group's output under a summary that already names its pods, code and
+        duration: ``output`` when it is the only group, else ``✗ output of node-7`` or
+        ``✓ output of 31 pods``."""
+        if alone:
+            return "output"
+        m = self.first
+        mark = "" if m.mark in (ENDED, RUNNING) else f"{m.mark} "
+        who = m.label if len(self.members) == 1 else f"{len(self.members)} pods"
+        return f"{mark}output of {who}"
 
 
 TIMED_OUT = "timed out"
@@ -139,16 +162,14 @@ def summary_rows(outcomes: Sequence[PodOutcome]) -> list[tuple[str, str, str, st
     rows = []
     for g in group_outcomes(outcomes):
         m = g.first
-        who = m.label if len(g.members) == 1 else f"{len(g.members)} pods: identical output"
-        if len(g.members) > 1:
-            who += f" ({g.names()})"
-        rows.append((m.mark, who, m.code, g.duration(), m.last_line))
+        rows.append((m.mark, g.who(), m.code, g.duration(), m.last_line))
     return rows
 
 
-def summary_text(outcomes: Sequence[PodOutcome]) -> str:
-    """The summary as text lines (the ``text/plain`` fallback)."""
-    lines = [counts_line(outcomes)]
+def summary_text(outcomes: Sequence[PodOutcome], head: str = "") -> str:
+    """The summary as text lines (the ``text/plain`` fallback); ``head`` in place of the
+    counts (the cell's own summary line, once it succeeded)."""
+    lines = [head or counts_line(outcomes)]
     for mark, who, code, dur, last in summary_rows(outcomes):
         cols = [c for c in (code, dur) if c]
         tail = f"  | {last}" if last else ""
@@ -156,14 +177,16 @@ def summary_text(outcomes: Sequence[PodOutcome]) -> str:
     return "\n".join(lines)
 
 
-def summary_html(outcomes: Sequence[PodOutcome]) -> str:
-    """The summary as compact HTML rows that fit a narrow window (the last line is cut with …)."""
+def summary_html(outcomes: Sequence[PodOutcome], head: str = "") -> str:
+    """The summary as compact HTML rows that fit a narrow window (the last line is cut with …);
+    ``head`` in place of the counts."""
     e = html.escape
     rows = []
     for mark, who, code, dur, last in summary_rows(outcomes):
         failed = mark == FAILED
         style = POD_ROW_STYLE + (POD_FAILED_ROW_STYLE if failed else "")
-        mark_style = FAIL_STYLE if failed else OK_STYLE if mark == OK else MUTED_STYLE
+        mark_style = FAIL_MARK_STYLE if failed else OK_STYLE if mark == OK else MUTED_STYLE
+        muted = f"color:{TEXT_COLOUR}" if failed else MUTED_STYLE
         cls = "tjm-pod-row tjm-pod-failed" if failed else "tjm-pod-row"
         rows.append(
             f'<div class="{cls}" style="{style}">'
@@ -172,12 +195,13 @@ def summary_html(outcomes: Sequence[PodOutcome]) -> str:
             f'<span class="tjm-pod-name" style="flex:none;max-width:55%;overflow:hidden;'
             f'text-overflow:ellipsis">{e(who)}</span>'
             f'<span class="tjm-pod-code" style="flex:none">{e(code)}</span>'
-            f'<span class="tjm-pod-duration" style="{MUTED_STYLE};flex:none">{e(dur)}</span>'
-            f'<span class="tjm-pod-last" style="{MUTED_STYLE};flex:1 1 0;min-width:0;'
+            f'<span class="tjm-pod-duration" style="{muted};flex:none">{e(dur)}</span>'
+            f'<span class="tjm-pod-last" style="{muted};flex:1 1 0;min-width:0;'
             f'overflow:hidden;text-overflow:ellipsis" title="{e(last)}">{e(last)}</span></div>'
         )
     return (
         f'<div class="tjm-pod-summary" style="{POD_SUMMARY_STYLE}">'
-        f'<div class="tjm-pod-counts" style="font-weight:bold">{e(counts_line(outcomes))}</div>'
+        f'<div class="tjm-pod-counts" style="font-weight:bold">'
+        f"{e(head or counts_line(outcomes))}</div>"
         f"{''.join(rows)}</div>"
     )

@@ -23,7 +23,7 @@ from .pod_summary import (
     summary_text,
 )
 from .styles import FAIL_STYLE, NOTE_STYLE, OK_STYLE
-from .text import Throttle, echoes_ctrl_c, strip_ansi
+from .text import Throttle, echoes_ctrl_c, hidden_note, strip_ansi
 
 
 def pod_footer(result: Any, error: BaseException | None) -> str:
@@ -149,12 +149,17 @@ class MultiPodWidgetView:
         interval: float = 0.1,
         where: str = "_trainjob[pod]",
         show: bool = True,
+        live_summary: bool = True,
     ) -> None:
         import ipywidgets as w
 
         from .output import WidgetOutputView
 
         self.where = where
+        # a command's pods: the summary shows from the start (logs have no outcome to show)
+        self.live_summary = live_summary
+        self._head = ""  # the cell's summary line, in place of the counts once it succeeded
+        self._errors: dict[str, BaseException] = {}
         self.labels = {pod: label or pod for pod, label in pods}
         self.views = {
             pod: WidgetOutputView(
@@ -219,16 +224,21 @@ class MultiPodWidgetView:
         ]
 
     def _title(self, pod: str) -> str:
-        return f"{self.labels[pod]} {self.state[pod]}".strip()
+        """``node-0 ✓``, ``node-1 ✗``, ``node-2 · running`` (a command's) or ``node-2`` (logs)."""
+        state, label = self.state[pod], self.labels[pod]
+        if state in (OK, FAILED):
+            return f"{label} {state}"
+        return f"{label} · {self.code[pod]}" if self.live_summary else label
 
     def _options(self) -> list[tuple[str, str]]:
-        """Dropdown entries, failed pods first: ``✗ node-7 · exit 3``."""
+        """Dropdown entries, failed pods first: ``✗ node-7 · exit 3``, ``node-8 · running``."""
         order = sorted(self.views, key=lambda p: 0 if self.state[p] == FAILED else 1)
         out = []
         for pod in order:
-            code = self.code[pod]
-            extra = f" · {code}" if code and self.state[pod] != RUNNING else ""
-            out.append((f"{self.state[pod]} {self.labels[pod]}{extra}".strip(), pod))
+            state, code = self.state[pod], self.code[pod]
+            mark = f"{state} " if state in (OK, FAILED) else ""
+            extra = f" · {code}" if code and (self.live_summary or state in (OK, FAILED)) else ""
+            out.append((f"{mark}{self.labels[pod]}{extra}", pod))
         return out
 
     def _set_titles(self) -> None:
@@ -256,8 +266,14 @@ class MultiPodWidgetView:
         """True once a pod finished with an outcome (a command; logs have none)."""
         return self._outcomes
 
+    @property
+    def shows_summary(self) -> bool:
+        """A command's summary shows from the start, while its pods run; logs get none."""
+        return self.has_outcomes or self.live_summary
+
     def _render_overview(self) -> None:
-        self.overview.value = summary_html(self.outcomes()) if self.has_outcomes else ""
+        shown = self.shows_summary
+        self.overview.value = summary_html(self.outcomes(), self._head) if shown else ""
 
     # ------------------------------------------------------------ events
 
@@ -283,6 +299,8 @@ class MultiPodWidgetView:
         self._outcomes = True
         self.state[pod], self.code[pod] = mark, code
         self.duration[pod] = getattr(result, "duration", None)
+        if error is not None:
+            self._errors[pod] = error
         view = self.views[pod]
         view.output_path = getattr(result, "stdout_path", None)
         view.finish(pod_footer(result, error) + f" · pod {pod}", ok=mark == OK)
@@ -303,6 +321,8 @@ class MultiPodWidgetView:
                     ending = TIMED_OUT
                 self.state[pod], self.code[pod] = ENDED, ending
         self._outcomes = self._outcomes or interrupted
+        if ok and summary and self.has_outcomes:  # "4 pods ok · 2.00 s" heads the summary
+            self._head, summary = summary, ""
         self._set_titles()
         self._render_overview()
         style = OK_STYLE if ok else FAIL_STYLE
@@ -316,30 +336,47 @@ class MultiPodWidgetView:
 
     # ------------------------------------------------------------ static output
 
+    def _fold_title(self, g: PodGroup, alone: bool) -> str:
+        """The head of a group's output: short under a summary that names the pods already."""
+        return g.fold_title(alone) if self.has_outcomes else g.title()
+
+    def _footer_of(self, g: PodGroup) -> str:
+        """The footer kept under a group's output: only a pod's error, which the summary row
+        names but does not explain (exit codes and durations are in the row)."""
+        pod = g.first.pod
+        if len(g.members) == 1 and pod in self._errors:
+            return self.views[pod].footer.value
+        return ""
+
     def static_html(self, summary: str = "", ok: bool = True) -> str:
         """What the widget shows, as HTML that needs no kernel: the summary, then each group of
-        identical output in a ``<details>`` (failed ones, or all when short, open); beyond
-        ``STATIC_GROUPS`` groups a note says where the rest is."""
+        identical output in a ``<details>`` (failed ones, or all when short, open), the
+        hidden-lines note at its end too; beyond ``STATIC_GROUPS`` groups a note says where the
+        rest is. A group without output has its summary row only."""
         from .output import render_lines_html, scroll_box_html
 
         outcomes = self.outcomes()
         groups = group_outcomes(outcomes)
         short = sum(len(g.first.lines) for g in groups) <= 40
-        parts = [summary_html(outcomes)] if self.has_outcomes else []
+        if ok and summary and self.has_outcomes:
+            self._head, summary = summary, ""
+        parts = [summary_html(outcomes, self._head)] if self.has_outcomes else []
         kept = self._kept(groups)
-        for g in groups:
-            if g not in kept:
-                continue
+        shown = [g for g in groups if g in kept and not g.silent]
+        for g in shown:
             pod = g.first.pod
             view = self.views[pod]
-            body = scroll_box_html(
-                render_lines_html(view.buffer.view(), view.buffer.hidden, self.where)
-            )
-            opened = " open" if g.failed or short or len(groups) == 1 else ""
+            hidden = view.buffer.hidden
+            body = scroll_box_html(render_lines_html(view.buffer.view(), hidden, self.where))
+            if hidden:
+                note = html.escape(hidden_note(hidden, self.where))
+                body += f'<div class="tjm-note" style="{NOTE_STYLE};font-size:12px">{note}</div>'
+            opened = " open" if g.failed or short or len(shown) == 1 else ""
+            title = html.escape(self._fold_title(g, alone=len(groups) == 1))
             parts.append(
                 f'<details class="tjm-pod-output"{opened} style="margin:2px 0">'
-                f'<summary style="cursor:pointer;font-size:12px">{html.escape(g.title())}</summary>'
-                f"{body}{view.footer.value}</details>"
+                f'<summary style="cursor:pointer;font-size:12px">{title}</summary>'
+                f"{body}{self._footer_of(g)}</details>"
             )
         left = sum(len(g.members) for g in groups if g not in kept)
         if left:
@@ -367,14 +404,20 @@ class MultiPodWidgetView:
         output (as the frozen HTML keeps them: its size does not grow with the pod count),
         prefixed with the first pod's label."""
         outcomes = self.outcomes()
-        lines = [summary_text(outcomes)] if self.has_outcomes else []
+        if summary and self._head == summary:
+            summary = ""  # it heads the summary
+        lines = [summary_text(outcomes, self._head)] if self.has_outcomes else []
         groups = group_outcomes(outcomes)
         kept = self._kept(groups)
         for g in kept:
+            if g.silent:
+                continue
             pod = g.first.pod
-            if len(g.members) > 1:
-                lines.append(f"[{g.title()}]")
             prefix = f"[{self.labels[pod]}] "
+            if len(g.members) > 1:  # the lines of a group under its head, unprefixed
+                prefix = ""
+                if len(groups) > 1 or not self.has_outcomes:
+                    lines.append(f"[{self._fold_title(g, alone=False)}]")
             lines += [prefix + line for line in self.views[pod].text().splitlines()]
         left = sum(len(g.members) for g in groups if g not in kept)
         if left:

@@ -14,6 +14,7 @@ import html
 import math
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -34,6 +35,7 @@ from .status_text import (
 from .styles import (
     CELL_STYLE,
     COMPACT_STYLE,
+    ERROR_WRAP_CSS,
     FAIL_STYLE,
     MUTED_STYLE,
     NOTE_STYLE,
@@ -41,6 +43,40 @@ from .styles import (
     WARN_STYLE,
     state_badge,
 )
+
+# This process's mark on the panels it keeps live (``tjm-k-<mark>``): the kernel after a restart
+# or a crash marks the panels of the one before as ended (magics/restarts.py), in the page.
+KERNEL_MARK = uuid.uuid4().hex[:12]
+
+# What a live panel turns into, in the page, when the next kernel marks it (``tjm-when-*``
+# elements, hidden until then): its sessions were closed at kernel exit, or its kernel is gone
+# without closing them.
+ENDED_ALTERNATIVES = {
+    "closed": ("Closed at kernel exit", "The kernel restarted: its sessions were closed."),
+    "gone": (
+        "Kernel gone",
+        "The kernel stopped without closing its sessions: list them with "
+        "%trainjob_sessions --all and close them with %trainjob_close NAME.",
+    ),
+}
+
+
+def _ended_alternatives() -> tuple[str, str]:
+    """The hidden badges (for the headline) and notes (below it) of a live panel."""
+    badges = notes = ""
+    for kind, (state, note) in ENDED_ALTERNATIVES.items():
+        badges += f'<span class="tjm-when-{kind}" style="display:none">{state_badge(state)}</span>'
+        notes += (
+            f'<div class="tjm-when-{kind} tjm-note" style="display:none;{MUTED_STYLE}">'
+            f"{html.escape(note)}</div>"
+        )
+    return badges, notes
+
+
+def format_duration(seconds: float) -> str:
+    """``2.1 s`` under a minute, else as the headline's elapsed time (``3m 05s``)."""
+    return f"{seconds:.1f} s" if seconds < 60 else format_seconds(seconds)
+
 
 PUSH_INTERVAL = 0.25  # seconds between two updates of the connect panel's display, at least
 COMPACT_CELL = CELL_STYLE + ";padding-top:0;padding-bottom:0;line-height:1.35"
@@ -77,24 +113,31 @@ def render_status_html(
     max_runtime: float | None = None,
     state: str = "",
     note: str = "",
+    live: bool = False,
 ) -> str:
     """Headline (TrainJob, namespace, runtime, state, elapsed, max runtime), message, Kueue
     line and pod table as compact HTML. ``state`` replaces the job's state (a final state);
-    ``note`` is one more line (what was deleted, how the session ended)."""
+    ``note`` is one more line (what was deleted, how the session ended); ``live``: the panel
+    is kept current, so it carries the ended forms the next kernel may show (hidden)."""
     el = status.elapsed if elapsed is None else elapsed
     e = html.escape
     shown = state or status.state
     limit = runtime_limit(shown, el, max_runtime)
     limit_html = f' · <span class="tjm-limit">{e(limit)}</span>' if limit else ""
+    badge = state_badge(shown)
+    ended_badges, ended_notes = _ended_alternatives() if live else ("", "")
+    if live:
+        badge = f'<span class="tjm-when-live">{badge}</span>{ended_badges}'
     head = (
         f'<div class="tjm-status-head"><b>TrainJob {e(status.name)}</b> · namespace '
-        f"{e(status.namespace)} · runtime {e(status.runtime or '-')} · {state_badge(shown)}"
+        f"{e(status.namespace)} · runtime {e(status.runtime or '-')} · {badge}"
         f' · <span class="tjm-elapsed">elapsed {format_seconds(el)}</span>{limit_html}</div>'
     )
-    msg = ""
+    msg = ended_notes
     message = "" if state else status_message(status)  # e.g. "... is running": no longer true
+    when_live = " tjm-when-live" if live else ""  # no longer true once the next kernel marks it
     if message:
-        msg += f'<div class="tjm-message" style="{MUTED_STYLE}">{e(message)}</div>'
+        msg += f'<div class="tjm-message{when_live}" style="{MUTED_STYLE}">{e(message)}</div>'
     kueue = queue_line(status)
     if kueue:
         msg += f'<div class="tjm-queue" style="{MUTED_STYLE}">{e(kueue)}</div>'
@@ -106,7 +149,7 @@ def render_status_html(
             f"Last disruption: {e(status.disruption)}</div>"
         )
     if note:
-        msg += f'<div class="tjm-note" style="{MUTED_STYLE}">{e(note)}</div>'
+        msg += f'<div class="tjm-note{when_live}" style="{MUTED_STYLE}">{e(note)}</div>'
     pods = list(status.pods or [])
     if state and pods:  # the session ended: the pods as last seen, folded and said so
         body = _pod_table(pods, now, fold=ended_pods_line(pods))
@@ -146,6 +189,7 @@ class StatusWidget:
         self.note = ""
         self.error = ""  # why the last refresh failed, one line
         self.final_state = ""
+        self.seen: tuple[str, float] | None = None  # ("Ready after 2.1 s", clock then)
         self.html = ""  # the panel's HTML as last rendered
         self.pushes = 0  # updates sent to the display
         self._refresh = refresh
@@ -174,6 +218,7 @@ class StatusWidget:
                 max_runtime=self.max_runtime,
                 state=self.final_state,
                 note=self.note,
+                live=not self.final_state,
             )
             if self.error:
                 self.html += (
@@ -185,8 +230,10 @@ class StatusWidget:
         """What the display shows: the panel's HTML and its plain-text twin."""
         with self._lock:
             inner = self.html or f'<div style="{NOTE_STYLE}">{html.escape(self.text())}</div>'
+            if not self.final_state:  # live: marked with this kernel (magics/restarts.py)
+                inner = f'<div class="tjm-live tjm-k-{KERNEL_MARK}">{inner}</div>'
             return {
-                "text/html": f'<div class="trainjob-status">{inner}</div>',
+                "text/html": f'<div class="trainjob-status">{inner}</div>{ERROR_WRAP_CSS}',
                 "text/plain": self.text(),
             }
 
@@ -264,17 +311,33 @@ class StatusWidget:
             self._render(elapsed=self.elapsed())
         self._push(now=True)
 
-    def final(self, state: str, note: str = "") -> None:
+    def mark_seen(self, what: str) -> None:
+        """What the panel saw before the session ended ("Ready after 2.1 s", "Running when
+        shown"), kept in its final note with the time since: its history."""
+        if self.seen is None:
+            self.seen = (what, self.clock())
+
+    def history(self, cause: str = "") -> str:
+        """``Ready after 2.1 s · deleted by %trainjob_close 8 s later`` (or its first part)."""
+        if self.seen is None:
+            return cause
+        what, since = self.seen
+        if not cause:
+            return what
+        return f"{what} · {cause} {format_duration(self.clock() - since)} later"
+
+    def final(self, state: str, note: str = "", cause: str = "") -> None:
         """The session ended: show ``state`` ("Deleted", "Interrupted", "Timed out", "Closed at
-        kernel exit", "Preempted", ...) with the wall-clock elapsed time; later updates are
-        ignored."""
+        kernel exit", "Preempted", ...) with the wall-clock elapsed time, and the history (what
+        the panel saw, then ``cause`` and when); later updates are ignored."""
         with self._lock:
             if self.final_state:
                 return
             elapsed = self.elapsed()
             self.final_state = state
-            if note:
-                self.note = note
+            told = [part for part in (self.history(cause), note) if part]
+            if told:
+                self.note = " · ".join(told)
             self._refresh = None
             self.error = ""
             if self.status is not None:
@@ -365,6 +428,9 @@ class ConnectStatusView:
             if self.widget_view is not None:
                 if refresh is not None:
                     self.widget_view.set_refresh(refresh)
+                self.widget_view.mark_seen(
+                    f"Ready after {format_duration(self.widget_view.elapsed())}"
+                )
                 if note:
                     self.widget_view.set_note(note)
                 else:
@@ -372,8 +438,8 @@ class ConnectStatusView:
         elif status is not None:
             print(format_status(status, max_runtime=self.max_runtime), flush=True)
 
-    def final(self, state: str, note: str = "") -> None:
+    def final(self, state: str, note: str = "", cause: str = "") -> None:
         """The connect did not give a session (interrupted, timed out, failed): the panel
         shows ``state``; in text mode the error line says it."""
         if self._widgets and self.widget_view is not None:
-            self.widget_view.final(state, note)
+            self.widget_view.final(state, note, cause)

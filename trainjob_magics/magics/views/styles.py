@@ -54,9 +54,12 @@ BOX_STYLE = (
 
 # The ``<pre>`` never scrolls itself (JupyterLab gives ``.jp-OutputArea-output pre`` an
 # ``overflow:auto``, which would make it the scroll container and defeat following the tail).
+# Lines wrap between words (JupyterLab's output <pre> breaks anywhere: word-break:break-all);
+# a word longer than the line still breaks.
+WRAP_STYLE = "white-space:pre-wrap;word-break:normal;overflow-wrap:break-word"
 PRE_STYLE = (
     "margin:0;font-family:var(--jp-code-font-family,monospace);font-size:12px;"
-    "line-height:1.4;white-space:pre-wrap;overflow:visible;max-height:none;"
+    f"line-height:1.4;{WRAP_STYLE};overflow:visible;max-height:none;"
     f"color:{TEXT_COLOUR};background:transparent;border:none;padding:0"
 )
 
@@ -104,6 +107,17 @@ POD_SUMMARY_STYLE = (
 POD_ROW_STYLE = "display:flex;gap:0.8em;white-space:nowrap;align-items:baseline;padding:0 2px"
 
 
+# The ✗ of a failed pod's row, on the row's red background: the error colour mixed with the text
+# colour, darker in Light and lighter in Dark (5.9:1 and 5.2:1 on the row; the plain error
+# colour is 3.95:1 and 3.66:1). Where color-mix() is dropped (a sanitized notebook), the
+# first declaration holds.
+FAIL_MARK_STYLE = (
+    f"color:{FAIL_COLOUR};color:color-mix(in srgb,{FAIL_COLOUR} 70%,{TEXT_COLOUR});font-weight:bold"
+)
+
+
+# A failed pod's row: bold, on the stderr background, with a red rule; its texts in the text
+# colour (the muted one is 4.33:1 on that background in Light).
 POD_FAILED_ROW_STYLE = (
     f";font-weight:bold;background-color:{STDERR_BACKGROUND}"
     f";border-left-width:3px;border-left-style:solid;border-left-color:{FAIL_COLOUR}"
@@ -130,4 +144,15 @@ STATE_COLOURS.update(
         "Timed out": STATE_COLOURS["Suspended"],
         "Closed at kernel exit": STATE_COLOURS["Deleted"],
     }
+)
+
+
+# The error a cell of ours raises is shown by the front end in a <pre> that breaks inside words
+# ("use|r-queue"). This rule, sent with our panels and frozen outputs, wraps the error text of
+# output areas holding one of our views between words; it applies where the output is trusted
+# (run in this session), the sanitizer drops <style> from an untrusted notebook.
+ERROR_WRAP_CSS = (
+    "<style>.jp-OutputArea:has(.trainjob-status,.trainjob-output,.trainjob-multipod-output) "
+    '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"] pre'
+    f"{{{WRAP_STYLE}}}</style>"
 )
