@@ -228,6 +228,7 @@ class LocalCluster:
             admission_hooks=self.admission_hooks,
             subresource_getters=self.subresource_getters,
             exec_errors=self.exec_errors,
+            node_allocatable=self.node.quantities(),
         )
         self._ctx = ctx
         app = ApiServer(ctx).make_app()

@@ -12,6 +12,9 @@ _MAGIC_WORDING = (
     ("pass config_file=...", "pass --kubeconfig PATH"),
     ("pass context=...", "pass --context NAME"),
     ("point KUBECONFIG at a running one", "point KUBECONFIG or --kubeconfig at a running one"),
+    ("with cpu=...", "with --cpu"),  # a request the local cluster's node can never hold
+    ("memory=...", "--memory"),
+    ("gpu=...", "--gpu"),
 )
 
 

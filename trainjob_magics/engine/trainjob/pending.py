@@ -17,14 +17,20 @@ DEFAULT_IMAGE_PULL_RETRIES = 3
 
 @dataclass(frozen=True)
 class PodProblem:
-    """What keeps a pod from running, in one line; ``hopeless``: waiting cannot help."""
+    """What keeps a pod from running, in one line; ``hopeless``: waiting cannot help (``fix``
+    then says what to do instead, when more than the image's fix); ``waits``: what the pod waits
+    for, said instead of the reason (a real cluster's unschedulable pod waits for a node)."""
 
     pod: str
     reason: str
     message: str
     hopeless: bool = False
+    fix: str = ""
+    waits: str = ""
 
     def line(self) -> str:
+        if self.waits:
+            return f"pod {self.pod} {self.waits}: {self.message}"
         return (
             f"pod {self.pod}: {self.reason}: {self.message}"
             if self.message

@@ -32,6 +32,7 @@ from ..kueue.api import find_workload
 from ..kueue.status import eviction_count
 from ..notify import notify
 from ..result import JobStatus
+from .capacity import WAIT_FOR_NODE, LocalNode, beyond_node, local_node, never_fits_line
 from .lifecycle import delete_hint, delete_trainjob, fetch_trainjob
 from .pending import DEFAULT_IMAGE_PULL_RETRIES, PodProblem, pod_problem
 from .status import job_status, trainjob_failure
@@ -121,6 +122,21 @@ def wait_for_trainer_pod(
     problem: list[PodProblem | None] = [None]
     events_read = [0.0]
     waiting_since = time.monotonic()
+    node: list[LocalNode | None] = []  # read once, at the first unschedulable pod
+
+    def judged(trainer: dict[str, Any], found: PodProblem | None) -> PodProblem | None:
+        """An unschedulable pod on the local cluster whose request is above its only node's
+        allocatable can never start (hopeless); on a real cluster it waits for a node."""
+        if found is None or found.reason != "Unschedulable":
+            return found
+        if not node:
+            node.append(local_node(api))
+        if node[0] is None:
+            return dataclasses.replace(found, waits=WAIT_FOR_NODE)
+        over = beyond_node(trainer, node[0])
+        if not over:
+            return found  # other pods hold the room: it frees up again
+        return dataclasses.replace(found, hopeless=True, fix=never_fits_line(name, over, node[0]))
 
     def why_waiting(trainer: dict[str, Any] | None) -> PodProblem | None:
         """The trainer pod's problem: from the pod itself at every change; its Events too once
@@ -131,11 +147,12 @@ def wait_for_trainer_pod(
         now = time.monotonic()
         if now - waiting_since < EVENTS_AFTER:
             found = pod_problem(trainer, [], image_pull_retries=image_pull_retries)
-            return found if found is not None else problem[0]
+            return judged(trainer, found) if found is not None else problem[0]
         if now - events_read[0] >= EVENTS_EVERY:
             events_read[0] = now
             events = events_about(api, namespace, pod_name(trainer), "Pod")
-            problem[0] = pod_problem(trainer, events, image_pull_retries=image_pull_retries)
+            found = pod_problem(trainer, events, image_pull_retries=image_pull_retries)
+            problem[0] = judged(trainer, found)
         return problem[0]
 
     def check() -> dict[str, Any] | None:
@@ -146,6 +163,8 @@ def wait_for_trainer_pod(
         if found is not None:
             status = dataclasses.replace(status, problem=found.line())
         reporter.report(status)
+        if found is not None and found.hopeless and found.fix:
+            raise PodStartError(f"{found.fix}; the scheduler says: {found.message}")
         if found is not None and found.hopeless:
             raise PodStartError(
                 f"the trainer pod of TrainJob {name} cannot start: {found.line()}; fix the "

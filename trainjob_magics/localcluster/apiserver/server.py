@@ -9,6 +9,7 @@ from aiohttp import web
 
 from ..core.apierror import ApiError, not_found
 from ..core.resources import AGGREGATED_GROUPS, NATIVE_GROUPS
+from ..kubelet.node import NODE_NAME
 from .api_request import USER_KEY, Target, accepts_json, query_bool
 from .api_response import (
     NOT_ALLOWED,
@@ -31,10 +32,16 @@ from .server_context import ServerContext
 
 log = logging.getLogger(__name__)
 
+# The local cluster's marker: gitVersion carries the build metadata "+trainjob-magics-local"
+# (as k3s says "+k3s1"), and /version adds LOCAL_NODE_FIELD, its one node's name and
+# allocatable resources (clients decode version.Info and ignore the extra field). A client
+# that sees both knows that no other node can ever join (docs/local-cluster.md).
+LOCAL_MARKER = "+trainjob-magics-local"
+LOCAL_NODE_FIELD = "trainjobMagicsLocalNode"
 VERSION = {
     "major": "1",
     "minor": "32",
-    "gitVersion": "v1.32.4",
+    "gitVersion": "v1.32.4" + LOCAL_MARKER,
     "gitCommit": "59526cd4867447956156ae3a602fcbac10a2c335",
     "gitTreeState": "clean",
     "buildDate": "2025-04-22T16:02:27Z",
@@ -87,10 +94,14 @@ class ApiServer(RestHandlers, PodEndpoints):
                 paths += [f"/apis/{group}/{v}" for v in versions]
         return {"paths": sorted(set(paths))}
 
+    def _version(self) -> dict[str, Any]:
+        node = {"name": NODE_NAME, "allocatable": dict(self.ctx.node_allocatable)}
+        return {**VERSION, LOCAL_NODE_FIELD: node}
+
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/") or "/"
         if path == "/version":
-            return json_response(VERSION)
+            return json_response(self._version())
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")
         if path == "/":

@@ -46,6 +46,9 @@ class ServerContext:
     # WebSocket upgrade) or "translated" (after the 101, as a 1.30+ apiserver's stream
     # translator does: a Status on channel 3).
     exec_errors: str = "pre-upgrade"
+    # The one node's Node.status.allocatable (quantities), served in /version under
+    # LOCAL_NODE_FIELD: no Node object is served, and a client learns what the node holds.
+    node_allocatable: dict[str, str] = field(default_factory=dict)
 
 
 def new_token() -> str:

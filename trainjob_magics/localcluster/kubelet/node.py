@@ -65,6 +65,17 @@ class NodeResources:
             PODS_RESOURCE: self.pods,
         }
 
+    def quantities(self) -> dict[str, str]:
+        """``Node.status.allocatable`` as the kubelet reports it: quantities as strings."""
+        cpu = str(self.milli_cpu // 1000) if self.milli_cpu % 1000 == 0 else f"{self.milli_cpu}m"
+        return {
+            CPU: cpu,
+            MEMORY: str(self.memory),
+            EPHEMERAL: str(self.ephemeral_storage),
+            GPU: str(self.gpus),
+            PODS_RESOURCE: str(self.pods),
+        }
+
     def describe(self) -> str:
         cpu = str(self.milli_cpu // 1000) if self.milli_cpu % 1000 == 0 else f"{self.milli_cpu}m"
         mem = self.memory
