@@ -93,6 +93,25 @@ def exec_path(namespace: str, pod: str, command: list[str], container: str | Non
     return f"/api/v1/namespaces/{namespace}/pods/{pod}/exec?" + urllib.parse.urlencode(q)
 
 
+_SSL_CONTEXTS: dict[tuple[bytes | None, str | None, str | None], ssl.SSLContext] = {}
+
+
+def _ssl_context(target: KubeTarget) -> ssl.SSLContext:
+    """One TLS context per CA and client certificate (built once: loading them costs
+    milliseconds, which the floor should not pay on every exec)."""
+    key = (target.ca_pem, target.cert_file, target.key_file)
+    ctx = _SSL_CONTEXTS.get(key)
+    if ctx is None:
+        ctx = ssl.create_default_context(cadata=target.ca_pem.decode() if target.ca_pem else None)
+        ctx.check_hostname = False
+        if not target.ca_pem:
+            ctx.verify_mode = ssl.CERT_NONE
+        if target.cert_file:
+            ctx.load_cert_chain(target.cert_file, target.key_file)
+        _SSL_CONTEXTS[key] = ctx
+    return ctx
+
+
 def _send_upgrade(target: KubeTarget, path: str) -> socket.socket:
     """A (TLS) socket to the API server with the exec upgrade request for ``path`` sent."""
     u = urllib.parse.urlparse(target.server)
@@ -101,11 +120,7 @@ def _send_upgrade(target: KubeTarget, path: str) -> socket.socket:
     sock: socket.socket = socket.create_connection((host, port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if u.scheme == "https":
-        ctx = ssl.create_default_context(cadata=target.ca_pem.decode() if target.ca_pem else None)
-        ctx.check_hostname = False
-        if not target.ca_pem:
-            ctx.verify_mode = ssl.CERT_NONE
-        sock = ctx.wrap_socket(sock, server_hostname=host)
+        sock = _ssl_context(target).wrap_socket(sock, server_hostname=host)
     key = base64.b64encode(os.urandom(16)).decode()
     req = (
         f"GET {path} HTTP/1.1\r\n"
@@ -113,7 +128,8 @@ def _send_upgrade(target: KubeTarget, path: str) -> socket.socket:
         "Upgrade: websocket\r\nConnection: Upgrade\r\n"
         f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
         "Sec-WebSocket-Protocol: v5.channel.k8s.io, v4.channel.k8s.io\r\n"
-        f"Authorization: Bearer {target.token}\r\n\r\n"
+        + (f"Authorization: Bearer {target.token}\r\n" if target.token else "")
+        + "\r\n"
     )
     sock.sendall(req.encode())
     return sock

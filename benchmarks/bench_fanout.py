@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from benchmarks import baselines, fixtures, k8s
 from benchmarks.common import NOT_AVAILABLE, Context, Row, Stats, secs, yes_no
@@ -12,80 +13,110 @@ NAME = "fanout"
 CMD = ["sh", "-c", "sleep 0.1; hostname"]
 
 
-def _job(ctx: Context, n: int) -> tuple[str, list[str]]:
-    name = k8s.new_name(f"fan{n}")
-    k8s.create_trainjob(ctx.kubeconfig, ctx.namespace, name, num_nodes=n)
-    ctx.shared.setdefault("jobs", []).append(name)
-    return name, k8s.wait_pods_running(ctx.kubeconfig, ctx.namespace, name, count=n, timeout=120)
+@dataclass
+class Fanout:
+    """Per pod count: one after another (stock client), the floor (a raw reader per pod, one
+    thread each) and ours (``execute(..., pods="all")``), plus why ours is missing, if it is."""
+
+    sizes: list[int]
+    reps: int
+    seq: dict[int, Stats] = field(default_factory=dict)
+    floor: dict[int, Stats] = field(default_factory=dict)
+    ours: dict[int, Stats] = field(default_factory=dict)
+    why: str = ""
+    startup: dict[int, float] = field(default_factory=dict)  # TrainJob created -> all Running
 
 
-def run(ctx: Context) -> list[Row]:
-    """Sequential stock-client baseline always; ours only once execute(..., pods=) exists."""
-    sizes = [2, 4] if ctx.smoke else [8, 32, 64]
-    reps = 1 if ctx.smoke else 3
-    core = k8s.core_api(ctx.kubeconfig)
-    why = ""
+def measure(
+    kubeconfig: str,
+    namespace: str,
+    sizes: list[int],
+    reps: int,
+    jobs: list[str],
+    *,
+    cpu: str | None = None,
+    timeout: float = 120,
+) -> Fanout:
+    """One TrainJob per size (its name appended to ``jobs`` for the cleanup; deleted after its
+    size), then, on the same pods: one after another, the floor, ours."""
+    res = Fanout(sizes, reps)
+    core = k8s.core_api(kubeconfig)
     tm = None
     try:
         tm = fixtures.engine_api()
         if not fixtures.supports_kwarg(tm.TrainJobSession.execute, "pods"):
-            why = "`session.execute(..., pods=)` not built yet (issue 6)"
+            res.why = "`session.execute(..., pods=)` not built yet (issue 6)"
     except fixtures.Unavailable as e:
-        why = str(e)
-    target = k8s.read_kubeconfig(ctx.kubeconfig)
-    floor: dict[int, Stats] = {}
-    seq: dict[int, Stats] = {}
-    ours: dict[int, Stats] = {}
+        res.why = str(e)
+    target = k8s.read_kubeconfig(kubeconfig)
     for n in sizes:
-        name, pods = _job(ctx, n)
+        name = k8s.new_name(f"fan{n}")
+        t0 = time.perf_counter()
+        k8s.create_trainjob(kubeconfig, namespace, name, num_nodes=n, cpu=cpu)
+        jobs.append(name)
+        pods = k8s.wait_pods_running(kubeconfig, namespace, name, count=n, timeout=timeout)
+        res.startup[n] = time.perf_counter() - t0
         seq_s = []
         for _ in range(reps):
             t0 = time.perf_counter()
             for pod in pods:
-                r = baselines.stock_exec(core, pod, ctx.namespace, CMD)
+                r = baselines.stock_exec(core, pod, namespace, CMD)
                 assert r.status and r.status["returncode"] == 0
             seq_s.append(time.perf_counter() - t0)
-        seq[n] = Stats(seq_s)
+        res.seq[n] = Stats(seq_s)
         par_s = []
         with ThreadPoolExecutor(n) as pool:
             for _ in range(reps):
                 t0 = time.perf_counter()
-                res = list(
-                    pool.map(lambda p: baselines.raw_exec(target, ctx.namespace, p, CMD), pods)
-                )
+                out = list(pool.map(lambda p: baselines.raw_exec(target, namespace, p, CMD), pods))
                 par_s.append(time.perf_counter() - t0)
-                assert all(r.status and r.status.get("status") == "Success" for r in res)
-        floor[n] = Stats(par_s)
-        if not why and tm is not None:
-            sess = tm.attach(name, namespace=ctx.namespace, config_file=ctx.kubeconfig)
+                assert all(r.status and r.status.get("status") == "Success" for r in out)
+        res.floor[n] = Stats(par_s)
+        if not res.why and tm is not None:
+            sess = tm.attach(name, namespace=namespace, config_file=kubeconfig)
             sess.execute(CMD, pods="all")  # warm-up
             our_s = []
             for _ in range(reps):
                 t0 = time.perf_counter()
-                res = sess.execute(CMD, pods="all")
+                got = sess.execute(CMD, pods="all")
                 our_s.append(time.perf_counter() - t0)
-                assert len(res) == n and not getattr(res, "errors", None), res
-            ours[n] = Stats(our_s)
-        k8s.delete_trainjob(ctx.kubeconfig, ctx.namespace, name)
+                assert len(got) == n and not getattr(got, "errors", None), got
+            res.ours[n] = Stats(our_s)
+        k8s.delete_trainjob(kubeconfig, namespace, name)
+    return res
+
+
+def rows(
+    res: Fanout,
+    bench: str = NAME,
+    where: str = "",
+    floor_limit: float = 1.25,
+    floor_goal: str = "",
+) -> list[Row]:
+    """Ours vs one after another, and vs the floor."""
+    sizes, seq, floor, ours = res.sizes, res.seq, res.floor, res.ours
     base_txt = ", ".join(f"{n}: {secs(seq[n].median)}" for n in sizes)
     floor_txt = ", ".join(f"{n}: {secs(floor[n].median)}" for n in sizes)
     floor_growth = floor[sizes[-1]].median / floor[sizes[0]].median
-    what = f"Fan-out `{' '.join(CMD[2:])}` to {'/'.join(map(str, sizes))} pods (n={reps})"
+    counts = "/".join(map(str, sizes))
+    what = f"Fan-out `{' '.join(CMD[2:])}` to {counts} pods{where} (n={res.reps})"
     goal = f"near-constant: {sizes[-1]} pods <= 2x the time of {sizes[0]}"
     # This cluster spawns every exec's processes on the machine's own cores, so its floor grows
     # with the pod count too: the engine's near-constant goal is the stub row's
     # (bench_fanout_stub); here ours must stay near this machine's floor at every size.
-    floor_goal = "<= 1.25x the floor at every size (near-constant: the stub row)"
+    floor_goal = floor_goal or (
+        f"<= {floor_limit}x the floor at every size (near-constant: the stub row)"
+    )
     if not ours:
         return [
             Row(
                 what,
-                f"{NOT_AVAILABLE}: {why}",
+                f"{NOT_AVAILABLE}: {res.why}",
                 f"one after another: {base_txt}",
                 "-",
                 goal,
                 "n/a",
-                bench=NAME,
+                bench=bench,
             ),
             Row(
                 f"{what}: floor",
@@ -94,14 +125,14 @@ def run(ctx: Context) -> list[Row]:
                 "-",
                 "reference",
                 "n/a",
-                bench=NAME,
+                bench=bench,
             ),
         ]
     our_txt = ", ".join(f"{n}: {secs(ours[n].median)}" for n in sizes)
     growth = ours[sizes[-1]].median / ours[sizes[0]].median
     speed = ", ".join(f"{seq[n].median / ours[n].median:.1f}x" for n in sizes)
     vs_floor = ", ".join(f"{ours[n].median / floor[n].median:.2f}x" for n in sizes)
-    near_floor = all(ours[n].median <= 1.25 * floor[n].median for n in sizes)
+    near_floor = all(ours[n].median <= floor_limit * floor[n].median for n in sizes)
     return [
         Row(
             f"{what} vs one after another",
@@ -111,7 +142,7 @@ def run(ctx: Context) -> list[Row]:
             f"{floor_growth:.2f}x",
             ">= 5x faster than one after another at every size",
             yes_no(all(seq[n].median >= 5 * ours[n].median for n in sizes)),
-            bench=NAME,
+            bench=bench,
         ),
         Row(
             f"{what} vs this machine's floor",
@@ -121,6 +152,18 @@ def run(ctx: Context) -> list[Row]:
             f"ours / floor: {vs_floor}",
             floor_goal,
             yes_no(near_floor),
-            bench=NAME,
+            bench=bench,
         ),
     ]
+
+
+def run(ctx: Context) -> list[Row]:
+    """Sequential stock-client baseline always; ours only once execute(..., pods=) exists."""
+    res = measure(
+        ctx.kubeconfig,
+        ctx.namespace,
+        [2, 4] if ctx.smoke else [8, 32, 64],
+        1 if ctx.smoke else 3,
+        ctx.shared.setdefault("jobs", []),
+    )
+    return rows(res)

@@ -75,6 +75,7 @@ class Context:
     reps: int
     notes: list[str] = field(default_factory=list)
     shared: dict[str, Any] = field(default_factory=dict)
+    realstack_dir: str = ""  # a devtools.realstack state folder (bench_realstack), if given
 
     def note(self, text: str) -> None:
         """Add a footnote printed under the table."""

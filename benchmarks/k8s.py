@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import base64
+import os
+import shutil
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -18,11 +22,35 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 @dataclass
 class KubeTarget:
-    """Server URL, bearer token and CA bytes read from a kubeconfig."""
+    """Server URL, bearer token or client certificate (files), and CA bytes from a kubeconfig."""
 
     server: str
     token: str
     ca_pem: bytes | None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+
+def _client_files(user: dict[str, Any]) -> tuple[str | None, str | None]:
+    """Paths of the user's client certificate and key; inline ``-data`` is written to a private
+    temporary folder (removed at exit), as ``ssl.load_cert_chain`` only takes files."""
+    paths: list[str | None] = []
+    folder = ""
+    for kind in ("client-certificate", "client-key"):
+        if user.get(kind):
+            paths.append(user[kind])
+        elif user.get(f"{kind}-data"):
+            if not folder:
+                folder = tempfile.mkdtemp(prefix="tjm-bench-cert-")
+                atexit.register(shutil.rmtree, folder, True)
+            path = os.path.join(folder, kind)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(base64.b64decode(user[f"{kind}-data"]))
+            paths.append(path)
+        else:
+            paths.append(None)
+    return paths[0], paths[1]
 
 
 def read_kubeconfig(path: str) -> KubeTarget:
@@ -39,7 +67,14 @@ def read_kubeconfig(path: str) -> KubeTarget:
     elif cluster.get("certificate-authority"):
         with open(cluster["certificate-authority"], "rb") as f:
             ca = f.read()
-    return KubeTarget(server=cluster["server"], token=user.get("token", ""), ca_pem=ca)
+    cert, key = _client_files(user)
+    return KubeTarget(
+        server=cluster["server"],
+        token=user.get("token", ""),
+        ca_pem=ca,
+        cert_file=cert,
+        key_file=key,
+    )
 
 
 def core_api(kubeconfig: str) -> client.CoreV1Api:
@@ -53,17 +88,17 @@ def custom_api(kubeconfig: str) -> client.CustomObjectsApi:
 
 
 def trainjob_body(
-    name: str, runtime: str = "torch-distributed", num_nodes: int = 1
+    name: str, runtime: str = "torch-distributed", num_nodes: int = 1, cpu: str | None = None
 ) -> dict[str, Any]:
-    """A minimal TrainJob whose pods sleep forever."""
+    """A minimal TrainJob whose pods sleep forever (``cpu``: each node's request and limit)."""
+    trainer: dict[str, Any] = {"command": ["sleep", "infinity"], "numNodes": num_nodes}
+    if cpu:
+        trainer["resourcesPerNode"] = {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}
     return {
         "apiVersion": f"{TRAINJOB_GROUP}/{TRAINJOB_VERSION}",
         "kind": "TrainJob",
         "metadata": {"name": name, "labels": {"trainjob-magics/benchmark": "true"}},
-        "spec": {
-            "runtimeRef": {"name": runtime},
-            "trainer": {"command": ["sleep", "infinity"], "numNodes": num_nodes},
-        },
+        "spec": {"runtimeRef": {"name": runtime}, "trainer": trainer},
     }
 
 
@@ -78,6 +113,7 @@ def create_trainjob(
     name: str,
     runtime: str = "torch-distributed",
     num_nodes: int = 1,
+    cpu: str | None = None,
 ) -> None:
     """Create a TrainJob through CustomObjectsApi (as the Kubeflow SDK does)."""
     custom_api(kubeconfig).create_namespaced_custom_object(
@@ -85,7 +121,7 @@ def create_trainjob(
         TRAINJOB_VERSION,
         namespace,
         "trainjobs",
-        trainjob_body(name, runtime, num_nodes),
+        trainjob_body(name, runtime, num_nodes, cpu),
     )
 
 

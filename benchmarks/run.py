@@ -23,6 +23,7 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import fixtures
+from benchmarks.bench_realstack import SECTION
 from benchmarks.common import Context, Row, fmt_table, machine_info
 
 # name -> module, in table order
@@ -39,7 +40,10 @@ BENCHMARKS: dict[str, str] = {
     "transfer": "benchmarks.bench_transfer",
     "fanout-stub": "benchmarks.bench_fanout_stub",
     "connect": "benchmarks.bench_connect",
+    "realstack": "benchmarks.bench_realstack",  # a line saying so unless a stack is given
 }
+# benchmarks that bring their own cluster: the local one is only started for the others
+OWN_CLUSTER = {"realstack"}
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results.md"
 
 
@@ -54,6 +58,9 @@ def cluster_for(
     """
     if kubeconfig:
         yield None, kubeconfig, os.environ.get("BENCH_NAMESPACE", "default")
+        return
+    if mode == "none":
+        yield None, "", "default"
         return
     path = workdir / "kubeconfig"
     if mode == "process":
@@ -99,6 +106,58 @@ def cluster_process(kubeconfig: Path, root: Path, **options: float) -> Iterator[
             proc.wait()
 
 
+def _command(args: argparse.Namespace) -> str:
+    return (
+        "python -m benchmarks"
+        + (" --smoke" if args.smoke else "")
+        + (f" --only {args.only}" if args.only else "")
+        + (f" --realstack-dir {args.realstack_dir}" if args.realstack_dir else "")
+    )
+
+
+def _machine(info: dict[str, str]) -> str:
+    return (
+        f"Machine: {info['cpu']}, {info['cores']} cores, {info['memory']} RAM, "
+        f"Python {info['python']}, Linux {info['kernel']}"
+    )
+
+
+def render_realstack(
+    rows: list[Row], info: dict[str, str], stack: dict | None, args: argparse.Namespace
+) -> str:
+    """The "On the real stack" section: its own run line, stack versions, load, table, notes."""
+    mode = "smoke (tiny sizes, not meaningful)" if args.smoke else "full"
+    lines = [SECTION, "", f"Run: {info['date']} · mode: {mode} · command: `{_command(args)}`", ""]
+    if stack:
+        lines += [
+            f"Stack: {stack['stack']} (devtools/realstack: pods run as local processes on this "
+            "machine, exec goes apiserver -> node agent over SPDY -> pod runner).",
+            "",
+            f"{_machine(info)}. Load average {stack['load']}.",
+            "",
+            "Same conventions as the table above: every baseline in the same run, interleaved "
+            "with ours where possible, through the same kube-apiserver.",
+            "",
+        ]
+    lines.append(fmt_table(rows))
+    notes = (stack or {}).get("notes", [])
+    if notes:
+        lines += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
+    return "\n".join(lines)
+
+
+def merge(old: str, main: str | None, section: str | None) -> str:
+    """The new document: ``main`` (None: keep the old file's main part) followed by
+    ``section``, the real-stack section (None: keep the old file's, if it has one)."""
+    cut = old.find("\n" + SECTION + "\n")
+    old_main, old_section = (old, "") if cut < 0 else (old[: cut + 1], old[cut + 1 :])
+    if main is None:
+        main = old_main or "# Benchmark results\n\n(only the real-stack rows were run)\n"
+    if section is None:
+        section = old_section
+    return main.rstrip("\n") + "\n" + (f"\n{section.rstrip()}\n" if section else "")
+
+
 def render(
     rows: list[Row], info: dict[str, str], notes: list[str], args: argparse.Namespace
 ) -> str:
@@ -107,13 +166,9 @@ def render(
     lines = [
         "# Benchmark results",
         "",
-        f"Run: {info['date']} · mode: {mode} · command: `python -m benchmarks"
-        + (" --smoke" if args.smoke else "")
-        + (f" --only {args.only}" if args.only else "")
-        + "`",
+        f"Run: {info['date']} · mode: {mode} · command: `{_command(args)}`",
         "",
-        f"Machine: {info['cpu']}, {info['cores']} cores, {info['memory']} RAM, "
-        f"Python {info['python']}, Linux {info['kernel']}",
+        _machine(info),
         "",
         "Times are median (min-max) over the repetitions unless a row says otherwise; "
         "ratios are baseline / ours (higher is better for us) unless the goal says otherwise. "
@@ -143,6 +198,12 @@ def main(argv: list[str] | None = None) -> int:
         help="run the local cluster in a child process (default) or in this process",
     )
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
+    ap.add_argument(
+        "--realstack-dir",
+        default=os.environ.get("TRAINJOB_MAGICS_REALSTACK_DIR", ""),
+        help="a devtools.realstack state folder for the `realstack` rows "
+        "(default: $TRAINJOB_MAGICS_REALSTACK_DIR; without one they are one skipped line)",
+    )
     args = ap.parse_args(argv)
 
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(BENCHMARKS)
@@ -155,12 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tjm-bench-") as tmp:
         workdir = Path(tmp)
-        with cluster_for(args.kubeconfig, workdir, args.cluster) as (
+        local = any(n not in OWN_CLUSTER for n in names)
+        with cluster_for(args.kubeconfig, workdir, args.cluster if local else "none") as (
             cluster,
             kubeconfig,
             namespace,
         ):
-            os.environ["KUBECONFIG"] = kubeconfig
+            if kubeconfig:
+                os.environ["KUBECONFIG"] = kubeconfig
             ctx = Context(
                 cluster=cluster,
                 kubeconfig=kubeconfig,
@@ -168,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                 smoke=args.smoke,
                 workdir=workdir,
                 reps=3 if args.smoke else 5,
+                realstack_dir=args.realstack_dir,
             )
             try:
                 for name in names:
@@ -191,7 +255,18 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 fixtures.cleanup(ctx)
     ctx.note(f"Whole run took {time.monotonic() - t_start:.0f} s.")
-    doc = render(rows, info, ctx.notes, args)
+    main_rows = [r for r in rows if r.bench not in OWN_CLUSTER]
+    stack_rows = [r for r in rows if r.bench in OWN_CLUSTER]
+    stack = ctx.shared.get("realstack")
+    old = output.read_text() if output.exists() else ""
+    doc = merge(
+        old,
+        render(main_rows, info, ctx.notes, args) if main_rows else None,
+        # a skipped (no stack) line does not replace measured rows already in the file
+        render_realstack(stack_rows, info, stack, args)
+        if stack_rows and (stack or f"\n{SECTION}\n" not in old)
+        else None,
+    )
     print(doc)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(doc)
