@@ -22,7 +22,8 @@ from tests.helpers.kube import delete_all_trainjobs
 from tests.helpers.polling import wait_until
 from trainjob_magics import connect
 from trainjob_magics.cli import main as cli_main
-from trainjob_magics.engine import ConnectTimeoutError, TrainJobSession
+from trainjob_magics.engine import ConnectTimeoutError, PodStartError, TrainJobSession
+from trainjob_magics.engine.trainjob.body import build_trainjob, generate_name
 from trainjob_magics.localcluster import LocalCluster
 from trainjob_magics.localcluster.controller.scheduler import fit_error, fit_reasons
 from trainjob_magics.localcluster.kubelet.node import (
@@ -74,6 +75,27 @@ def pod_events(core: client.CoreV1Api, pod: str) -> list[Any]:
     return core.list_namespaced_event(
         "default", field_selector=f"involvedObject.name={pod},involvedObject.kind=Pod"
     ).items
+
+
+def stuck_job(kc: str, core: client.CoreV1Api, **resources: str) -> Any:
+    """A TrainJob created through the API (connect would fail at once: its request is above
+    the node) and its trainer pod once the scheduler marked it; the job is left in place."""
+    name = generate_name()
+    body = build_trainjob(name, "default", RUNTIME, **resources)
+    api = config.new_client_from_config(config_file=kc)
+    try:
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", body
+        )
+    finally:
+        api.close()
+
+    def marked() -> Any:
+        pod = trainer_pod(core, name)
+        conds = (pod.status.conditions or []) if pod is not None else []
+        return pod if any(c.type == "PodScheduled" for c in conds) else None
+
+    return wait_until(marked)
 
 
 def connect_in_thread(kc: str, **kw: Any) -> tuple[threading.Thread, dict[str, Any]]:
@@ -143,17 +165,25 @@ def test_cli_rejects_a_bad_capacity(capsys: pytest.CaptureFixture[str]) -> None:
 # -- through the engine --------------------------------------------------------------------
 
 
-def test_too_many_gpus_stays_pending_with_the_schedulers_message(
+def test_too_many_gpus_fail_connect_at_once(kc: str, core: client.CoreV1Api) -> None:
+    started = time.monotonic()
+    with pytest.raises(PodStartError) as info:
+        connect(RUNTIME, gpu=4, cpu="6", timeout=60, config_file=kc)
+    assert time.monotonic() - started < 20
+    assert "asks for cpu 6, nvidia.com/gpu 4 per pod, but the local cluster's only node " in (
+        str(info.value)
+    )
+    assert "holds cpu 4, nvidia.com/gpu 2" in str(info.value)
+    assert "--cpus/--gpus (trainjob-magics local-cluster --cpus 6 --gpus 4)" in str(info.value)
+
+
+def test_too_many_gpus_stay_pending_with_the_schedulers_message(
     kc: str, core: client.CoreV1Api
 ) -> None:
-    started = time.monotonic()
-    with pytest.raises(ConnectTimeoutError) as info:
-        connect(RUNTIME, gpu=4, timeout=3, config_file=kc)
-    assert time.monotonic() - started < 20
-    text = str(info.value)
-    assert "waiting because pod " in text and f"Unschedulable: {GPU_MESSAGE}" in text
-    job = text.split("TrainJob ", 1)[1].split(" ", 1)[0]
-    pod = trainer_pod(core, job)
+    pod = stuck_job(kc, core, gpu="4")
+    wait_until(lambda: pod_events(core, pod.metadata.name))
+    time.sleep(1.0)  # it stays so: one attempt, one Event
+    pod = core.read_namespaced_pod(pod.metadata.name, "default")
     assert pod.status.phase == "Pending" and not pod.spec.node_name
     cond = scheduled_condition(pod)
     assert (cond.status, cond.reason, cond.message) == ("False", "Unschedulable", GPU_MESSAGE)
@@ -167,11 +197,9 @@ def test_too_many_gpus_stays_pending_with_the_schedulers_message(
 
 
 def test_several_missing_resources_in_one_message(kc: str, core: client.CoreV1Api) -> None:
-    with pytest.raises(ConnectTimeoutError) as info:
-        connect(RUNTIME, cpu="6", memory="16Gi", timeout=2, config_file=kc)
-    assert (
+    pod = stuck_job(kc, core, cpu="6", memory="16Gi")
+    assert scheduled_condition(pod).message == (
         "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory. " + NO_VICTIMS
-        in str(info.value)
     )
 
 
@@ -297,10 +325,8 @@ def test_preemption_policy_never_is_in_the_message(small: LocalCluster, kc: str)
 def test_kubectl_shows_the_scheduling_events(
     small: LocalCluster, kc: str, core: client.CoreV1Api, tmp_path: Path
 ) -> None:
-    with pytest.raises(ConnectTimeoutError) as info:
-        connect(RUNTIME, gpu=3, timeout=2, config_file=kc)
-    job = str(info.value).split("TrainJob ", 1)[1].split(" ", 1)[0]
-    pod = trainer_pod(core, job).metadata.name
+    pod = stuck_job(kc, core, gpu="3").metadata.name
+    wait_until(lambda: any(e.reason == "FailedScheduling" for e in pod_events(core, pod)))
     env = {**os.environ, "HOME": str(tmp_path), "KUBECONFIG": kc}
     got = subprocess.run(
         [

@@ -147,7 +147,9 @@ def wait_for_trainer_pod(
         now = time.monotonic()
         if now - waiting_since < EVENTS_AFTER:
             found = pod_problem(trainer, [], image_pull_retries=image_pull_retries)
-            return judged(trainer, found) if found is not None else problem[0]
+            if found is not None:
+                problem[0] = judged(trainer, found)  # the timeout names it too
+            return problem[0]
         if now - events_read[0] >= EVENTS_EVERY:
             events_read[0] = now
             events = events_about(api, namespace, pod_name(trainer), "Pod")
