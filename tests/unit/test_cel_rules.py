@@ -106,8 +106,10 @@ def test_rule_counts() -> None:
         for plural in crds
         for version in served_versions(plural, release)
     }
-    assert counts[("kueue-main", "workloads", "v1beta2")] == 23
-    assert counts[("kueue-main", "clusterqueues", "v1beta2")] == 4
+    # kueue-main (from ../shared/k8s; the Go module proxy does not serve it), else v0.19.2.
+    kueue = releases_with("workloads")[-1]
+    assert counts[(kueue, "workloads", "v1beta2")] == 23
+    assert counts[(kueue, "clusterqueues", "v1beta2")] == 4
     assert counts[("trainer-v2.3.0", "clustertrainingruntimes", "v1alpha1")] == 11
     old_self = [
         r["rule"]
@@ -115,7 +117,7 @@ def test_rule_counts() -> None:
         if r["rule"] == "self == oldSelf"
     ]
     assert len(old_self) == 13
-    assert sum(counts.values()) >= 344
+    assert sum(counts.values()) >= (344 if kueue == "kueue-main" else 281)  # main has 63
 
 
 def test_a_rule_outside_the_library_fails_loudly() -> None:
