@@ -12,11 +12,13 @@ from collections.abc import Iterator
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
+from kubernetes import config
 
 from tests.helpers.kube import delete_all_trainjobs, trainjob_names, wait_trainjob_gone
 from tests.helpers.shell import magics_shell
 from trainjob_magics import attach, connect
 from trainjob_magics.engine import ConnectTimeoutError, JobStatus, PodStartError, TrainJobSession
+from trainjob_magics.engine.kube.requests import request
 from trainjob_magics.localcluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(120)
@@ -153,3 +155,42 @@ def test_magic_bad_image_fails_fast_and_deletes_the_job(
     assert "InvalidImageName: Failed to apply default image tag" in line
     assert "repository name (Trainer) must be lowercase" in line
     assert wait_trainjob_gone(kc, job_of(line), 10, interval=0.1)
+
+
+# -- the default node (docs/troubleshooting.md's row) and the marker --------------------------
+
+
+def test_cpu_above_the_default_node_fails_in_seconds(
+    local_cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kc = str(local_cluster.kubeconfig_path)
+    with magics_shell(local_cluster.kubeconfig_path, widgets="off", close_timeout=20.0) as sh:
+        started = time.monotonic()
+        res = sh.run_cell("%trainjob_connect torch-distributed --cpu 100 --timeout 300")
+        assert time.monotonic() - started < 20
+    assert type(res.error_in_exec).__name__ == "PodStartError"
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if "PodStartError" in x]
+    assert (
+        "asks for cpu 100 per pod, but the local cluster's only node (local-node) holds cpu 64, "
+        "and no other node can join: ask for less with --cpu, or start the local cluster with a "
+        "larger --cpus (trainjob-magics local-cluster --cpus 100); the scheduler says: 0/1 nodes "
+        "are available: 1 Insufficient cpu." in line
+    )
+    assert wait_trainjob_gone(kc, job_of(line), 10, interval=0.1)
+
+
+def test_version_carries_the_marker(one_gpu: LocalCluster) -> None:
+    api = config.new_client_from_config(config_file=str(one_gpu.kubeconfig_path))
+    try:
+        body = request(api, "GET", "/version", verb="get", resource="version")
+    finally:
+        api.close()
+    assert body["gitVersion"] == "v1.32.4+trainjob-magics-local"
+    node = body["trainjobMagicsLocalNode"]
+    assert node["name"] == "local-node"
+    assert {k: node["allocatable"][k] for k in ("cpu", "memory", "nvidia.com/gpu", "pods")} == {
+        "cpu": "64",
+        "memory": str(256 * 2**30),
+        "nvidia.com/gpu": "1",
+        "pods": "110",
+    }
