@@ -121,3 +121,38 @@ def test_error_hierarchy() -> None:
         assert issubclass(cls, E.TrainJobError) and issubclass(cls, RuntimeError)
     partial = object()
     assert E.ConnectionLostError("m", partial=partial).partial is partial  # type: ignore[arg-type]
+
+
+def test_webhook_down_names_the_webhook_and_its_controller() -> None:
+    """The real stack with Kueue's controller stopped: its mutating webhook (failurePolicy Fail)
+    refuses every TrainJob create with a 500 (docs/faults.md, faults on the real stack)."""
+    msg = (
+        'Internal error occurred: failed calling webhook "mtrainjob.kb.io": failed to call '
+        'webhook: Post "https://kueue-webhook-service.kueue-system.svc:42523/mutate-trainer-'
+        'kubeflow-org-v1alpha1-trainjob?timeout=10s": dial tcp 127.0.0.1:42523: connect: '
+        "connection refused"
+    )
+    err = map_api_exception(
+        api_exc(500, "InternalError", msg),
+        verb="create",
+        resource="trainjobs.trainer.kubeflow.org",
+        namespace="tjm",
+        name="t1",
+    )
+    assert isinstance(err, E.ApiServerError) and err.status == 500
+    assert str(err) == (
+        "could not create trainjobs.trainer.kubeflow.org t1: the admission webhook "
+        "mtrainjob.kb.io (service kueue-webhook-service in namespace kueue-system) did not "
+        "answer (connect: connection refused), so the API server refused the request and "
+        "nothing was changed; the controller serving it is down or restarting: check "
+        "`kubectl get pods -n kueue-system`, and run it again once it is back"
+    )
+    bare = map_http_failure(
+        500,
+        status(500, "InternalError", 'failed calling webhook "x.example.com": EOF'),
+        verb="update",
+        resource="jobsets",
+        name="j",
+    )
+    assert "the admission webhook x.example.com did not answer (EOF)" in str(bare)
+    assert "check its controller" in str(bare)

@@ -130,11 +130,36 @@ def map_http_failure(
             status=status,
             reason=reason or "TooManyRequests",
         )
+    webhook = _WEBHOOK.search(message or "")
+    if status == 500 and webhook:
+        return ApiServerError(webhook_message(webhook, verb, target), status=status, reason=reason)
     return ApiServerError(
         f"the Kubernetes API server failed to {verb} {target} ({status} "
         f"{reason or 'error'}{detail}); retry, or check the cluster's health",
         status=status,
         reason=reason,
+    )
+
+
+# kube-apiserver's answer when an admission webhook's controller does not answer (it is
+# down, restarting or unreachable); failurePolicy Fail turns that into a 500 on the request.
+_WEBHOOK = re.compile(
+    r'failed calling webhook "(?P<hook>[^"]+)"(?:.*?https://(?P<svc>[^./:"]+)\.(?P<ns>[^./:"]+)'
+    r"\.svc)?(?:.*?(?P<why>connect: connection refused|context deadline exceeded|no endpoints"
+    r"|i/o timeout|EOF|x509: [^;]+))?"
+)
+
+
+def webhook_message(match: re.Match[str], verb: str, target: str) -> str:
+    """``the admission webhook W (service S in namespace N) did not answer ...``: one line."""
+    service = f" (service {match['svc']} in namespace {match['ns']})" if match["svc"] else ""
+    why = f" ({match['why']})" if match["why"] else ""
+    check = f"`kubectl get pods -n {match['ns']}`" if match["ns"] else "its controller"
+    return (
+        f"could not {verb} {target}: the admission webhook {match['hook']}{service} did not "
+        f"answer{why}, so the API server refused the request and nothing was changed; the "
+        f"controller serving it is down or restarting: check {check}, and run it again once "
+        "it is back"
     )
 
 
