@@ -140,6 +140,7 @@ class Visibility:
     def __init__(self, api: ApiClient) -> None:
         self.api = api
         self.note = ""  # set once positions became unavailable
+        self.failure = ""  # the last call's transient failure (Kueue down), cleared on success
         found = kueue_api(api)
         self._versions = list(found.visibility)
         if found.known and not self._versions:
@@ -166,6 +167,7 @@ class Visibility:
         self, namespace: str, local_queue: str, workload: str
     ) -> tuple[int | None, int | None]:
         """(position in LocalQueue, in ClusterQueue), 0-based; (None, None) when unknown."""
+        self.failure = ""
         while self._versions and not self.note:
             version = self._versions[0]
             path = (
@@ -190,7 +192,11 @@ class Visibility:
                 return None, None  # this queue is not known yet: try again next time
             except ApiServerError as exc:
                 log.debug("visibility API failed: %s", exc)
+                # Kueue serves this API itself (an aggregated API): 503 while it is down
+                if exc.status in (502, 503, 504):
+                    self.failure = f"Kueue is not answering (its visibility API: {exc.status})"
                 return None, None
+            self.failure = ""
             for item in data.get("items") or []:
                 if (item.get("metadata") or {}).get("name") == workload:
                     return item.get("positionInLocalQueue"), item.get("positionInClusterQueue")
@@ -216,7 +222,7 @@ def queue_status(
         qs.position_in_local_queue, qs.position_in_cluster_queue = lq_pos, cq_pos
         if qs.cluster_queue is None:
             qs.cluster_queue = visibility.cluster_queue(namespace, qs.local_queue)
-        qs.position_note = visibility.note
+        qs.position_note = visibility.note or visibility.failure
         if lq_pos is None and not qs.position_note:
             qs.position_note = "not listed as pending"
     return qs
