@@ -103,6 +103,7 @@ CLOSE_FLUSH = 0.5  # at most this long to write our close reply
 IDLE_WAIT = 60.0  # longest single wait for output when there is no deadline
 
 
+_NODE_GONE = re.compile(r'pods "([^"]+)" not found')
 _NOT_RUNNING = re.compile(
     r"completed pod|current phase|does not have a host|not running|is terminated|"
     r"waiting to start|being deleted|terminating|container not found",
@@ -265,6 +266,17 @@ class ExecClient:
         status = int(exc.status_code or 0)
         body = exc.resp_body
         message, _reason, _details = parse_status_body(body)
+        node = _NODE_GONE.fullmatch(message or "")
+        if status == 404 and node and node[1] != pod:
+            # kube-apiserver looks the pod's node up to reach its kubelet; a deleted node
+            # answers `pods "NODE" not found` (the real stack's node deletion, docs/faults.md)
+            return PodNotRunningError(
+                f"pod {pod} was lost: its node {node[1]} was deleted; the pod garbage collector "
+                "removes the pod (about 40s) and its Job creates a replacement: run the command "
+                "again then, or check session.status()",
+                status=404,
+                reason="NodeGone",
+            )
         if status == 404:
             return PodNotRunningError(
                 f"pod {pod} is gone from namespace {namespace}"

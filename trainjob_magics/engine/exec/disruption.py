@@ -110,7 +110,32 @@ def pod_disruption(api: ApiClient, namespace: str, name: str) -> PodDisruption |
         return _from_events(api, namespace, name)
     except TrainJobError:
         return None
-    return read_disruption(pod, name)
+    found = read_disruption(pod, name)
+    node = (pod.get("spec") or {}).get("nodeName")
+    if found is None and node and pod_phase(pod) == "Running":
+        return _node_gone(api, name, str(node))
+    return found
+
+
+def _node_gone(api: ApiClient, pod: str, node: str) -> PodDisruption | None:
+    """A Running pod whose node was deleted: it still reads Running until the pod garbage
+    collector removes it (about 40 s later), but its processes are gone (a real cluster)."""
+    try:
+        request(
+            api,
+            "GET",
+            f"/api/v1/nodes/{quote(node, safe='')}",
+            verb="get",
+            resource="nodes",
+            name=node,
+            timeout=10.0,
+            attempts=2,
+        )
+    except NotFoundError:
+        return PodDisruption(pod, "lost", f"lost: its node {node} was deleted")
+    except TrainJobError:  # no permission to read nodes, or the server is busy: claim nothing
+        return None
+    return None
 
 
 __all__ = ["KILLED_EXIT_CODES", "PodDisruption", "pod_disruption", "read_disruption"]
