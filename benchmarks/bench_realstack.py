@@ -23,14 +23,21 @@ ENV = "TRAINJOB_MAGICS_REALSTACK_DIR"
 SECTION = "## On the real stack"
 FANOUT_CPU = "100m"  # per pod: 64 pods fit the default 2 x 32-cpu nodes many times over
 
-# Goals set after measuring (see the README): the apiserver proxies every exec to the node
-# agent (SPDY) which starts the command through the pod runner, the same path for every client,
-# so what is left between ours and kubectl is kubectl's own start-up and discovery.
+# Goals, set after two measured runs at load 14-19 (README, "On the real stack"). Every client
+# takes the same path (apiserver -> node agent over SPDY -> pod runner), about 15 ms for `true`
+# here, 3x the local cluster's, so the kubectl goal is the local 10x scaled down: what is left
+# between ours and kubectl is kubectl's own start-up (~230 ms). The stock client and the floor
+# keep the local goals.
 ROUNDTRIP_GOALS: tuple[tuple[str, str, str, float], ...] = (
     ("kubectl", "`kubectl exec POD -- true`", ">= 5x faster (p50 and p95)", 5.0),
     ("stock", "`kubernetes.stream.stream` loop", "no slower (p50 and p95)", 1.0),
     ("raw", "raw socket reader (floor)", "reference", 0.0),
 )
+# Each exec costs CPU in the apiserver, the node agent and the pod runner, all on this
+# machine's 2 cores: the floor itself was only 4.6-7.9x faster than one after another, so
+# ours must be 3x (not the local 5x); near the floor keeps the local cluster's 1.25x, as the
+# engine is the same.
+FANOUT_SEQ_NEED = 3.0
 FANOUT_FLOOR_LIMIT = 1.25
 CONNECT_LIMIT = 1.5
 
@@ -124,13 +131,18 @@ def run(ctx: Context) -> list[Row]:
             sub.kubeconfig,
             sub.namespace,
             [2, 4] if ctx.smoke else [8, 64],
-            1 if ctx.smoke else 3,
+            1 if ctx.smoke else 5,
             sub.shared.setdefault("jobs", []),
             cpu=FANOUT_CPU,
             timeout=300,
         )
         rows += bench_fanout.rows(
-            fan, bench=NAME, where=" on the real stack", floor_limit=FANOUT_FLOOR_LIMIT
+            fan,
+            bench=NAME,
+            where=" on the real stack",
+            floor_limit=FANOUT_FLOOR_LIMIT,
+            floor_goal=f"<= {FANOUT_FLOOR_LIMIT}x the floor at every size (as locally)",
+            seq_need=FANOUT_SEQ_NEED,
         )
         starts = ", ".join(f"{n}: {s:.1f} s" for n, s in fan.startup.items())
         sub.note(
