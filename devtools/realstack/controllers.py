@@ -808,10 +808,33 @@ def start(ctx: StackContext) -> None:
         )
 
 
-def stop(ctx: StackContext) -> None:
-    """Stop the controller processes (the cluster objects stay, as after a crash)."""
-    for name in ("kueue", "trainer", "jobset"):
+def stop(ctx: StackContext, names: tuple[str, ...] = ("kueue", "trainer", "jobset")) -> None:
+    """Stop controller processes (their cluster objects and webhook configurations stay, as
+    after a crash: with Kueue stopped, creates its webhooks cover fail, as on a real cluster)."""
+    for name in names:
         procs.stop(ctx.run, name)
+
+
+def restart(ctx: StackContext, name: str) -> None:
+    """Start one controller again (after ``stop(ctx, (name,))``) and wait until it is ready and
+    its webhooks answer through the apiserver (for the fault tests)."""
+    c = next(c for c in plan(ctx) if c.name == name)
+    _launch(ctx, c)
+    procs.wait_for(
+        f"{c.name} {c.version} ready",
+        lambda: _http_ok(_health_url(ctx, c)),
+        timeout=180,
+        run=ctx.run,
+        name=_process_name(c),
+    )
+    for probe in probe_objects(ctx, c):
+        procs.wait_for(
+            f"{c.name}'s webhooks through the apiserver",
+            lambda probe=probe: _dry_run(ctx, probe) is None,
+            timeout=120,
+            run=ctx.run,
+            name=_process_name(c),
+        )
 
 
 def status(ctx: StackContext) -> dict[str, Any]:
