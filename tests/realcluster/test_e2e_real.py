@@ -1,17 +1,16 @@
-"""Every capability against a real cluster (Kubeflow Trainer v2 and JobSet installed; Kueue for
-the queue test). docs/real-cluster.md says how to set one up with kind.
+"""Every capability against a real cluster (Kubeflow Trainer v2 and JobSet installed).
+docs/real-cluster.md says how to set one up with kind; Kueue is test_kueue_real.py's.
 
 Runs only when ``TRAINJOB_MAGICS_E2E_KUBECONFIG`` names a kubeconfig. Optional:
-``TRAINJOB_MAGICS_E2E_RUNTIME`` (default mpi-interactive), ``TRAINJOB_MAGICS_E2E_NAMESPACE``
-(default: the kubeconfig's), ``TRAINJOB_MAGICS_E2E_QUEUE`` (a Kueue LocalQueue; the Kueue test
-skips without it). ``tests/integration/test_realcluster_suite.py`` runs this module against the
-local cluster, so it is known to work wherever the API behaves as Kubernetes does.
+``TRAINJOB_MAGICS_E2E_RUNTIME`` (default mpi-interactive), ``TRAINJOB_MAGICS_E2E_RUNTIMES`` (a
+comma list: every test runs on each; default the one runtime), ``TRAINJOB_MAGICS_E2E_NAMESPACE``
+(default: the kubeconfig's). ``tests/integration/test_realcluster_suite.py`` runs this module
+against the local cluster, so it is known to work wherever the API behaves as Kubernetes does.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 import time
@@ -26,8 +25,10 @@ from trainjob_magics.engine import errors as E
 
 KUBECONFIG = os.environ.get("TRAINJOB_MAGICS_E2E_KUBECONFIG", "")
 RUNTIME = os.environ.get("TRAINJOB_MAGICS_E2E_RUNTIME", "mpi-interactive")
+RUNTIMES = [
+    r.strip() for r in os.environ.get("TRAINJOB_MAGICS_E2E_RUNTIMES", RUNTIME).split(",") if r
+]
 NAMESPACE = os.environ.get("TRAINJOB_MAGICS_E2E_NAMESPACE") or None
-QUEUE = os.environ.get("TRAINJOB_MAGICS_E2E_QUEUE") or None
 WAIT = float(os.environ.get("TRAINJOB_MAGICS_E2E_TIMEOUT", "600"))
 
 pytestmark = [
@@ -40,15 +41,20 @@ pytestmark = [
 ]
 
 
-def _connect(**kw):
+def _connect(runtime: str, **kw):
     return connect(
-        RUNTIME, config_file=KUBECONFIG, namespace=NAMESPACE, timeout=WAIT, num_nodes=2, **kw
+        runtime, config_file=KUBECONFIG, namespace=NAMESPACE, timeout=WAIT, num_nodes=2, **kw
     )
 
 
+@pytest.fixture(scope="module", params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def session() -> Iterator:
-    s = _connect()
+def session(runtime: str) -> Iterator:
+    s = _connect(runtime)
     yield s
     s.close(timeout=300)
     assert s.closed
@@ -134,14 +140,14 @@ def test_attach_and_orphans(session) -> None:
     assert other.execute("echo attached").stdout == "attached\n"
 
 
-def test_magics_in_a_real_kernel(tmp_path: Path) -> None:
+def test_magics_in_a_real_kernel(runtime: str, tmp_path: Path) -> None:
     with Kernel() as kernel:
         setup = (
             "import os\n"
             f"os.environ['KUBECONFIG'] = {KUBECONFIG!r}\n"
             "%load_ext trainjob_magics\n"
             "%config TrainJobMagics.widgets = 'off'\n"  # text output: what run_text reads
-            f"%trainjob_connect {RUNTIME} --nodes 2 --timeout {WAIT:g}"
+            f"%trainjob_connect {runtime} --nodes 2 --timeout {WAIT:g}"
             + (f" --namespace {NAMESPACE}" if NAMESPACE else "")
         )
         reply, out = kernel.run_text(setup, timeout=WAIT + 60)
@@ -156,8 +162,8 @@ def test_magics_in_a_real_kernel(tmp_path: Path) -> None:
         assert reply["status"] == "ok" and "deleted" in out, out
 
 
-def test_idle_release_with_a_short_timeout() -> None:
-    s = _connect(idle_timeout=20)
+def test_idle_release_with_a_short_timeout(runtime: str) -> None:
+    s = _connect(runtime, idle_timeout=20)
     try:
         assert s.execute("echo alive").ok
         s._heartbeat.stop()  # what a dead kernel does: no more heartbeats
@@ -171,23 +177,47 @@ def test_idle_release_with_a_short_timeout() -> None:
         s.close(timeout=300)
 
 
-def test_orphan_closed_by_name() -> None:
-    s = _connect()
+def test_orphan_closed_by_name(runtime: str) -> None:
+    s = _connect(runtime)
     line = close_trainjob(s.name, NAMESPACE, config_file=KUBECONFIG, timeout=300)
     assert "Closed TrainJob" in line or "being deleted" in line
     assert s.name not in {j.name for j in list_trainjobs(NAMESPACE, config_file=KUBECONFIG)}
 
 
-@pytest.mark.skipif(not QUEUE, reason="set TRAINJOB_MAGICS_E2E_QUEUE to a Kueue LocalQueue")
-def test_the_kueue_flow() -> None:
-    seen: list = []
-    s = _connect(queue=QUEUE, on_status=seen.append)
-    try:
-        assert s.queue == QUEUE
-        assert any(st.queue is not None for st in seen), "the queue state was reported"
-        status = s.status()
-        assert status.queue is not None and status.queue.state == "Admitted", status.queue
-        assert s.execute("echo queued").stdout == "queued\n"
-        print(json.dumps({"queue": status.queue.summary()}))
-    finally:
-        s.close(timeout=300)
+def _trainjob_names() -> set[str]:
+    return {j.name for j in list_trainjobs(NAMESPACE, config_file=KUBECONFIG)}
+
+
+def _wait_gone(name: str, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while name in _trainjob_names():
+        assert time.monotonic() < deadline, f"{name} still there {timeout:g} s after {what}"
+        time.sleep(0.5)
+
+
+def test_cleanup_at_kernel_restart_and_exit(runtime: str) -> None:
+    """Kernel > Restart and the kernel's shutdown each delete the kernel's TrainJob."""
+    suffix = os.urandom(3).hex()
+    with Kernel() as kernel:
+
+        def connect_in_kernel(name: str) -> None:
+            code = (
+                "import os\n"
+                f"os.environ['KUBECONFIG'] = {KUBECONFIG!r}\n"
+                "%load_ext trainjob_magics\n"
+                "%config TrainJobMagics.widgets = 'off'\n"
+                f"%trainjob_connect {runtime} --nodes 1 --name {name} --timeout {WAIT:g}"
+                + (f" --namespace {NAMESPACE}" if NAMESPACE else "")
+            )
+            reply, out = kernel.run_text(code, timeout=WAIT + 60)
+            assert reply["status"] == "ok", out
+            assert name in _trainjob_names()
+
+        restarted = f"kr-restart-{suffix}"
+        connect_in_kernel(restarted)
+        kernel.restart()
+        _wait_gone(restarted, 60, "the kernel restarted")
+        exited = f"kr-exit-{suffix}"
+        connect_in_kernel(exited)
+    # leaving the block shut the kernel down (a shutdown_request: its exit hooks run)
+    _wait_gone(exited, 60, "the kernel exited")

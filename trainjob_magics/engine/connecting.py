@@ -21,7 +21,12 @@ from .errors import (
 from .exec.scripts import DEFAULT_IDLE_TIMEOUT, validate_idle_timeout
 from .kube import kubeconfig
 from .kube.retry import DEFAULT_RETRY_SECONDS, validate_retry_seconds, window_of
-from .kueue.admission import check_local_queue, default_local_queue, multikueue_refusal
+from .kueue.admission import (
+    check_local_queue,
+    check_priority_class,
+    default_local_queue,
+    multikueue_refusal,
+)
 from .kueue.labels import parse_duration, queue_labels, queue_of
 from .session import TrainJobSession
 from .trainjob.body import build_trainjob, generate_name, runtime_ref
@@ -132,6 +137,8 @@ def connect(
     # Kueue manages the job with an explicit queue, or through its default LocalQueue: then
     # the maximum run time is Kueue's to enforce (its label), else the Job's deadline.
     managed = queue or default_local_queue(api, ns)
+    if managed and priority_class:
+        check_priority_class(api, priority_class)
     kueue_labels = queue_labels(queue, priority_class, max_seconds if managed else None)
     extra_labels = validate_labels({**(labels or {}), **kueue_labels} or None)
     info = fetch_runtime(api, ns, runtime)

@@ -16,11 +16,13 @@ from kubernetes.client import ApiClient
 from ..errors import (
     NotFoundError,
     PermissionDeniedError,
+    PodNotRunningError,
     QueuedTimeoutError,
     QueueUnavailableError,
     TrainJobError,
 )
 from ..kube.events import events_about
+from ..kube.requests import request
 from ..notify import notify
 from ..result import QueueStatus
 from .api import (
@@ -28,6 +30,7 @@ from .api import (
     KUEUE_GROUP,
     MULTIKUEUE_CONTROLLER,
     Visibility,
+    cluster_path,
     fetch_local_queue,
     multikueue_check,
     queue_status,
@@ -64,6 +67,32 @@ def check_local_queue(api: ApiClient, namespace: str, name: str) -> None:
             f"LocalQueue {name} is stopped (stopPolicy {lq['spec']['stopPolicy']}) in namespace "
             f"{namespace}; ask your cluster admin to resume it, or use another queue"
         )
+
+
+def check_priority_class(api: ApiClient, name: str) -> None:
+    """Fail fast before creating anything when the WorkloadPriorityClass does not exist: Kueue
+    then creates no Workload, and Kueue 0.14-0.19 record no Event saying why (only their
+    controller log does), so the job would wait in silence. A 403 (cannot read the
+    cluster-scoped classes) or any other failure passes; the Events are read while waiting."""
+    try:
+        request(
+            api,
+            "GET",
+            cluster_path(api, "workloadpriorityclasses", name),
+            verb="get",
+            resource=f"workloadpriorityclasses.{KUEUE_GROUP}",
+            name=name,
+            timeout=30.0,
+        )
+    except NotFoundError:
+        raise QueueUnavailableError(
+            f'WorkloadPriorityClass "{name}" not found, so Kueue would never admit the job; list '
+            "them with `kubectl get workloadpriorityclasses` and pass one of them (or none) as "
+            "the priority class",
+            reason="WorkloadPriorityClassNotFound",
+        ) from None
+    except TrainJobError:
+        return
 
 
 def default_local_queue(api: ApiClient, namespace: str) -> str | None:
@@ -151,12 +180,23 @@ def wait_for_admission(
     """Poll until the Workload is admitted and the TrainJob unsuspended (None on timeout).
 
     Raises QueueUnavailableError when the queue is missing/inactive/stopped or the Workload was
-    deactivated. ``fetch_trainjob`` raises NotFoundError when the job is gone.
+    deactivated, and PodNotRunningError when the TrainJob is deleted while it waits (its
+    Workload goes with it). ``fetch_trainjob`` raises NotFoundError when the job is gone.
     """
     visibility = Visibility(api)
     while True:
         qs = queue_status(api, namespace, job_uid, local_queue, visibility)
         if qs.workload is None:
+            # No Workload: not made yet, refused, or garbage-collected with a deleted TrainJob.
+            try:
+                gone = bool((fetch_trainjob().get("metadata") or {}).get("deletionTimestamp"))
+            except NotFoundError:
+                gone = True
+            if gone:
+                raise PodNotRunningError(
+                    f"TrainJob {name} was deleted in namespace {namespace} while it waited in "
+                    f"LocalQueue {local_queue}; create it again with connect(...)"
+                )
             refused = workload_refused(api, namespace, name, local_queue)
             if refused is not None:
                 report(refused)
