@@ -98,13 +98,14 @@ def have_k8s_data() -> bool:
 
 def missing_line(path: Path | None = None) -> str:
     """The one line a test skips (or fails) with when the data is missing."""
+    default = None if os.environ.get(ENV_K8S_DATA) else default_source()
     path = path or k8s_data_dir()
     line = (
         f"upstream CRDs not found at {path} (set {ENV_K8S_DATA}; expected <release>/crds/*.yaml, "
         f"from {UPSTREAM})"
     )
-    if not os.environ.get(ENV_K8S_DATA) and default_source().origin == "missing":
-        line = f"{default_source().why}; {line}"
+    if default and default.origin == "missing" and path == default.path:
+        line = f"{default.why}; {line}"  # no Go, or what the proxy said
     return line
 
 
