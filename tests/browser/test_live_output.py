@@ -230,6 +230,74 @@ def test_live_output_follows_the_tail(
         print("\nscreenshots:\n  " + "\n  ".join(str(s) for s in shots))
 
 
+LONG_20000 = (
+    "%%trainjob\nfor i in $(seq 1 200); do seq $((i * 100 - 99)) $((i * 100)); sleep 0.05; done"
+)
+
+
+def test_scrolled_up_the_view_holds_past_the_kept_lines(
+    tmp_path: Path,
+    own_cluster: Any,
+    jupyterlab_factory: Any,
+    open_notebook: Any,
+    screenshot_path: Any,
+    capsys: Any,
+) -> None:
+    """A 20,000-line cell keeps its last 1,000 lines live. Scrolled up, the reader's lines stay
+    where they are while thousands more arrive (more than the kept window); back at the bottom,
+    the view follows the tail again."""
+    root = tmp_path / "root"
+    root.mkdir()
+    _notebook(root / "hold.ipynb", [LONG_20000])
+    long = 2
+    lab = jupyterlab_factory(root, {"KUBECONFIG": str(own_cluster.kubeconfig_path)})
+    nbp = open_notebook(lab, "hold.ipynb")
+    nbp.run_all()
+    cell = nbp.cells().nth(long)
+    _wait_state(
+        nbp, long, lambda s: s["count"] >= 1000 and _line_number(s["last"]) > 1500, "1,500 lines"
+    )
+    cell.scroll_into_view_if_needed()
+    box = cell.locator(".tjm-scroll").first
+    box.hover()
+    nbp.page.mouse.wheel(0, -300)
+    up = _wait_state(nbp, long, lambda s: s["scrollTop"] < -100, "scrolled up")
+    first_seen = up["visible"][0]
+    started = time.monotonic()
+    samples = []
+    while True:
+        state = _state(nbp, long)
+        assert state is not None
+        if state["frozen"]:
+            break
+        samples.append((round(time.monotonic() - started, 1), state["visible"][0], state["last"]))
+        assert state["visible"][0] == first_seen, (first_seen, state, samples[-5:])
+        if _line_number(state["last"]) >= _line_number(up["last"]) + 3000:
+            break
+        nbp.page.wait_for_timeout(200)
+    assert _line_number(state["last"]) >= _line_number(up["last"]) + 3000, (up, state)
+    assert cell.locator(".tjm-held-note").is_visible()
+    shot = screenshot_path("hold", "scrolled-up-20000")
+    cell.screenshot(path=str(shot))
+    back = _scroll_to_bottom(nbp, long, box)
+    _wait_state(
+        nbp,
+        long,
+        lambda s: _line_number(s["last"]) >= _line_number(back["last"]) + 200 and _follows(s),
+        "following again after 200 more lines",
+    )
+    assert cell.locator(".tjm-held-note").count() == 0
+    nbp.wait_all_ran(timeout=240)
+    state = _wait_state(nbp, long, lambda s: s["frozen"] and s["footer"], "the final view")
+    assert state["visible"][-1] == "20000", state
+    with capsys.disabled():
+        print(
+            f"\nheld at {first_seen!r} from line {up['last']} to {samples[-1][2]!r}:",
+            samples[::10],
+        )
+        print(f"screenshot: {shot}")
+
+
 # Every element of ours with text of its own (or those matching the selector passed): its
 # colour over the backgrounds below it, and the contrast ratio.
 CONTRAST = """(selector) => {

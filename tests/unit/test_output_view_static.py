@@ -125,3 +125,22 @@ def test_fallback_colours_reach_4_5_to_1_on_white() -> None:
     for var in (styles.MUTED_COLOUR, styles.OK_COLOUR, styles.FAIL_COLOUR):
         ratio = (white + 0.05) / (_luminance(fallback(var)) + 0.05)
         assert ratio >= 4.5, (var, ratio)
+
+
+def test_a_shown_view_carries_the_script_that_holds_it_scrolled_up(
+    published: list[dict[str, object]],
+) -> None:
+    """views/hold.py: an invisible Output widget (rendered trusted by the front end) with the
+    script; a multi-pod view carries one for all its boxes, its pods' views none of their own."""
+    from trainjob_magics.magics.views.pods import MultiPodWidgetView
+
+    v = WidgetOutputView(interval=0)
+    (keeper,) = [c for c in v.widget.children if "tjm-hold" in c._dom_classes]
+    (output,) = keeper.outputs
+    script = output["data"]["text/html"]
+    assert script.startswith("<script>") and "closest('.trainjob-output" in script
+    assert "addEventListener('scroll'" in script and "capture: true" in script
+    multi = MultiPodWidgetView([("p-0", "node-0"), ("p-1", "node-1")], show=False)
+    assert [c for c in multi.widget.children if "tjm-hold" in c._dom_classes]
+    for pod_view in multi.views.values():
+        assert not [c for c in pod_view.widget.children if "tjm-hold" in c._dom_classes]

@@ -127,6 +127,10 @@ class WidgetOutputView:
         self.scroller = follow_tail_box(self.body)
         self.widget = w.VBox([self.scroller, self.footer])
         self.widget.add_class("trainjob-output")
+        if show:  # scrolled up, the view holds (views/hold.py); a multi-pod view holds its own
+            from .hold import hold_widget
+
+            self.widget.children = (*self.widget.children, hold_widget())
         self.renders = 0
         self._dirty = False
         self.display: Any = None

@@ -197,7 +197,9 @@ class MultiPodWidgetView:
             self.picker = w.VBox([self.selector, self.shown])
         self._set_titles()
         self.summary = w.HTML(value="")
-        self.widget = w.VBox([self.overview, self.picker, self.summary])
+        from .hold import hold_widget
+
+        self.widget = w.VBox([self.overview, self.picker, self.summary, hold_widget()])
         self.widget.add_class("trainjob-multipod-output")
         self._render_overview()
         self.display: Any = None
