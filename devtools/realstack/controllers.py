@@ -725,15 +725,24 @@ def _visibility_ok(ctx: StackContext) -> bool:
 
 
 def _wait_established(ctx: StackContext, crds: list[str]) -> None:
-    if crds:
-        kubectl(
-            ctx,
-            "wait",
-            "--for=condition=Established",
-            "--timeout=120s",
-            *[f"crd/{n}" for n in crds],
-            timeout=150,
+    """Poll (``kubectl wait`` fails at once while a new CRD has no conditions yet)."""
+
+    def established() -> bool:
+        out = kubectl(ctx, "get", "crd", *crds, "-o", "json", check=False)
+        if out.returncode != 0:
+            return False
+        data = json.loads(out.stdout)
+        items = data.get("items", [data])  # one name: the object itself
+        return len(items) == len(crds) and all(
+            any(
+                cond["type"] == "Established" and cond["status"] == "True"
+                for cond in i.get("status", {}).get("conditions") or []
+            )
+            for i in items
         )
+
+    if crds:
+        procs.wait_for(f"{len(crds)} CRDs Established", established, timeout=120)
 
 
 # --- entry points --------------------------------------------------------------------------------
