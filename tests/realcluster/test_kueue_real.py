@@ -300,7 +300,11 @@ def test_waiting_for_quota_with_a_position(made: Made) -> None:
             (
                 st.queue
                 for st in reversed(seen)
-                if st.queue is not None and st.queue.position_in_local_queue is not None
+                if st.queue is not None
+                and st.queue.position_in_local_queue is not None
+                # Kueue writes its reason once the scheduler has tried the Workload: before
+                # that the state is "waiting for Kueue to evaluate the Workload"
+                and "quota" in st.queue.message
             ),
             None,
         )
