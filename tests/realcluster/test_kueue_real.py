@@ -149,12 +149,12 @@ class Made:
 
     def connect(self, what: str, **kw: Any) -> Any:
         kw.setdefault("queue", QUEUE)
+        kw.setdefault("timeout", WAIT)
         s = connect(
             RUNTIME,
             name=self.name(what),
             config_file=KUBECONFIG,
             namespace=NAMESPACE,
-            timeout=WAIT,
             **kw,
         )
         self.sessions.append(s)
