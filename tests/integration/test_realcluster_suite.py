@@ -47,4 +47,7 @@ def test_the_real_cluster_suite_passes_on_the_local_cluster(tmp_path: Path) -> N
         )
     tail = proc.stdout[-4000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, tail
-    assert " passed" in proc.stdout and "skipped" not in proc.stdout.split("\n")[-2], tail
+    assert " passed" in proc.stdout, tail
+    # the one thing the local cluster's Kueue lacks (docs/local-cluster.md): priority preemption
+    skips = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert all("does not preempt by priority" in line for line in skips), tail
