@@ -129,7 +129,13 @@ func (a *agent) container(podName, uid, container string) (string, *containerSpe
 	if err != nil {
 		return "", nil, err
 	}
+	// The pod runner reports a container running as it starts it: its run directory may land a
+	// moment after the status that made a client exec into it.
 	runs := attempts(dir, container)
+	for wait := 0; len(runs) == 0 && wait < 50; wait++ {
+		time.Sleep(100 * time.Millisecond)
+		runs = attempts(dir, container)
+	}
 	if len(runs) == 0 {
 		return "", nil, fmt.Errorf("container %q of pod %s/%s has not started", container, ns, name)
 	}
