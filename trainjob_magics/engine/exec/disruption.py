@@ -132,10 +132,23 @@ def _node_gone(api: ApiClient, pod: str, node: str) -> PodDisruption | None:
             attempts=2,
         )
     except NotFoundError:
+        if not _serves_nodes(api):  # e.g. the local cluster: no Node objects, every GET is a 404
+            return None
         return PodDisruption(pod, "lost", f"lost: its node {node} was deleted")
     except TrainJobError:  # no permission to read nodes, or the server is busy: claim nothing
         return None
     return None
+
+
+def _serves_nodes(api: ApiClient) -> bool:
+    """True when the server lists at least one Node (so a node's 404 means it was deleted)."""
+    try:
+        listed = request(
+            api, "GET", "/api/v1/nodes?limit=1", verb="list", resource="nodes", timeout=10.0
+        )
+    except TrainJobError:
+        return False
+    return bool((listed or {}).get("items"))
 
 
 __all__ = ["KILLED_EXIT_CODES", "PodDisruption", "pod_disruption", "read_disruption"]
