@@ -85,6 +85,8 @@ def check_priority_class(api: ApiClient, name: str) -> None:
             timeout=30.0,
         )
     except NotFoundError:
+        if not _serves_priority_classes(api):
+            return  # the kind itself is not served (a 404 for the whole resource)
         raise QueueUnavailableError(
             f'WorkloadPriorityClass "{name}" not found, so Kueue would never admit the job; list '
             "them with `kubectl get workloadpriorityclasses` and pass one of them (or none) as "
@@ -93,6 +95,22 @@ def check_priority_class(api: ApiClient, name: str) -> None:
         ) from None
     except TrainJobError:
         return
+
+
+def _serves_priority_classes(api: ApiClient) -> bool:
+    """True when WorkloadPriorityClasses can be listed (so one's 404 means it does not exist)."""
+    try:
+        listed = request(
+            api,
+            "GET",
+            cluster_path(api, "workloadpriorityclasses", "").rstrip("/"),
+            verb="list",
+            resource=f"workloadpriorityclasses.{KUEUE_GROUP}",
+            timeout=30.0,
+        )
+    except TrainJobError:
+        return False
+    return bool((listed or {}).get("items"))
 
 
 def default_local_queue(api: ApiClient, namespace: str) -> str | None:
