@@ -225,15 +225,19 @@ func (a *agent) AttachContainer(ctx context.Context, podName, uid, container str
 	if err != nil {
 		return err
 	}
-	return followLog(ctx, spec.Log, runDir, true, func(stream string, line []byte) error {
+	var offset int64
+	if st, err := os.Stat(spec.Log); err == nil {
+		offset = st.Size() // what the container writes from now on
+	}
+	return followFrom(ctx, spec.Log, offset, runDir, func(e logEntry) error {
 		w := io.Writer(out)
-		if stream == "stderr" && errOut != nil {
+		if e.stream == "stderr" && errOut != nil {
 			w = errOut
 		}
 		if w == nil {
 			return nil
 		}
-		_, err := w.Write(line)
+		_, err := w.Write(e.data)
 		return err
 	})
 }
@@ -276,57 +280,6 @@ func parseCRI(line []byte) (ts time.Time, stream string, partial bool, content [
 		content = []byte(parts[3])
 	}
 	return ts, parts[1], parts[2] == "P", content, true
-}
-
-// followLog calls emit for each entry of a CRI log (content with its newline unless partial);
-// fromEnd skips what is there already; it returns when the container ended and the log is read.
-func followLog(ctx context.Context, path, runDir string, fromEnd bool, emit func(stream string, line []byte) error) error {
-	var f *os.File
-	for {
-		var err error
-		if f, err = os.Open(path); err == nil {
-			break
-		}
-		if terminated(runDir) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	defer f.Close()
-	if fromEnd {
-		_, _ = f.Seek(0, io.SeekEnd)
-	}
-	reader := bufio.NewReader(f)
-	var pending []byte
-	for {
-		chunk, err := reader.ReadBytes('\n')
-		pending = append(pending, chunk...)
-		if err == nil {
-			line := pending[:len(pending)-1]
-			pending = nil
-			if _, stream, partial, content, ok := parseCRI(line); ok {
-				if !partial {
-					content = append(content, '\n')
-				}
-				if err := emit(stream, content); err != nil {
-					return nil
-				}
-			}
-			continue
-		}
-		if terminated(runDir) && len(pending) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 type logEntry struct {
