@@ -104,7 +104,9 @@ def _wait_state(nbp: Any, index: int, condition: Any, what: str, timeout: float 
     raise AssertionError(f"cell {index}: {what} not reached in {timeout}s; last state {state}")
 
 
-def _watch_streaming(nbp: Any, index: int, shot: Path) -> list[dict[str, Any]]:
+def _watch_streaming(
+    nbp: Any, index: int, shot: Path, timeout: float = 180
+) -> list[dict[str, Any]]:
     """Sample a live box until it is frozen or has its footer; every live sample must follow
     the tail."""
     cell = nbp.cells().nth(index)
@@ -112,7 +114,9 @@ def _watch_streaming(nbp: Any, index: int, shot: Path) -> list[dict[str, Any]]:
     cell.scroll_into_view_if_needed()
     live: list[dict[str, Any]] = []
     shot.unlink(missing_ok=True)
+    deadline = time.monotonic() + timeout
     while True:
+        assert time.monotonic() < deadline, f"cell {index} still live after {timeout}s: {live[-1:]}"
         state = _state(nbp, index)
         assert state is not None
         if state["frozen"] or state["footer"]:

@@ -305,6 +305,65 @@ def test_64mb_stdout_complete(server: ExecServer) -> None:
     (server.sandboxes["pod-a"].workdir / "big.bin").unlink()
 
 
+ALTERNATE = "for i in $(seq 1000); do echo out$i; echo err$i >&2; done"
+ALTERNATE_ORDER = [
+    (ch, f"{name}{i}\n") for i in range(1, 1001) for ch, name in ((1, "out"), (2, "err"))
+]
+
+
+def in_order(out: Outcome) -> list[tuple[int, str]]:
+    """Output frames as (channel, line), in the order they came."""
+    lines = []
+    for frame in out.frames:
+        if frame[:1] in (b"\x01", b"\x02") and len(frame) > 1:
+            text = frame[1:].decode()
+            lines.extend((frame[0], line) for line in text.splitlines(keepends=True))
+    return lines
+
+
+def test_streams_keep_the_order_they_were_written_in(server: ExecServer) -> None:
+    """1,000 lines on each stream, alternating: exactly that order, not all stdout first."""
+    out = run_exec(server, ["sh", "-c", ALTERNATE])
+    assert in_order(out) == ALTERNATE_ORDER
+    assert exit_code(out) == 0
+
+
+def test_order_of_uneven_writes_and_a_burst(server: ExecServer) -> None:
+    """Runs of unequal length on each stream, exactly in order; then a 2 MiB stdout burst (its
+    pipe grows: a write on stderr lands near its place) and alternation again (the pipe shrinks
+    back within a few writes: exact again)."""
+    script = (
+        "import os\n"
+        "for i in range(200):\n"
+        "    for _ in range(i % 3 + 1): os.write(1, b'o%d\\n' % i)\n"
+        "    for _ in range(i % 2 + 1): os.write(2, b'e%d\\n' % i)\n"
+        "os.write(2, b'before\\n')\n"
+        "for _ in range(512): os.write(1, b'x' * 4095 + b'\\n')\n"
+        "os.write(2, b'after\\n')\n"
+        "for i in range(100): os.write(1, b'p%d\\n' % i); os.write(2, b'q%d\\n' % i)\n"
+    )
+    out = run_exec(server, ["python3", "-c", script])
+    want = []
+    for i in range(200):
+        want += [(1, f"o{i}\n")] * (i % 3 + 1) + [(2, f"e{i}\n")] * (i % 2 + 1)
+    want += [(2, "before\n")]
+    got = in_order(out)
+    assert got[: len(want)] == want
+    rest = got[len(want) :]
+    assert [x for x in rest if x[1].startswith("x")] == [(1, "x" * 4095 + "\n")] * 512
+    tail = [(ch, f"{n}{i}\n") for i in range(100) for ch, n in ((1, "p"), (2, "q"))]
+    assert rest[-180:] == tail[20:]
+    assert sorted(rest) == sorted([(1, "x" * 4095 + "\n")] * 512 + [(2, "after\n"), *tail])
+    assert exit_code(out) == 0
+
+
+def test_one_stream_is_forwarded_in_large_frames(server: ExecServer) -> None:
+    """Only stdout requested: an ordinary pipe, read 64 KiB at a time."""
+    out = run_exec(server, ["sh", "-c", "head -c 4194304 /dev/zero"], stderr="false")
+    assert len(out.stdout) == 4 << 20
+    assert max(len(f) for f in out.frames) > 4097
+
+
 SPLIT_SCRIPT = (
     "import os, sys, time\n"
     "text = ('a' * 10 + '€😀ü').encode()\n"

@@ -14,6 +14,8 @@ Protocol (see ``/work/shared/reference.md`` section 3):
   3, then a close with code 1000. The exec ends when the process has exited AND its stdout/stderr
   reached EOF (like containerd, which waits for the IO copy: a background child that keeps the
   pipe open keeps the exec open).
+- stdout and stderr are forwarded chunk by chunk as the process writes them, in the order it
+  wrote them across the two streams (``ordered_output.py``), not one stream after the other.
 - An exec that cannot start (executable not found, permission denied) gets the Status that
   containerd + kubelet produce: ``InternalError``, code 500, message
   ``Internal error occurred: error executing command in container: failed to exec in container:
@@ -38,6 +40,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from ..core.apierror import status_body
+from .ordered_output import OrderedOutput
 from .processes import PodSandbox, describe_spawn_error, exit_code, spawn
 
 V5 = "v5.channel.k8s.io"
@@ -271,7 +274,10 @@ class _ExecSession:
                 await self._finish(internal_error_status(start_error(self.argv, exc)))
                 return
             receiver = asyncio.ensure_future(self._receive_loop())
-            await asyncio.gather(*(self._pump(r, ch) for r, ch in readers))
+            if isinstance(readers, OrderedOutput):
+                await self._forward(readers)
+            else:
+                await asyncio.gather(*(self._pump(r, ch) for r, ch in readers))
             assert self.proc is not None
             code = exit_code(await self.proc.wait())
             await self._finish(success_status() if code == 0 else exit_status(self.argv, code))
@@ -285,25 +291,29 @@ class _ExecSession:
                     os.close(self.pty_master)
             self.socket_done.set()
 
-    async def _start(self) -> list[tuple[asyncio.StreamReader, int]]:
-        """Spawn the process; return (reader, channel) pairs to stream."""
+    async def _start(self) -> OrderedOutput | list[tuple[asyncio.StreamReader, int]]:
+        """Spawn the process; return its output pipes (a pty: its one (reader, channel))."""
+        if self.tty:
+            return await self._start_tty()
         pipe, devnull = asyncio.subprocess.PIPE, asyncio.subprocess.DEVNULL
-        if not self.tty:
+        wanted = [
+            ch for ch, want in ((STDOUT, self.want_stdout), (STDERR, self.want_stderr)) if want
+        ]
+        output = OrderedOutput(wanted)
+        try:
             self.proc = await spawn(
                 self.sandbox,
                 self.argv,
                 stdin=pipe if self.want_stdin else devnull,
-                stdout=pipe if self.want_stdout else devnull,
-                stderr=pipe if self.want_stderr else devnull,
+                stdout=output.write_fds.get(STDOUT, devnull),
+                stderr=output.write_fds.get(STDERR, devnull),
             )
-            self.stdin_writer = self.proc.stdin
-            readers = []
-            if self.proc.stdout is not None:
-                readers.append((self.proc.stdout, STDOUT))
-            if self.proc.stderr is not None:
-                readers.append((self.proc.stderr, STDERR))
-            return readers
-        return await self._start_tty()
+        except BaseException:
+            output.close()
+            raise
+        output.close_write_ends()
+        self.stdin_writer = self.proc.stdin
+        return output
 
     async def _start_tty(self) -> list[tuple[asyncio.StreamReader, int]]:
         master, slave = os.openpty()
@@ -333,9 +343,14 @@ class _ExecSession:
             self.stdin_writer = asyncio.StreamWriter(transport, protocol, None, loop)
         return [(reader, STDOUT)]
 
+    async def _forward(self, output: OrderedOutput) -> None:
+        """Forward stdout and stderr in the order the process wrote them, until both reach EOF
+        (keeps draining after the client is gone)."""
+        async for channel, data in output.chunks():
+            await self._output(channel, data)
+
     async def _pump(self, reader: asyncio.StreamReader, channel: int) -> None:
-        """Forward one output stream until EOF (keeps draining after the client is gone)."""
-        prefix = bytes([channel])
+        """Forward the pty's output until EOF (keeps draining after the client is gone)."""
         while True:
             try:
                 data = await reader.read(CHUNK)
@@ -343,17 +358,22 @@ class _ExecSession:
                 return
             if not data:
                 return
-            if self.dead:
-                continue
-            if self.drop_after is not None and self.sent + len(data) >= self.drop_after:
-                data = data[: self.drop_after - self.sent]
-                if data:
-                    await self._send(prefix + data)
-                    self.sent += len(data)
-                await self._drop()
-                continue
-            self.sent += len(data)
-            await self._send(prefix + data)
+            await self._output(channel, data)
+
+    async def _output(self, channel: int, data: bytes) -> None:
+        """Send one chunk of output on ``channel`` (dropped once the client is gone)."""
+        if self.dead:
+            return
+        prefix = bytes([channel])
+        if self.drop_after is not None and self.sent + len(data) >= self.drop_after:
+            data = data[: self.drop_after - self.sent]
+            if data:
+                await self._send(prefix + data)
+                self.sent += len(data)
+            await self._drop()
+            return
+        self.sent += len(data)
+        await self._send(prefix + data)
 
     async def _send(self, frame: bytes) -> None:
         if self.dead:

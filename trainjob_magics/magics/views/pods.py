@@ -390,7 +390,7 @@ class MultiPodWidgetView:
                 f'<div class="tjm-summary" style="{style};font-size:12px">'
                 f"{html.escape(summary)}</div>"
             )
-        return f'<div class="trainjob-multipod-output">{"".join(parts)}</div>'
+        return f'<div class="trainjob-multipod-output tjm-static">{"".join(parts)}</div>'
 
     def _left_note(self, left: int) -> str:
         return f"[… the output of {left} more pods is not kept here; it is in {self.where}]"
