@@ -37,6 +37,7 @@ from .exec.output import MAX_MEMORY_OUTPUT
 from .exec.runs import CommandRun
 from .files.logs import PodLogs
 from .files.transfer import TransferResult
+from .forward import Forward
 from .python.results import MultiPythonResult, PythonResult, RemoteError
 from .python.runs import PythonRun
 from .result import (
@@ -69,6 +70,7 @@ __all__ = [
     "ConnectionLostError",
     "ExecResult",
     "ExecTimeoutError",
+    "Forward",
     "IdleReleasedError",
     "InvalidInputError",
     "JobStatus",

@@ -8,6 +8,7 @@ delegates the work to the rooms below it and holds no protocol code itself.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -38,6 +39,7 @@ from .exec.output import MAX_MEMORY_OUTPUT, SpillDir
 from .exec.runs import CommandRun
 from .files.logs import OnLog, PodLogs, read_log, read_logs
 from .files.transfer import TransferProgress, TransferResult, download, upload, write_file
+from .forward.forward import Forward, OnProblem, PodChoice
 from .kube.names import jobset_selector
 from .kube.objects import is_running, pod_name, pod_phase
 from .kube.retry import OnNotice, validate_retry_seconds, window_of
@@ -64,7 +66,13 @@ from .trainjob.targets import (
     wants_multi,
 )
 from .trainjob.trainer_pod import TRAINER_CONTAINER, TrainerTarget, select_trainer_pod
-from .validation import validate_exec, validate_max_memory_output, validate_timeout
+from .validation import (
+    validate_address,
+    validate_exec,
+    validate_max_memory_output,
+    validate_port,
+    validate_timeout,
+)
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +139,7 @@ class TrainJobSession:
         self._evictions = 0
         if queue and job_uid:
             self._evictions = eviction_baseline(api_client, namespace, job_uid)
+        self._forwards: list[Forward] = []
         self._heartbeat = self._start_heartbeat()
         self._python = PythonCalls(
             self._exec, namespace, self.start, self._targets, lambda: self.container
@@ -429,8 +438,10 @@ class TrainJobSession:
     def _list_pods(self) -> list[dict[str, Any]]:
         return list_job_pods(self.api_client, self.namespace, self.name)
 
-    def _reresolve(self, ref: PodRef) -> str:
-        """The pod now in ``ref``'s place after it failed; raise if none is Running."""
+    def _reresolve(self, ref: PodRef, *, wait: bool = False) -> str:
+        """The pod now in ``ref``'s place after it failed; raise if none is Running.
+        ``wait``: wait (bounded) for the trainer pod the job recreates, as after a
+        disruption."""
         pods = self._list_pods()
         if ref.role == TRAINER:
             found = select_trainer_pod(pods, self.target)
@@ -439,7 +450,8 @@ class TrainJobSession:
                 (r for r in pod_refs(pods) if (r.role, r.index) == (ref.role, ref.index)), None
             )
             found = next((p for p in pods if slot and pod_name(p) == slot.name), None)
-        if ref.role == TRAINER and self._disruption and not (found and is_running(found)):
+        waits = self._disruption or wait
+        if ref.role == TRAINER and waits and not (found and is_running(found)):
             found = self._await_replacement(found)
         if found is not None and is_running(found):
             if ref.role == TRAINER:
@@ -776,12 +788,86 @@ class TrainJobSession:
         self._preempted = None
         return self._pod
 
+    # -- port forwarding --------------------------------------------------------------------
+    def forward(
+        self,
+        port: int,
+        *,
+        pod: str | None = None,
+        local_port: int | None = None,
+        address: str = "127.0.0.1",
+        on_error: OnProblem | None = None,
+    ) -> Forward:
+        """Forward ``local_port`` (default: a free one) on this host to ``port`` of the trainer
+        pod (or the one pod ``pod`` names: ``node-1``, a pod name) through pods/portforward.
+
+        Returns a :class:`~.forward.Forward` (``.url``, ``.local_port``, ``.close()``; a
+        context manager). New connections follow a replaced pod; a connection the pod refuses
+        is reset and reported once through ``on_error``. Forwards end when the session closes.
+        """
+        self._check_open()
+        remote_port = validate_port(port, "port")
+        local = 0 if local_port is None else validate_port(local_port, "local_port", zero=True)
+        listen_on = validate_address(address)
+        fwd = Forward(
+            self._exec,
+            self.namespace,
+            remote_port,
+            self._pod_choice(pod),
+            local_port=local,
+            address=listen_on,
+            on_error=on_error,
+            on_close=self._forward_closed,
+        )
+        fwd.start()
+        with self._lock:
+            self._forwards.append(fwd)
+        return fwd
+
+    @property
+    def forwards(self) -> list[Forward]:
+        """The open forwards of this session, oldest first."""
+        with self._lock:
+            return list(self._forwards)
+
+    def _forward_closed(self, fwd: Forward) -> None:
+        with self._lock, contextlib.suppress(ValueError):
+            self._forwards.remove(fwd)
+
+    def _pod_choice(self, target: str | None) -> PodChoice:
+        """How a forward finds its pod now, and after that pod went away."""
+        if target in (None, "", TRAINER):
+            ref = PodRef(self.pod, TRAINER, 0, "Running", self.container)
+            return PodChoice(
+                current=lambda: self.pod,
+                replacement=lambda _failed: self._reresolve(ref, wait=True),
+            )
+        refs = self.pods(target)
+        if len(refs) != 1 or not names_one_pod(target, refs):
+            raise InvalidInputError(
+                f"a forward goes to one pod; {target!r} names {len(refs)}: give one, such as "
+                "node-1 or a pod name"
+            )
+        chosen = {"ref": refs[0]}
+
+        def replacement(_failed: str) -> str:
+            name = self._reresolve(chosen["ref"])
+            chosen["ref"] = dataclasses.replace(chosen["ref"], name=name)
+            return name
+
+        return PodChoice(current=lambda: chosen["ref"].name, replacement=replacement)
+
+    def _close_forwards(self) -> None:
+        for fwd in self.forwards:
+            fwd.close(reason="session closed")
+
     # -- closing ----------------------------------------------------------------------------
     def close(self, timeout: float = 180) -> None:
         """Delete the TrainJob and wait until its pods are gone (warn, not raise, on timeout)."""
         with self._close_lock:
             if self._closed:
                 return
+            self._close_forwards()
             self._stop_heartbeat()
             self._spill.close()  # results still held keep their spill files until collected
             deadline = time.monotonic() + timeout

@@ -5,6 +5,7 @@ Every failure raises :class:`InvalidInputError` with one line saying what to fix
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -215,6 +216,30 @@ def validate_exec(
     else:
         raise InvalidInputError(f"stdin must be bytes or str, got {type(stdin).__name__}")
     return argv, validate_timeout(timeout), data
+
+
+def validate_port(value: object, what: str = "port", *, zero: bool = False) -> int:
+    """A TCP port number: 1-65535 (0 too with ``zero``: any free port)."""
+    low = 0 if zero else 1
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 65535:
+        raise InvalidInputError(f"{what} must be a port number from {low} to 65535, got {value!r}")
+    return value
+
+
+def validate_address(value: object) -> str:
+    """An IP address of this host to listen on (``127.0.0.1``, ``0.0.0.0``, ``::1``)."""
+    text = str(value or "").strip()
+    if text == "localhost":
+        return "127.0.0.1"
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise InvalidInputError(
+            f"address must be an IP address of this host (such as 127.0.0.1 or 0.0.0.0), "
+            f"got {value!r}"
+        ) from None
 
 
 def validate_max_memory_output(value: object) -> int | None:

@@ -83,3 +83,11 @@ class TrainJobConfig(Configurable):
     exit_close_timeout = _setting(
         Float, 4.0, "Seconds to wait per session when closing at kernel exit, restart or %reset."
     )
+    forward_url = _setting(
+        Unicode,
+        "auto",
+        "The link %trainjob_forward shows: 'auto' is {base_url}proxy/PORT/ when "
+        "jupyter-server-proxy is installed (works on JupyterHub), else http://127.0.0.1:PORT/; "
+        "'direct' is always the local URL; anything else is a template with {port}, e.g. "
+        "'https://hub.example.com/user/me/proxy/{port}/'.",
+    )

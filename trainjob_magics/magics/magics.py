@@ -12,7 +12,7 @@ from typing import Any
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from . import cell, connect, files, python, restarts, sessions
+from . import cell, connect, files, forward, python, restarts, sessions
 from .config import TrainJobConfig
 from .host import MagicsHost
 from .options import (
@@ -217,6 +217,33 @@ class TrainJobMagics(Magics, TrainJobConfig):
     def trainjob_logs(self, line: str = "") -> None:
         """Show pod logs (e.g. the sshd logs of MPI node pods), grouped per pod."""
         files.logs(self.host, parse(self.trainjob_logs, line))
+
+    @magic_arguments()
+    @argument("words", nargs="*", metavar="[ALIAS] PORT", help="Session, and the pod's port.")
+    @argument("--pod", metavar="TARGET", help="One pod: trainer (default), node-1, a pod name.")
+    @argument(
+        "--local-port", type=int, metavar="N", help="Port on this host (default: a free one)."
+    )
+    @argument("--address", metavar="ADDR", help="Address to listen on (default: 127.0.0.1).")
+    @argument("--show", action="store_true", help="Show the page in an IFrame below the link.")
+    @argument("--list", action="store_true", help="List the open forwards.")
+    @argument(
+        "--stop",
+        nargs="?",
+        const="all",
+        metavar="PORT|all",
+        help="Stop the forward of PORT, or all of them (the default).",
+    )
+    @session_option
+    @line_magic
+    def trainjob_forward(self, line: str = "") -> None:
+        """Forward a port of this host to PORT of the session's trainer pod (TensorBoard, a
+        profiler, a dashboard) through pods/portforward, and show the link.
+
+        Each connection is its own stream; new connections follow a replaced trainer pod; a
+        forward ends with its session (close, kernel exit or restart, %reset).
+        """
+        forward.forward(self.host, parse(self.trainjob_forward, line))
 
 
 __all__ = ["TrainJobMagics"]

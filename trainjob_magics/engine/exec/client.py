@@ -234,7 +234,15 @@ class ExecClient:
             headers.append(f"authorization: {cfg.get_basic_auth_token()}")
         return headers
 
-    def _connect(self, url: str, namespace: str, pod: str) -> handshake.ExecSocket:
+    def _connect(
+        self,
+        url: str,
+        namespace: str,
+        pod: str,
+        *,
+        protocols: Sequence[str] = PROTOCOLS,
+        resource: str = EXEC_RESOURCE,
+    ) -> handshake.ExecSocket:
         cfg = self.configuration
         sslopt: dict[str, Any] = {}
         if url.startswith("wss://"):
@@ -249,19 +257,37 @@ class ExecClient:
             ws = handshake.connect(
                 url,
                 headers=self.headers(),
-                protocols=PROTOCOLS,
+                protocols=protocols,
                 sslopt=sslopt,
                 timeout=CONNECT_TIMEOUT,
                 proxy=proxy,
             )
         except websocket.WebSocketBadStatusException as exc:
-            raise self._handshake_error(exc, namespace, pod) from None
+            raise self._handshake_error(exc, namespace, pod, resource) from None
         except (websocket.WebSocketException, OSError) as exc:
             raise connection_failure(exc, cfg.host) from None
         return ws
 
+    def upgrade(
+        self, url: str, namespace: str, pod: str, *, protocols: Sequence[str], resource: str
+    ) -> handshake.ExecSocket:
+        """Open another pod subresource's WebSocket (e.g. pods/portforward), with the same
+        credentials, retries and one-line errors as an exec."""
+        return with_fresh_credentials(
+            self.configuration,
+            lambda: with_retries(
+                lambda: self._connect(url, namespace, pod, protocols=protocols, resource=resource),
+                what=f"{resource} of pod {pod}",
+                window=window_of(self.configuration),
+            ),
+        )
+
     def _handshake_error(
-        self, exc: websocket.WebSocketBadStatusException, namespace: str, pod: str
+        self,
+        exc: websocket.WebSocketBadStatusException,
+        namespace: str,
+        pod: str,
+        resource: str = EXEC_RESOURCE,
     ) -> TrainJobError:
         status = int(exc.status_code or 0)
         body = exc.resp_body
@@ -287,6 +313,12 @@ class ExecClient:
             )
         if status == 400 and _NOT_RUNNING.search(message):
             return not_running_error(pod, message, status=400, reason="BadRequest")
+        if status == 400 and resource != EXEC_RESOURCE:
+            return InvalidInputError(
+                f"the API server refused {resource} of pod {pod}: {message or 'bad request'}",
+                status=400,
+                reason="BadRequest",
+            )
         if status == 400:
             return InvalidInputError(
                 f"the API server refused to exec in pod {pod}: {message or 'bad request'}; "
@@ -298,7 +330,7 @@ class ExecClient:
             status,
             body,
             verb=EXEC_RBAC,
-            resource=EXEC_RESOURCE,
+            resource=resource,
             namespace=namespace,
             name=pod,
             host=self.configuration.host,
