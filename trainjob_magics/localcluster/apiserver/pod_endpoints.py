@@ -1,4 +1,4 @@
-"""The pod subresources pods/log, pods/exec and pods/eviction."""
+"""The pod subresources pods/log, pods/exec, pods/portforward and pods/eviction."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from aiohttp import web
 from ..core.apierror import ApiError
 from ..core.resources import PODS
 from ..core.store import now_rfc3339
-from ..kubelet import exec_ws
+from ..kubelet import exec_ws, portforward_ws
 from ..kubelet.pod_logs import follow_log, read_log
 from .api_request import USER_KEY, Target, query_bool, query_int
 from .api_response import json_response
@@ -18,7 +18,8 @@ from .auth import Authorizer
 
 
 class PodEndpoints(Authorizer):
-    """pods/log, pods/exec and pods/eviction methods of the ApiServer (a mixin)."""
+    """pods/log, pods/exec, pods/portforward and pods/eviction methods of the ApiServer (a
+    mixin)."""
 
     def _container(self, pod: dict[str, Any], requested: str | None) -> str:
         name = pod["metadata"]["name"]
@@ -124,6 +125,44 @@ class PodEndpoints(Authorizer):
             stderr=query_bool(q.get("stderr")),
             tty=query_bool(q.get("tty")),
             drop_after_bytes=self.ctx.faults.exec_drop_after(t.name or ""),
+        )
+
+    async def _portforward(self, request: web.Request, t: Target) -> web.StreamResponse:
+        """GET/POST pods/portforward?ports=P[,P2...], checked in kube-apiserver's order, then
+        kubelet's (``portforward_ws``): the WebSocket GET needs get (the request's verb) and
+        create (``PortForwardREST.Connect``, AuthorizePodWebsocketUpgradeCreatePermission,
+        pkg/registry/core/pod/rest/subresources.go), a POST create; the ``ports`` options
+        (400 Status); the pod (404) and its node (``PortForwardLocation``,
+        pkg/registry/core/pod/strategy.go); an upgrade (util/proxy upgradeaware.go); then what
+        kubelet refuses (cri-streaming pkg/streaming/portforward/websocket.go ``NewV4Options``:
+        a text/plain 400, which the apiserver's proxy passes on as it is)."""
+        for verb in ("get", "create") if request.method == "GET" else ("create",):
+            self._authorize(request, verb, t)
+        try:
+            ports = portforward_ws.apiserver_ports(request.query.getall("ports", []))
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+        name = t.name or ""
+        pod = self.ctx.store.get(PODS, t.namespace, name)
+        if not (pod.get("spec") or {}).get("nodeName"):
+            raise ApiError(400, f"pod {name} does not have a host assigned")
+        if request.headers.get("Upgrade", "").lower() != "websocket":
+            raise ApiError(400, "Upgrade request required")
+        refused = portforward_ws.kubelet_port_error(ports)
+        if refused is not None:
+            return web.Response(status=400, text=refused, content_type="text/plain")
+        phase = (pod.get("status") or {}).get("phase")
+        sandbox = self.ctx.sandbox(t.namespace or "", name)
+        if phase != "Running" or sandbox is None or sandbox.stopped:
+            # kubectl's own refusal (pkg/cmd/portforward/portforward.go), as for exec; a
+            # kubelet finds no running sandbox and answers 404/500 ``pod not found``.
+            raise ApiError(
+                400,
+                "unable to forward port because pod is not running. "
+                f"Current status={phase or 'Pending'}",
+            )
+        return await portforward_ws.handle_portforward(
+            request, f"{t.namespace}/{name}", ports, self.ctx.stopping
         )
 
     async def _evict(self, request: web.Request, t: Target) -> web.Response:

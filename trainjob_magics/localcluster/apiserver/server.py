@@ -224,6 +224,8 @@ class ApiServer(RestHandlers, PodEndpoints):
         q = request.query
         if t.sub == "exec" and m in ("GET", "POST"):
             return await self._exec(request, t)
+        if t.sub == "portforward" and m in ("GET", "POST"):
+            return await self._portforward(request, t)
         if t.sub == "eviction" and m == "POST":
             return await self._evict(request, t)
         getter = self.ctx.subresource_getters.get((t.kind.group, t.kind.plural, t.sub or ""))

@@ -93,7 +93,7 @@ PODS = Kind(
     singular="pod",
     short_names=("po",),
     categories=("all",),
-    subresources=("status", "log", "exec", "eviction"),
+    subresources=("status", "log", "exec", "portforward", "eviction"),
     has_generation=False,
 )
 EVENTS = Kind(

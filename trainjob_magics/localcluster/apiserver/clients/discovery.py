@@ -62,11 +62,15 @@ def api_resource_list(reg: Registry, group: str, version: str) -> dict[str, Any]
                 "status": ["get", "patch", "update"],
                 "log": ["get"],
                 "exec": ["create", "get"],
+                "portforward": ["create", "get"],
                 "eviction": ["create"],
             }
-            sub_kind = {"log": "Pod", "exec": "PodExecOptions", "eviction": "Eviction"}.get(
-                sub, k.kind
-            )
+            sub_kind = {
+                "log": "Pod",
+                "exec": "PodExecOptions",
+                "portforward": "PodPortForwardOptions",
+                "eviction": "Eviction",
+            }.get(sub, k.kind)
             resources.append(
                 {
                     "name": f"{k.plural}/{sub}",
