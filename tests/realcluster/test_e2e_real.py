@@ -10,10 +10,15 @@ against the local cluster, so it is known to work wherever the API behaves as Ku
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
+import http.client
 import os
+import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -131,6 +136,59 @@ def test_python_state_stays_on_every_pod(session) -> None:
     session.python_reset(pods="all")
     gone = session.python("steps")
     assert not gone.ok and gone.error is not None and gone.error.type == "NameError"
+
+
+def _free_port() -> int:
+    """A port free on this host (pods of the real stack share it; a cluster's pods have their
+    own network, where any port is free)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _until(what: str, cond, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := cond():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not within {timeout:g} s")
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=60) as resp:
+        return resp.read()
+
+
+def test_forward_serves_the_pod_and_survives_refusals(session) -> None:
+    """session.forward() through pods/portforward: a page and 8 MB byte for byte, 8 clients at
+    once, a port where nothing listens reported once, and the local port free after close."""
+    port = _free_port()
+    start = session.execute(
+        "printf fwd-ok > fwd.txt && head -c 8388608 /dev/urandom > fwd.bin && "
+        f"nohup python3 -m http.server {port} --bind 127.0.0.1 > fwd.log 2>&1 < /dev/null &"
+    )
+    assert start.ok, start.stderr
+    probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), 2).close()"
+    _until("the pod's HTTP server", lambda: session.execute(["python3", "-c", probe]).ok)
+    digest = session.execute("sha256sum fwd.bin").stdout.split()[0]
+    with session.forward(port) as fwd:
+        assert _get(fwd.url + "fwd.txt") == b"fwd-ok"
+        assert hashlib.sha256(_get(fwd.url + "fwd.bin")).hexdigest() == digest
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            pages = list(pool.map(lambda _i: _get(fwd.url + "fwd.txt"), range(16)))
+        assert pages == [b"fwd-ok"] * 16
+        assert not fwd.errors, fwd.errors
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", fwd.local_port), timeout=5)
+    idle = _free_port()
+    problems: list[str] = []
+    with session.forward(idle, on_error=problems.append) as quiet:
+        for _ in range(2):
+            with pytest.raises((OSError, urllib.error.URLError, http.client.HTTPException)):
+                _get(quiet.url)
+        _until("the refusal report", lambda: any("nothing accepts" in p for p in problems))
+        assert sum("nothing accepts" in p for p in problems) == 1, problems
 
 
 def test_attach_and_orphans(session) -> None:

@@ -191,6 +191,7 @@ ENGINE_ORDER = [
     ("trainjob",),
     ("files",),
     ("python",),
+    ("forward",),
     ("session",),
     ("connecting",),
 ]

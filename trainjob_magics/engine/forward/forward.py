@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ..errors import InvalidInputError, PodNotRunningError, TrainJobError
 from ..exec.client import ExecClient
 from ..exec.handshake import ExecSocket
-from .tunnel import Tunnel, _reset, portforward_url
+from .tunnel import Tunnel, portforward_url, reset
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +112,7 @@ class Forward:
         self.closed_reason = ""  # why it was closed ("" while open, or when not said)
         self._lock = threading.Lock()
         self._tunnels: set[Tunnel] = set()
+        self._probing: Tunnel | None = None  # the start's probe: in _tunnels, no connection
         self._threads: set[threading.Thread] = set()
         self._closed = False
         self._last_pod = ""
@@ -133,9 +134,9 @@ class Forward:
 
     @property
     def active(self) -> int:
-        """Connections being relayed now."""
+        """Connections being relayed now (the start's probe is none of them)."""
         with self._lock:
-            return len(self._tunnels)
+            return sum(1 for tunnel in self._tunnels if tunnel is not self._probing)
 
     @property
     def closed(self) -> bool:
@@ -205,6 +206,7 @@ class Forward:
         tunnel = Tunnel(theirs, ws)
         with self._lock:
             self._tunnels.add(tunnel)
+            self._probing = tunnel
         timer = threading.Timer(PROBE_WAIT, tunnel.stop)
         timer.daemon = True
         timer.start()
@@ -248,7 +250,7 @@ class Forward:
             ws, pod = self._open()
         except TrainJobError as exc:
             self._report(str(exc))
-            _reset(conn)
+            reset(conn)
             return
         tunnel = Tunnel(conn, ws)
         with self._lock:

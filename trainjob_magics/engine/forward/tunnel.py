@@ -60,7 +60,7 @@ def portforward_url(host: str, namespace: str, pod: str, port: int) -> str:
     return f"{base}{path}?ports={int(port)}"
 
 
-def _reset(sock: socket.socket) -> None:
+def reset(sock: socket.socket) -> None:
     """Close with an RST, so the local client sees the connection fail (not a clean end)."""
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -283,7 +283,7 @@ class Tunnel:
         with contextlib.suppress(OSError):
             self.remote.close()
         if self.error or self._dropped:
-            _reset(self.local)  # the pod refused, or the stream broke: not a clean end
+            reset(self.local)  # the pod refused, or the stream broke: not a clean end
             return
         with contextlib.suppress(OSError):
             self.local.shutdown(socket.SHUT_RDWR)
@@ -291,4 +291,4 @@ class Tunnel:
             self.local.close()
 
 
-__all__ = ["Tunnel", "portforward_url"]
+__all__ = ["Tunnel", "portforward_url", "reset"]
