@@ -356,6 +356,8 @@ def _user(cluster: LocalCluster, tmp_path: Path, deny: list[tuple[str, str]]) ->
         ("list", "pods", "connect", "cannot list pods"),
         ("get", "pods/exec", "execute", "cannot get and create pods/exec"),
         ("create", "pods/exec", "execute", "cannot get and create pods/exec"),
+        ("get", "pods/portforward", "forward", "cannot get and create pods/portforward"),
+        ("create", "pods/portforward", "forward", "cannot get and create pods/portforward"),
         ("delete", "trainjobs", "close", f"cannot delete {TJ}"),
     ],
 )
@@ -376,6 +378,8 @@ def test_rbac_403_names_verb_and_resource(
             mine = attach(session.name, config_file=cfg, timeout=15)
             if op == "execute":
                 mine.execute("echo x")
+            elif op == "forward":
+                mine.forward(8080).close()
             else:
                 mine.close(timeout=10)
     assert clock.elapsed() < 15
