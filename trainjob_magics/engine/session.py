@@ -844,8 +844,9 @@ class TrainJobSession:
             )
         refs = self.pods(target)
         if len(refs) != 1 or not names_one_pod(target, refs):
+            many = f"{len(refs)} pods" if len(refs) != 1 else "a group of pods"
             raise InvalidInputError(
-                f"a forward goes to one pod; {target!r} names {len(refs)}: give one, such as "
+                f"a forward goes to one pod; {target!r} names {many}: give one, such as "
                 "node-1 or a pod name"
             )
         chosen = {"ref": refs[0]}

@@ -272,8 +272,9 @@ class Forward:
             if len(self.errors) >= MAX_ERRORS:
                 return
             self.errors.append(message)
-        log.warning("port forward %s: %s", self.port, message)
-        if self.on_error is not None:
+        if self.on_error is None:  # else the callback shows it: said once, not twice
+            log.warning("port forward %s: %s", self.port, message)
+        else:
             try:
                 self.on_error(message)
             except Exception:
