@@ -364,6 +364,25 @@ def test_one_stream_is_forwarded_in_large_frames(server: ExecServer) -> None:
     assert max(len(f) for f in out.frames) > 4097
 
 
+GROWN_PIPE_SCRIPT = (
+    "import fcntl, os\n"
+    "fcntl.fcntl(1, 1031, 1 << 20)  # F_SETPIPE_SZ, as the pods' file packer does\n"
+    "for size in (1000, 262144) * 8:\n"
+    "    view = memoryview(b'x' * size)\n"
+    "    while view:\n"
+    "        view = view[os.write(1, view):]\n"
+    "os.write(2, b'done')\n"
+)
+
+
+def test_a_pipe_the_writer_grew_is_read_to_the_end(server: ExecServer) -> None:
+    """A writer that enlarges its stdout pipe puts many packets behind one edge-triggered
+    wakeup: every one of them is read (a 1 MiB download once stalled here)."""
+    out = run_exec(server, ["python3", "-c", GROWN_PIPE_SCRIPT])
+    assert len(out.stdout) == 8 * (1000 + 262144)
+    assert out.stderr == b"done"
+
+
 SPLIT_SCRIPT = (
     "import os, sys, time\n"
     "text = ('a' * 10 + '€😀ü').encode()\n"

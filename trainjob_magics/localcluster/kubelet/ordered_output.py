@@ -37,6 +37,7 @@ LARGE = 1 << 16  # a grown pipe, and the most read at once from it
 BURST = 256 << 10  # bytes on one stream, none on the other, before its pipe grows
 WINDOW = 256  # chunks read but not yet taken by the event loop
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Python < 3.10 lacks the name
+F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 
 __all__ = ["OrderedOutput"]
 
@@ -214,12 +215,23 @@ class OrderedOutput:
                 return b"".join(parts), False, True
             if not data:
                 return b"".join(parts), False, True
-            if not (whole or self._large[fd]):
+            if not (whole or self._large[fd]) and not self._grown_by_writer(fd):
                 return data, False, False
             parts.append(data)
             size += len(data)
             if size >= LARGE:
                 return b"".join(parts), True, False
+
+    def _grown_by_writer(self, fd: int) -> bool:
+        """The writer enlarged its pipe (F_SETPIPE_SZ, as the pods' file packer does): it may
+        hold many packets under one edge-triggered wakeup, so it is read as a large pipe."""
+        try:
+            grown = fcntl.fcntl(fd, F_GETPIPE_SZ) > PAGE
+        except OSError:
+            return False
+        if grown:
+            self._large[fd] = True
+        return grown
 
     def _resize(self, fd: int, run: int) -> None:
         """Grow a pipe that carries a burst alone; shrink the other once it is written to."""
