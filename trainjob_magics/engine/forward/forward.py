@@ -248,8 +248,9 @@ class Forward:
     def _serve(self, conn: socket.socket) -> None:
         try:
             ws, pod = self._open()
-        except TrainJobError as exc:
-            self._report(str(exc))
+        except Exception as exc:  # each one a one-line TrainJobError, unless something broke
+            text = str(exc) if isinstance(exc, TrainJobError) else f"{type(exc).__name__}: {exc}"
+            self._report(text)
             reset(conn)
             return
         tunnel = Tunnel(conn, ws)
