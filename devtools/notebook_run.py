@@ -25,7 +25,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -249,11 +249,14 @@ def run_notebook(
     timeout: float = 600,
     startup_timeout: float = 120,
     cwd: str | Path | None = None,
+    on_cell_executed: Callable[..., Any] | None = None,
 ) -> RunResult:
     """Execute ``path`` with nbclient (widget state stored) and save it to ``output``.
 
     ``kubeconfig`` is exported as ``KUBECONFIG`` to the kernel. Execution stops at the first
-    failing cell, as Run All does; the notebook is saved either way.
+    failing cell, as Run All does; the notebook is saved either way. ``on_cell_executed`` is
+    nbclient's hook, called with ``cell=``, ``cell_index=`` and ``execute_reply=`` after each
+    cell, while the kernel still runs.
     """
     nb = nbformat.read(str(path), as_version=4)
     env_before = os.environ.get("KUBECONFIG")
@@ -269,6 +272,8 @@ def run_notebook(
         resources={"metadata": {"path": str(cwd or Path(path).resolve().parent)}},
         config=ipc_kernel_config(sockets.name),
     )
+    if on_cell_executed is not None:
+        client.on_cell_executed = on_cell_executed
     start = time.monotonic()
     error: str | None = None
     failed: int | None = None

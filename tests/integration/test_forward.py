@@ -90,6 +90,7 @@ def server_port(session: TrainJobSession) -> int:
 def test_page_and_50mb_file_byte_exact(local_cluster, session, server_port) -> None:
     with session.forward(server_port) as fwd:
         assert fwd.url == f"http://127.0.0.1:{fwd.local_port}/"
+        assert (fwd.active, fwd.connections) == (0, 0)  # the start's probe is no connection
         wait_until(lambda: serving(fwd.url), timeout=30)
         assert b"hello from the pod" in fetch(fwd.url + "index.html")
         body = fetch(fwd.url + "big.bin", timeout=120)
