@@ -97,10 +97,13 @@ def test_every_pod_files_and_logs(session, tmp_path: Path) -> None:
 
 def test_interrupt_stops_the_remote_tree(session) -> None:
     box: dict = {}
+    # a duration of its own: pods that share a host (the local cluster, the real stack) see
+    # each other's processes, and another test's `sleep 1000` is not this one's
+    naps = f"sleep 1000.{os.getpid()}{int(time.time()) % 1000}"
 
     def run() -> None:
         try:
-            box["r"] = session.execute("echo started; sleep 1000 & sleep 1000; wait")
+            box["r"] = session.execute(f"echo started; {naps} & {naps}; wait")
         except E.TrainJobError as exc:
             box["e"] = exc
 
@@ -114,7 +117,7 @@ def test_interrupt_stops_the_remote_tree(session) -> None:
     t.join(30)
     assert not t.is_alive()
     assert reports and all(r.stopped for r in reports), reports
-    left = session.execute("ps -eo args 2>/dev/null | grep -c '^sleep 1000' || true")
+    left = session.execute(f"ps -eo args 2>/dev/null | grep -c '^{naps}$' || true")
     assert left.stdout.strip() in ("0", "")
 
 
