@@ -1,4 +1,5 @@
-"""The baselines: the stock kubernetes client WSClient loop, kubectl exec, a raw socket reader."""
+"""The baselines: the stock kubernetes client WSClient loop and port-forward, kubectl exec, cp
+and port-forward, the raw socket readers and writer."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import os
 import socket
 import ssl
 import subprocess
+import time
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from kubernetes import client
-from kubernetes.stream import stream
+from kubernetes.stream import portforward, stream
 
 from benchmarks.k8s import KubeTarget
 
@@ -112,8 +116,12 @@ def _ssl_context(target: KubeTarget) -> ssl.SSLContext:
     return ctx
 
 
-def _send_upgrade(target: KubeTarget, path: str) -> socket.socket:
-    """A (TLS) socket to the API server with the exec upgrade request for ``path`` sent."""
+EXEC_PROTOCOLS = "v5.channel.k8s.io, v4.channel.k8s.io"
+PORTFORWARD_PROTOCOL = "v4.channel.k8s.io"
+
+
+def _send_upgrade(target: KubeTarget, path: str, protocols: str = EXEC_PROTOCOLS) -> socket.socket:
+    """A (TLS) socket to the API server with the WebSocket upgrade request for ``path`` sent."""
     u = urllib.parse.urlparse(target.server)
     host = u.hostname or "127.0.0.1"
     port = u.port or (443 if u.scheme == "https" else 80)
@@ -127,12 +135,108 @@ def _send_upgrade(target: KubeTarget, path: str) -> socket.socket:
         f"Host: {host}:{port}\r\n"
         "Upgrade: websocket\r\nConnection: Upgrade\r\n"
         f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-        "Sec-WebSocket-Protocol: v5.channel.k8s.io, v4.channel.k8s.io\r\n"
+        f"Sec-WebSocket-Protocol: {protocols}\r\n"
         + (f"Authorization: Bearer {target.token}\r\n" if target.token else "")
         + "\r\n"
     )
     sock.sendall(req.encode())
     return sock
+
+
+class FrameCounter:
+    """Walks server WebSocket frames of the k8s channel protocol and counts payload bytes per
+    channel (no copies, no decode); keeps the payload of one channel (``keep``: exec's status
+    channel 3, port-forward's error channel 1)."""
+
+    def __init__(self, keep: int) -> None:
+        self.counts = [0] * 256
+        self.kept = bytearray()
+        self.frames = 0
+        self.closed = False
+        self._keep = keep
+        self._skip = 0  # payload bytes still to skip in the current frame
+        self._chan = -1  # channel of the current frame (-1: channel byte not read yet)
+        self._hdr = bytearray()  # a header split across two reads
+
+    def feed(self, data: memoryview) -> None:
+        """Account for one chunk read from the socket."""
+        if self._hdr:  # a header was split across two reads (rare): glue it to this chunk
+            data = memoryview(bytes(self._hdr) + bytes(data))
+            self._hdr = bytearray()
+        skip, chan, counts = self._skip, self._chan, self.counts
+        i, n = 0, len(data)
+        while i < n:
+            if skip:
+                if chan < 0:
+                    chan = data[i]
+                    i += 1
+                    skip -= 1
+                    continue
+                take = skip if skip < n - i else n - i
+                if chan == self._keep:
+                    self.kept.extend(data[i : i + take])
+                counts[chan] += take
+                i += take
+                skip -= take
+                continue
+            if n - i < 2:
+                self._hdr = bytearray(data[i:])
+                break
+            b1 = data[i + 1]
+            ln = b1 & 0x7F
+            need = 2 + (2 if ln == 126 else 8 if ln == 127 else 0) + (4 if b1 & 0x80 else 0)
+            if n - i < need:
+                self._hdr = bytearray(data[i:])
+                break
+            opcode = data[i] & 0x0F
+            if ln == 126:
+                ln = int.from_bytes(data[i + 2 : i + 4], "big")
+            elif ln == 127:
+                ln = int.from_bytes(data[i + 2 : i + 10], "big")
+            i += need
+            self.frames += 1
+            if opcode == 8:
+                self.closed = True
+                break
+            if opcode in (1, 2):
+                chan = -1  # the first payload byte is the channel
+            elif opcode != 0:
+                chan = 255  # ping/pong: counted apart, ignored
+            skip = ln
+        self._skip, self._chan = skip, chan
+
+
+def _read_head(sock: socket.socket) -> bytes:
+    """Read the upgrade answer's head; return the bytes after it (raise unless a 101)."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise ConnectionError("connection closed during the upgrade")
+        head += chunk
+    end = head.index(b"\r\n\r\n") + 4
+    status_line = head.split(b"\r\n", 1)[0]
+    if b" 101 " not in status_line + b" ":
+        raise ConnectionError(f"upgrade failed: {status_line!r}")
+    return head[end:]
+
+
+def _count_until_close(
+    sock: socket.socket, walk: FrameCounter, pending: bytes, bufsize: int
+) -> None:
+    """Feed ``pending``, then everything the socket reads, to ``walk`` until the close frame
+    or EOF; close the socket."""
+    buf = bytearray(bufsize)
+    mv = memoryview(buf)
+    if pending:
+        walk.feed(memoryview(pending))
+    while not walk.closed:
+        n = sock.recv_into(buf)
+        if n == 0:
+            break
+        walk.feed(mv[:n])
+    with contextlib.suppress(OSError):
+        sock.close()
 
 
 def raw_exec(
@@ -144,91 +248,57 @@ def raw_exec(
     walks frame headers and counts bytes per channel (no copies, no decode).
     """
     sock = _send_upgrade(target, exec_path(namespace, pod, command))
-    buf = bytearray(bufsize)
-    mv = memoryview(buf)
-    # read the HTTP response head
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = sock.recv(4096)
-        if not chunk:
-            raise ConnectionError("connection closed during the upgrade")
-        head += chunk
-    end = head.index(b"\r\n\r\n") + 4
-    status_line = head.split(b"\r\n", 1)[0]
-    if b" 101 " not in status_line + b" ":
-        raise ConnectionError(f"upgrade failed: {status_line!r}")
-    pending = bytearray(head[end:])  # bytes after the head, not yet parsed
-
-    counts = [0] * 256
-    status_payload = bytearray()
-    frames = 0
-    skip = 0  # payload bytes still to skip in the current frame
-    chan = -1  # channel of the current frame (-1: channel byte not read yet)
-    opcode = 0
-    closed = False
-    hdr = bytearray()
-
-    def feed(data: memoryview) -> None:
-        nonlocal skip, chan, opcode, closed, frames, hdr
-        if hdr:  # a header was split across two reads (rare): glue it to this chunk
-            data = memoryview(bytes(hdr) + bytes(data))
-            hdr = bytearray()
-        i, n = 0, len(data)
-        while i < n:
-            if skip:
-                if chan < 0:
-                    chan = data[i]
-                    i += 1
-                    skip -= 1
-                    continue
-                take = skip if skip < n - i else n - i
-                if chan == 3:
-                    status_payload.extend(data[i : i + take])
-                counts[chan] += take
-                i += take
-                skip -= take
-                continue
-            if n - i < 2:
-                hdr = bytearray(data[i:])
-                return
-            b1 = data[i + 1]
-            ln = b1 & 0x7F
-            need = 2 + (2 if ln == 126 else 8 if ln == 127 else 0) + (4 if b1 & 0x80 else 0)
-            if n - i < need:
-                hdr = bytearray(data[i:])
-                return
-            opcode = data[i] & 0x0F
-            if ln == 126:
-                ln = int.from_bytes(data[i + 2 : i + 4], "big")
-            elif ln == 127:
-                ln = int.from_bytes(data[i + 2 : i + 10], "big")
-            i += need
-            frames += 1
-            if opcode == 8:
-                closed = True
-                return
-            if opcode in (1, 2):
-                chan = -1  # the first payload byte is the channel
-            elif opcode != 0:
-                chan = 0  # ping/pong: counted under stdin, ignored
-            skip = ln
-
-    if pending:
-        feed(memoryview(pending))
-    while not closed:
-        n = sock.recv_into(buf)
-        if n == 0:
-            break
-        feed(mv[:n])
-    with contextlib.suppress(OSError):
-        sock.close()
+    pending = _read_head(sock)
+    walk = FrameCounter(keep=3)
+    _count_until_close(sock, walk, pending, bufsize)
     status = None
-    if status_payload:
+    if walk.kept:
         try:
-            status = json.loads(bytes(status_payload))
+            status = json.loads(bytes(walk.kept))
         except ValueError:
             status = None
-    return RawResult(counts[1], counts[2], status, frames=frames)
+    return RawResult(walk.counts[1], walk.counts[2], status, frames=walk.frames)
+
+
+def portforward_path(namespace: str, pod: str, port: int) -> str:
+    """The pods/portforward request path for one port."""
+    return f"/api/v1/namespaces/{namespace}/pods/{pod}/portforward?ports={int(port)}"
+
+
+def masked_frame(payload: bytes) -> bytes:
+    """One binary client frame with an all-zero mask key (masking is then a no-op)."""
+    n = len(payload)
+    if n < 126:
+        head = bytes([0x82, 0x80 | n])
+    elif n < 1 << 16:
+        head = bytes([0x82, 0x80 | 126]) + n.to_bytes(2, "big")
+    else:
+        head = bytes([0x82, 0x80 | 127]) + n.to_bytes(8, "big")
+    return head + b"\x00\x00\x00\x00" + payload
+
+
+def raw_portforward(
+    target: KubeTarget,
+    namespace: str,
+    pod: str,
+    port: int,
+    request: bytes,
+    bufsize: int = 1 << 20,
+) -> RawResult:
+    """Minimal pods/portforward reader (``v4.channel.k8s.io``): upgrade, ``request`` as one
+    masked frame on channel 0, then count channel-0 bytes until the server closes.
+
+    The floor of a forwarded download: one stream, no local socket, no relay, no copies.
+    ``stdout_len`` is the data the pod's port sent (the 2-byte port preamble taken off),
+    ``stdout`` the error channel's text, if any.
+    """
+    sock = _send_upgrade(target, portforward_path(namespace, pod, port), PORTFORWARD_PROTOCOL)
+    pending = _read_head(sock)
+    sock.sendall(masked_frame(b"\x00" + request))
+    walk = FrameCounter(keep=1)
+    _count_until_close(sock, walk, pending, bufsize)
+    error = bytes(walk.kept[2:]).decode(errors="replace")
+    return RawResult(max(0, walk.counts[0] - 2), 0, None, frames=walk.frames, stdout=error or None)
 
 
 def raw_exec_stdin(
@@ -326,3 +396,41 @@ def kubectl_cp(kubeconfig: str, cache_dir: str, namespace: str, src: str, dst: s
     )
     if proc.returncode != 0:
         raise RuntimeError(f"kubectl cp failed: {proc.stderr.decode(errors='replace')[-300:]}")
+
+
+def stock_portforward(core: client.CoreV1Api, pod: str, namespace: str, port: int) -> socket.socket:
+    """A connected socket to ``port`` of ``pod`` through the stock client's
+    ``kubernetes.stream.portforward`` (its own WebSocket and relay thread)."""
+    pf = portforward(core.connect_get_namespaced_pod_portforward, pod, namespace, ports=str(port))
+    return pf.socket(port)
+
+
+@contextlib.contextmanager
+def kubectl_port_forward(
+    kubeconfig: str, cache_dir: str, namespace: str, pod: str, port: int, local_port: int
+) -> Iterator[subprocess.Popen]:
+    """``kubectl port-forward pod/POD LOCAL:PORT`` running until the block ends (its output goes
+    to files: it prints a line per connection, which a pipe nobody reads would block on)."""
+    logs = Path(cache_dir) / f"port-forward-{local_port}"
+    logs.mkdir(parents=True, exist_ok=True)
+    out, err = logs / "stdout", logs / "stderr"
+    argv = ["kubectl", "--kubeconfig", kubeconfig, "--cache-dir", cache_dir, "-n", namespace]
+    argv += ["port-forward", "--address", "127.0.0.1", f"pod/{pod}", f"{local_port}:{port}"]
+    with open(out, "wb") as fo, open(err, "wb") as fe:
+        proc = subprocess.Popen(argv, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while b"Forwarding from" not in out.read_bytes():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"kubectl port-forward did not start: {err.read_text(errors='replace')[-300:]}"
+                )
+            time.sleep(0.05)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -61,6 +61,7 @@ class Row:
     bench: str = ""
     notes: list[str] = field(default_factory=list)
     floor: str = "-"  # the physical limit measured in the same run (e.g. a raw socket reader)
+    stack: bool = False  # a row of the real stack's section ("On the real stack")
 
 
 @dataclass
@@ -171,14 +172,15 @@ def vm_hwm_kb(pid: int | str = "self") -> int:
     return 0
 
 
+TABLE_HEAD = "| What | Ours | Baseline | Floor | Ratio | Goal | Met? |"
+
+
+def fmt_row(r: Row) -> str:
+    """One markdown table line (no newline)."""
+    return f"| {r.what} | {r.ours} | {r.baseline} | {r.floor} | {r.ratio} | {r.goal} | {r.met} |"
+
+
 def fmt_table(rows: Iterable[Row]) -> str:
     """Markdown table of the rows."""
-    head = (
-        "| What | Ours | Baseline | Floor | Ratio | Goal | Met? |\n"
-        "| --- | --- | --- | --- | --- | --- | --- |\n"
-    )
-    body = "".join(
-        f"| {r.what} | {r.ours} | {r.baseline} | {r.floor} | {r.ratio} | {r.goal} | {r.met} |\n"
-        for r in rows
-    )
-    return head + body
+    head = TABLE_HEAD + "\n| --- | --- | --- | --- | --- | --- | --- |\n"
+    return head + "".join(fmt_row(r) + "\n" for r in rows)

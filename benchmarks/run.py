@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -24,7 +25,7 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`
 
 from benchmarks import fixtures
 from benchmarks.bench_realstack import SECTION
-from benchmarks.common import Context, Row, fmt_table, machine_info
+from benchmarks.common import TABLE_HEAD, Context, Row, fmt_row, fmt_table, machine_info
 
 # name -> module, in table order
 BENCHMARKS: dict[str, str] = {
@@ -41,9 +42,12 @@ BENCHMARKS: dict[str, str] = {
     "fanout-stub": "benchmarks.bench_fanout_stub",
     "connect": "benchmarks.bench_connect",
     "realstack": "benchmarks.bench_realstack",  # a line saying so unless a stack is given
+    "forward": "benchmarks.bench_forward",  # + rows on the real stack, if one is given
 }
 # benchmarks that bring their own cluster: the local one is only started for the others
 OWN_CLUSTER = {"realstack"}
+# benchmarks that also write rows of the real-stack section (Row.stack) when a stack is given
+STACK_TOO = {"forward"}
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results.md"
 
 
@@ -146,16 +150,61 @@ def render_realstack(
     return "\n".join(lines)
 
 
+def split(doc: str) -> tuple[str, str]:
+    """(main part, real-stack section) of a results document."""
+    cut = doc.find("\n" + SECTION + "\n")
+    return (doc, "") if cut < 0 else (doc[: cut + 1], doc[cut + 1 :])
+
+
 def merge(old: str, main: str | None, section: str | None) -> str:
     """The new document: ``main`` (None: keep the old file's main part) followed by
     ``section``, the real-stack section (None: keep the old file's, if it has one)."""
-    cut = old.find("\n" + SECTION + "\n")
-    old_main, old_section = (old, "") if cut < 0 else (old[: cut + 1], old[cut + 1 :])
+    old_main, old_section = split(old)
     if main is None:
         main = old_main or "# Benchmark results\n\n(only the real-stack rows were run)\n"
     if section is None:
         section = old_section
     return main.rstrip("\n") + "\n" + (f"\n{section.rstrip()}\n" if section else "")
+
+
+_N = re.compile(r"\s*\(n=[^)]*\)")
+
+
+def _title(what: str) -> str:
+    """A row's title without its ``(n=...)``: what stays the same from run to run."""
+    return _N.sub("", what).strip()
+
+
+def merge_rows(old: str, rows: list[Row], stamp: str) -> str:
+    """``old`` (one part of results.md: its table, then its notes) with ``rows`` in the table:
+    a row whose title (less ``(n=...)``) is there already replaces it in place, the others go
+    at the end. ``stamp`` becomes a note, replacing an older one with the same first words."""
+    lines = old.rstrip("\n").split("\n")
+    head = lines.index(TABLE_HEAD)
+    end = head + 2
+    while end < len(lines) and lines[end].startswith("| "):
+        end += 1
+    new = {_title(r.what): fmt_row(r) for r in rows}
+    body = [new.pop(_title(line[2:].split(" | ", 1)[0]), line) for line in lines[head + 2 : end]]
+    body += new.values()
+    rest = lines[end:]
+    key = "- " + stamp.split(":", 1)[0] + ":"
+    rest = [line for line in rest if not line.startswith(key)]
+    if "Notes:" not in rest:
+        rest += ["", "Notes:", ""] if not rest or rest[-1] else ["Notes:", ""]
+    last = max(i for i, line in enumerate(rest) if line.startswith("- ") or line == "")
+    rest.insert(last + 1, "- " + stamp)
+    return "\n".join(lines[: head + 2] + body + rest).rstrip("\n") + "\n"
+
+
+def rerun_stamp(rows: list[Row], args: argparse.Namespace, when: str, load: str) -> str:
+    """The note a partial run leaves in a part it merged its rows into."""
+    names = [n for n in BENCHMARKS if any(r.bench == n for r in rows)]
+    which = ", ".join(f"`{n}`" for n in names)
+    return (
+        f"Rows of {which} from a later run: {when} · command: `{_command(args)}` · "
+        f"load average {load}."
+    )
 
 
 def render(
@@ -255,18 +304,31 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 fixtures.cleanup(ctx)
     ctx.note(f"Whole run took {time.monotonic() - t_start:.0f} s.")
-    main_rows = [r for r in rows if r.bench not in OWN_CLUSTER]
-    stack_rows = [r for r in rows if r.bench in OWN_CLUSTER]
+    main_rows = [r for r in rows if r.bench not in OWN_CLUSTER and not r.stack]
+    stack_rows = [r for r in rows if r.bench in OWN_CLUSTER or r.stack]
+    stack_rows.sort(key=lambda r: r.bench not in OWN_CLUSTER)  # the stack's own rows first
     stack = ctx.shared.get("realstack")
     old = output.read_text() if output.exists() else ""
-    doc = merge(
-        old,
-        render(main_rows, info, ctx.notes, args) if main_rows else None,
-        # a skipped (no stack) line does not replace measured rows already in the file
-        render_realstack(stack_rows, info, stack, args)
-        if stack_rows and (stack or f"\n{SECTION}\n" not in old)
-        else None,
-    )
+    old_main, old_section = split(old)
+    load = f"{info['load']} at start, {os.getloadavg()[0]:.2f} at end"
+    main_doc = None
+    if main_rows:
+        # a part every one of whose benchmarks ran is written anew; else its rows are merged
+        if set(BENCHMARKS) - OWN_CLUSTER - set(names) and TABLE_HEAD in old_main:
+            stamp = rerun_stamp(main_rows, args, info["date"], load)
+            main_doc = merge_rows(old_main, main_rows, " ".join([stamp, *ctx.notes]))
+        else:
+            main_doc = render(main_rows, info, ctx.notes, args)
+    section_doc = None
+    # a skipped (no stack) line does not replace measured rows already in the file
+    if stack_rows and (stack or not old_section):
+        if (OWN_CLUSTER | STACK_TOO) - set(names) and TABLE_HEAD in old_section:
+            stamp = rerun_stamp(stack_rows, args, info["date"], (stack or {}).get("load", load))
+            notes = (stack or {}).get("notes", [])
+            section_doc = merge_rows(old_section, stack_rows, " ".join([stamp, *notes]))
+        else:
+            section_doc = render_realstack(stack_rows, info, stack, args)
+    doc = merge(old, main_doc, section_doc)
     print(doc)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(doc)
