@@ -6,7 +6,6 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import http.client
-import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.helpers.polling import wait_until
+from tests.helpers.ports import fetch, free_port, port_is_free, serving
 from trainjob_magics import TrainJobSession, connect
 from trainjob_magics.engine import errors as E
 from trainjob_magics.localcluster import LocalCluster
@@ -21,24 +21,6 @@ from trainjob_magics.localcluster import LocalCluster
 pytestmark = pytest.mark.timeout(180)
 
 SIZE_50MB = 50 * 1024 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def port_is_free(port: int) -> bool:
-    """Nothing listens on ``port`` and a server may listen there again (as servers do, with
-    SO_REUSEADDR: connections the forward ended may sit in TIME_WAIT)."""
-    with pytest.raises(ConnectionRefusedError):
-        socket.create_connection(("127.0.0.1", port), timeout=5).close()
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", port))
-        s.listen()
-    return True
 
 
 def serve_http(session: TrainJobSession, port: int, pod: str | None = None) -> None:
@@ -54,19 +36,6 @@ def listening(session: TrainJobSession, port: int) -> bool:
     """Whether something in the pod accepts connections on ``port`` (checked in the pod)."""
     probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), 2).close()"
     return session.execute(["python3", "-c", probe]).ok
-
-
-def fetch(url: str, timeout: float = 30) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return resp.read()
-
-
-def serving(url: str) -> bool:
-    try:
-        fetch(url, timeout=5)
-    except (urllib.error.URLError, ConnectionError, http.client.HTTPException):
-        return False
-    return True
 
 
 @pytest.fixture(scope="module")

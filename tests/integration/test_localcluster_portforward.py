@@ -34,6 +34,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.stream import portforward
 
 from tests.helpers.polling import wait_until
+from tests.helpers.ports import free_port
 from trainjob_magics.localcluster import LocalCluster
 from trainjob_magics.localcluster.kubelet.portforward_ws import CHUNK
 
@@ -44,12 +45,6 @@ BINARY, BASE64 = "v4.channel.k8s.io", "v4.base64.channel.k8s.io"
 PAGE = b"<html><body>port-forward page</body></html>\n"
 BIG = 50 << 20
 MID = 2 << 20
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -5,61 +5,20 @@ forward ends with %trainjob_close and with a kernel restart (its local port free
 from __future__ import annotations
 
 import hashlib
-import http.client
 import re
-import socket
-import urllib.error
-import urllib.request
 
 import pytest
 
 from tests.helpers.kernels import Kernel, load_magics_code, shown_text
 from tests.helpers.polling import wait_until
+from tests.helpers.ports import FETCH_FAILED, fetch, free_port, port_is_free, serving
 from trainjob_magics.localcluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(240)
 
 SIZE_50MB = 50 * 1024 * 1024
 LINK = re.compile(r"Forwarding (http://127\.0\.0\.1:(\d+)/) -> port (\d+) of pod (\S+)")
-FAILED = (ConnectionError, urllib.error.URLError, http.client.HTTPException)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def port_is_free(port: int) -> bool:
-    """Nothing listens on ``port`` and a server may listen there again (as servers do, with
-    SO_REUSEADDR: connections the forward ended may sit in TIME_WAIT)."""
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=5).close()
-    except ConnectionRefusedError:
-        pass
-    else:
-        return False
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-            s.listen()
-        except OSError:
-            return False
-    return True
-
-
-def fetch(url: str, timeout: float = 30) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return resp.read()
-
-
-def serving(url: str) -> bool:
-    try:
-        fetch(url, timeout=5)
-    except FAILED:
-        return False
-    return True
+FAILED = FETCH_FAILED
 
 
 def ok(k: Kernel, code: str, timeout: float = 120) -> str:
