@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.kernels import Kernel
+from tests.helpers.ports import fetch, free_port
 from trainjob_magics import attach, close_trainjob, connect, list_trainjobs
 from trainjob_magics.engine import errors as E
 
@@ -141,14 +142,6 @@ def test_python_state_stays_on_every_pod(session) -> None:
     assert not gone.ok and gone.error is not None and gone.error.type == "NameError"
 
 
-def _free_port() -> int:
-    """A port free on this host (pods of the real stack share it; a cluster's pods have their
-    own network, where any port is free)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _until(what: str, cond, timeout: float = 60.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -158,15 +151,10 @@ def _until(what: str, cond, timeout: float = 60.0):
     raise AssertionError(f"{what}: not within {timeout:g} s")
 
 
-def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=60) as resp:
-        return resp.read()
-
-
 def test_forward_serves_the_pod_and_survives_refusals(session) -> None:
     """session.forward() through pods/portforward: a page and 8 MB byte for byte, 8 clients at
     once, a port where nothing listens reported once, and the local port free after close."""
-    port = _free_port()
+    port = free_port()
     start = session.execute(
         "printf fwd-ok > fwd.txt && head -c 8388608 /dev/urandom > fwd.bin && "
         f"nohup python3 -m http.server {port} --bind 127.0.0.1 > fwd.log 2>&1 < /dev/null &"
@@ -176,20 +164,20 @@ def test_forward_serves_the_pod_and_survives_refusals(session) -> None:
     _until("the pod's HTTP server", lambda: session.execute(["python3", "-c", probe]).ok)
     digest = session.execute("sha256sum fwd.bin").stdout.split()[0]
     with session.forward(port) as fwd:
-        assert _get(fwd.url + "fwd.txt") == b"fwd-ok"
-        assert hashlib.sha256(_get(fwd.url + "fwd.bin")).hexdigest() == digest
+        assert fetch(fwd.url + "fwd.txt") == b"fwd-ok"
+        assert hashlib.sha256(fetch(fwd.url + "fwd.bin")).hexdigest() == digest
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            pages = list(pool.map(lambda _i: _get(fwd.url + "fwd.txt"), range(16)))
+            pages = list(pool.map(lambda _i: fetch(fwd.url + "fwd.txt"), range(16)))
         assert pages == [b"fwd-ok"] * 16
         assert not fwd.errors, fwd.errors
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", fwd.local_port), timeout=5)
-    idle = _free_port()
+    idle = free_port()
     problems: list[str] = []
     with session.forward(idle, on_error=problems.append) as quiet:
         for _ in range(2):
             with pytest.raises((OSError, urllib.error.URLError, http.client.HTTPException)):
-                _get(quiet.url)
+                fetch(quiet.url)
         _until("the refusal report", lambda: any("nothing accepts" in p for p in problems))
         assert sum("nothing accepts" in p for p in problems) == 1, problems
 

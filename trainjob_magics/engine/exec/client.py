@@ -149,13 +149,18 @@ def exec_url(
         ("stderr", "true"),
         ("tty", "false"),
     ]
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/exec"
+    return f"{ws_base(host)}{path}?" + "&".join(f"{key}={_quoted(value)}" for key, value in query)
+
+
+def ws_base(host: str) -> str:
+    """The API server's address with its WebSocket scheme (``wss://`` for ``https://``)."""
     base = host.rstrip("/")
     if base.startswith("https://"):
-        base = "wss://" + base[len("https://") :]
-    elif base.startswith("http://"):
-        base = "ws://" + base[len("http://") :]
-    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/exec"
-    return f"{base}{path}?" + "&".join(f"{key}={_quoted(value)}" for key, value in query)
+        return "wss://" + base[len("https://") :]
+    if base.startswith("http://"):
+        return "ws://" + base[len("http://") :]
+    return base
 
 
 def _is_loopback(host: str) -> bool:

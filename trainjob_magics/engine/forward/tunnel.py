@@ -24,6 +24,7 @@ import time
 from collections import deque
 from urllib.parse import quote
 
+from ..exec.client import ws_base
 from ..exec.frames import (
     OP_BINARY,
     OP_CLOSE,
@@ -55,13 +56,8 @@ READS_PER_WAKE = 16
 
 def portforward_url(host: str, namespace: str, pod: str, port: int) -> str:
     """WebSocket URL of pods/portforward for one port."""
-    base = host.rstrip("/")
-    if base.startswith("https://"):
-        base = "wss://" + base[len("https://") :]
-    elif base.startswith("http://"):
-        base = "ws://" + base[len("http://") :]
     path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/portforward"
-    return f"{base}{path}?ports={int(port)}"
+    return f"{ws_base(host)}{path}?ports={int(port)}"
 
 
 def reset(sock: socket.socket) -> None:
