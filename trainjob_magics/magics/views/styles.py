@@ -18,6 +18,7 @@ STATE_COLOURS = {
     "Complete": "#1e7b34",
     "Failed": "#b3261e",
     "Deleted": "#707070",
+    "Stopped": "#707070",  # a port forward that ended
     "Suspended": "#a66300",
     "Queued": "#a66300",
     "Preempted": "#b3261e",
