@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kubernetes.client import ApiClient
 
@@ -27,12 +28,16 @@ from .kueue.admission import (
     default_local_queue,
     multikueue_refusal,
 )
+from .kueue.discovery import kueue_api
 from .kueue.labels import parse_duration, queue_labels, queue_of
 from .session import TrainJobSession
 from .trainjob.body import build_trainjob, generate_name, runtime_ref
+from .trainjob.dryrun import DRY_RUN_QUERY, clean_manifest
 from .trainjob.idle import idle_timeout_of
 from .trainjob.lifecycle import create_trainjob, delete_hint, delete_trainjob, fetch_trainjob
+from .trainjob.overrides import apply_shaping, replicated_jobs
 from .trainjob.pending import DEFAULT_IMAGE_PULL_RETRIES
+from .trainjob.prechecks import env_from_env, precheck
 from .trainjob.readiness import OnStatus, wait_ready
 from .trainjob.runtime import (
     fetch_runtime,
@@ -41,6 +46,9 @@ from .trainjob.runtime import (
     trainer_target,
     unknown_runtime_message,
 )
+from .trainjob.served import RUNTIME_PATCHES, SPEC_OVERRIDES, TEMPLATE_OVERRIDES, TrainerAPI
+from .trainjob.served import trainer_api as served_trainer_api
+from .trainjob.shaping import PodShaping, build_shaping
 from .trainjob.trainer_pod import TrainerTarget
 from .validation import (
     validate_command,
@@ -81,7 +89,17 @@ def connect(
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     image_pull_retries: int = DEFAULT_IMAGE_PULL_RETRIES,
     api_retry_seconds: float = DEFAULT_RETRY_SECONDS,
-) -> TrainJobSession:
+    annotations: Mapping[str, str] | None = None,
+    volumes: str | Sequence[str] | None = None,
+    shm_size: str | None = None,
+    service_account: str | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    tolerations: str | Sequence[str] | None = None,
+    image_pull_secrets: str | Sequence[str] | None = None,
+    env_from: str | Sequence[str] | None = None,
+    pod_patch: str | Mapping[str, Any] | None = None,
+    dry_run: bool = False,
+) -> Any:
     """Create an interactive TrainJob and return a session once its trainer pod is Running.
 
     ``command=None`` injects the keep-alive command: an idle watchdog that ends the job after
@@ -98,6 +116,16 @@ def connect(
     raises PodStartError and the TrainJob is deleted. An API server that answered before and
     becomes unreachable (a restart) is waited for up to ``api_retry_seconds``, here and by
     the session.
+
+    Pod shaping (docs/python-api.md): ``volumes`` (``"pvc:NAME:/path[:ro]"``,
+    ``"configmap:NAME:/path"``, ``"secret:NAME:/path"``, ``"emptydir:/path[:SIZE]"``),
+    ``shm_size`` (``/dev/shm`` in memory), ``service_account``, ``node_selector``,
+    ``tolerations`` (``"KEY[=VALUE]:EFFECT"``), ``image_pull_secrets``, ``labels`` and
+    ``annotations`` (on the TrainJob and its pods), ``env_from`` (``"secret:NAME"``,
+    ``"configmap:NAME"``) and ``pod_patch`` (a pod-template YAML file or dict) go to the field
+    the cluster's Trainer has. A named PVC, ConfigMap, Secret or service account that does not
+    exist raises InvalidInputError before anything is created. ``dry_run=True`` returns the
+    TrainJob manifest (a dict) after a server-side dry run, and creates nothing.
     """
     started = time.monotonic()
     validate_object_name(runtime, "runtime name")
@@ -128,10 +156,25 @@ def connect(
         raise InvalidInputError("timeout must be a positive number of seconds, got None")
     idle = validate_idle_timeout(idle_timeout) if trainer_command is None else None
     retry_seconds = validate_retry_seconds(api_retry_seconds)
+    user_labels = validate_labels(labels or None)
+    shaping = build_shaping(
+        volumes=volumes,
+        shm_size=shm_size,
+        service_account=service_account,
+        node_selector=node_selector,
+        tolerations=tolerations,
+        image_pull_secrets=image_pull_secrets,
+        labels=user_labels,
+        annotations=annotations,
+        env_from=env_from,
+        pod_patch=pod_patch,
+    )
 
     api, default_namespace = kubeconfig.load(config_file, context)
     window_of(api).seconds = retry_seconds
     ns = namespace or default_namespace
+    objects = precheck(api, ns, shaping)
+    env_refs = env_from_env(shaping, objects)
     if queue:
         check_local_queue(api, ns, queue)
     # Kueue manages the job with an explicit queue, or through its default LocalQueue: then
@@ -140,7 +183,7 @@ def connect(
     if managed and priority_class:
         check_priority_class(api, priority_class)
     kueue_labels = queue_labels(queue, priority_class, max_seconds if managed else None)
-    extra_labels = validate_labels({**(labels or {}), **kueue_labels} or None)
+    extra_labels = validate_labels(kueue_labels or None)
     info = fetch_runtime(api, ns, runtime)
     if info is None:
         available = list_runtime_names(api, ns)
@@ -161,10 +204,17 @@ def connect(
     )
     if max_seconds and not managed:
         body["spec"]["activeDeadlineSeconds"] = max_seconds
+    served = served_trainer_api(api) if shaping.touches_pods else None
+    if env_refs:
+        trainer = body["spec"]["trainer"]
+        given = {e["name"] for e in trainer.get("env") or []}
+        trainer["env"] = [*trainer.get("env", []), *(e for e in env_refs if e["name"] not in given)]
     try:
-        created = create_trainjob(api, ns, job_name, body)
+        created, served = _create(
+            api, ns, job_name, body, shaping, served, info.obj if info else None, dry_run
+        )
     except InvalidInputError as exc:
-        if exc.status == 409:
+        if exc.status == 409 and not dry_run:
             raise InvalidInputError(
                 f"TrainJob {job_name} already exists in namespace {ns}: attach to it with "
                 f"attach({job_name!r}), pick another name, or delete it with "
@@ -174,6 +224,8 @@ def connect(
             ) from None
         raise
     created = created or {}
+    if dry_run:
+        return clean_manifest(created)
     refusal = multikueue_refusal(api, ns, job_name, created)
     if refusal is not None:
         delete_trainjob(api, ns, job_name)
@@ -201,6 +253,113 @@ def connect(
         idle_timeout=idle,
         created=True,
         image_pull_retries=image_pull_retries,
+        stuck_hint=stuck_hint(shaping, served, api, queue),
+        placement_hint=placement_hint(shaping, served, api, queue),
+        shaping=shaping,
+    )
+
+
+_FALLBACK_FIELDS = (RUNTIME_PATCHES, TEMPLATE_OVERRIDES, SPEC_OVERRIDES)
+_RELEASE_OF = {RUNTIME_PATCHES: "2.2+", TEMPLATE_OVERRIDES: "2.1", SPEC_OVERRIDES: "2.0"}
+
+
+def _create(
+    api: ApiClient,
+    namespace: str,
+    name: str,
+    body: dict[str, Any],
+    shaping: PodShaping,
+    served: TrainerAPI | None,
+    runtime_obj: Mapping[str, Any] | None,
+    dry_run: bool,
+) -> tuple[Any, TrainerAPI | None]:
+    """Create (or dry-run) the TrainJob with the shaping in the field the cluster serves.
+
+    With shaping the create is strict (``fieldValidation=Strict``): a field the server does not
+    know is a 422 naming it, not silently dropped. When the served field could not be read
+    and the server says it does not know ``spec.runtimePatches``, the older fields are tried.
+    """
+    query = list(DRY_RUN_QUERY) if dry_run else []
+    if served is None:
+        return create_trainjob(api, namespace, name, body, query=query or None), None
+    if ("fieldValidation", "Strict") not in query:
+        query.append(("fieldValidation", "Strict"))
+    jobs = replicated_jobs(runtime_obj)
+    candidates = [served] + (
+        [TrainerAPI(f, _RELEASE_OF[f], known=False) for f in _FALLBACK_FIELDS if f != served.field]
+        if not served.known
+        else []
+    )
+    for i, api_kind in enumerate(candidates):
+        shaped = apply_shaping(_copy(body), shaping, api_kind, jobs)
+        try:
+            return create_trainjob(api, namespace, name, shaped, query=query), api_kind
+        except InvalidInputError as exc:
+            unknown = f'unknown field "spec.{api_kind.field}"' in str(exc)
+            if unknown and i + 1 < len(candidates):
+                continue
+            if exc.status == 422 or (exc.status == 400 and "unknown field" in str(exc)):
+                raise InvalidInputError(
+                    rejected_line(str(exc), name, shaping), status=exc.status, reason=exc.reason
+                ) from None
+            raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _copy(body: dict[str, Any]) -> dict[str, Any]:
+    import copy
+
+    return copy.deepcopy(body)
+
+
+def rejected_line(message: str, name: str, shaping: PodShaping) -> str:
+    """The API server's 422 as one line, naming the --pod-patch file when there is one."""
+    detail = message.split(f"{name}: ", 1)[-1]
+    detail = detail.rsplit("; fix the input", 1)[0]
+    if shaping.pod_patch:
+        return (
+            f"{shaping.pod_patch_source} was rejected by the API server: {detail}; fix the "
+            "patch (only the fields of the Trainer's pod-template patch are allowed)"
+        )
+    return f"the API server rejected TrainJob {name}: {detail}; fix the options"
+
+
+def stuck_hint(
+    shaping: PodShaping, served: TrainerAPI | None, api: ApiClient, queue: str | None
+) -> str:
+    """Why an admitted TrainJob may stay suspended: trainer#3888 when the patch carries
+    fields Trainer 2.3 makes immutable and Kueue is 0.19 or older (serves v1beta1)."""
+    if not queue or served is None or served.field != RUNTIME_PATCHES:
+        return ""
+    if served.release not in ("2.3", "2.2+") or not shaping.immutable_pod_fields:
+        return ""
+    kueue = kueue_api(api)
+    if kueue.known and not kueue.serves_v1beta1:
+        return ""  # Kueue 0.20 or later: merge patches (kueue#14836)
+    return (
+        "Kueue 0.19 or older updates the whole TrainJob to unsuspend it, which Trainer 2.3's "
+        "immutability rules reject for runtimePatches with volumes, containers, a service "
+        "account or pull secrets (kubeflow/trainer#3888): upgrade Kueue to 0.20 "
+        "(kubernetes-sigs/kueue#14836), or connect without those options"
+    )
+
+
+def placement_hint(
+    shaping: PodShaping, served: TrainerAPI | None, api: ApiClient, queue: str | None
+) -> str:
+    """kueue#15161: with Kueue 0.19 or older (and runtimePatches) the ResourceFlavor's
+    tolerations replace the session's."""
+    if not queue or not shaping.tolerations or served is None:
+        return ""
+    if served.field != RUNTIME_PATCHES:
+        return ""
+    kueue = kueue_api(api)
+    if kueue.known and not kueue.serves_v1beta1:
+        return ""
+    return (
+        "with Kueue 0.19 or older the ResourceFlavor's tolerations replace the session's "
+        "(kubernetes-sigs/kueue#15161): upgrade Kueue to 0.20, or ask for the toleration on "
+        "the flavor"
     )
 
 
@@ -275,6 +434,9 @@ def _session_when_ready(
     idle_timeout: float | None,
     created: bool,
     image_pull_retries: int = DEFAULT_IMAGE_PULL_RETRIES,
+    stuck_hint: str = "",
+    placement_hint: str = "",
+    shaping: PodShaping | None = None,
 ) -> TrainJobSession:
     """Wait until the job is ready and return its session. ``created``: this call created the
     job, so Ctrl-C, a permission error or an unavailable queue deletes it again."""
@@ -292,6 +454,9 @@ def _session_when_ready(
             job_uid=job_uid,
             delete_on_unavailable=created,
             image_pull_retries=image_pull_retries,
+            stuck_hint=stuck_hint,
+            placement_hint=placement_hint,
+            shaping=shaping,
         )
     except (KeyboardInterrupt, PermissionDeniedError, PodStartError):
         if created:

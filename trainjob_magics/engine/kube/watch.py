@@ -74,6 +74,7 @@ class Watcher:
         self.field_selector = field_selector
         self.objects: dict[str, dict[str, Any]] = {}
         self.resource_version = ""
+        self.chunk_seconds = WATCH_CHUNK_SECONDS  # the longest watch request (refresh period)
 
     def _selectors(self) -> list[tuple[str, str]]:
         query = []
@@ -173,7 +174,7 @@ class Watcher:
     ) -> tuple[str, T | None]:
         """One watch request: ``(state, result)``; state ``"ok"`` (ended normally),
         ``"dropped"`` (the stream broke: resume), ``"relist"`` (410) or ``"error"``."""
-        seconds = max(1, min(WATCH_CHUNK_SECONDS, math.ceil(remaining)))
+        seconds = max(1, min(math.ceil(self.chunk_seconds), math.ceil(remaining)))
         query = [
             ("watch", "true"),
             ("allowWatchBookmarks", "true"),

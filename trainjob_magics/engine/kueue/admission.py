@@ -158,6 +158,23 @@ def unavailable_message(qs: QueueStatus, name: str, namespace: str, deleted: boo
     )
 
 
+STUCK_GRACE = 15.0  # seconds an admitted Workload's TrainJob may stay suspended (Kueue: ~1 s)
+STUCK = "AdmittedButSuspended"
+
+
+def stuck_message(name: str, grace: float, hint: str, deleted: bool) -> str:
+    """One line for an admitted Workload whose TrainJob Kueue could not unsuspend."""
+    why = hint or (
+        "Kueue could not unsuspend it (see the kueue-controller-manager log; with Trainer 2.3 "
+        "and Kueue 0.19 or older a full-object update can fail, kubeflow/trainer#3888: upgrade "
+        "Kueue to 0.20, kubernetes-sigs/kueue#14836)"
+    )
+    tail = "the TrainJob was deleted" if deleted else "delete the TrainJob"
+    return (
+        f"Kueue admitted TrainJob {name} but it is still suspended after {grace:g}s: {why}; {tail}"
+    )
+
+
 def queued_timeout_message(qs: QueueStatus, name: str, namespace: str, timeout: float) -> str:
     """TimeoutError text while still queued: says so, names the queue, how to keep or delete."""
     return (
@@ -194,14 +211,18 @@ def wait_for_admission(
     report: Callable[[QueueStatus], None],
     fetch_trainjob: Callable[[], Mapping[str, Any]],
     poll: float = 1.0,
+    stuck_grace: float = STUCK_GRACE,
 ) -> QueueStatus | None:
     """Poll until the Workload is admitted and the TrainJob unsuspended (None on timeout).
 
     Raises QueueUnavailableError when the queue is missing/inactive/stopped or the Workload was
     deactivated, and PodNotRunningError when the TrainJob is deleted while it waits (its
-    Workload goes with it). ``fetch_trainjob`` raises NotFoundError when the job is gone.
+    Workload goes with it). ``fetch_trainjob`` raises NotFoundError when the job is gone. A
+    Workload admitted for ``stuck_grace`` s whose TrainJob is still suspended raises
+    QueueUnavailableError with reason ``AdmittedButSuspended`` (Kueue's unsuspend failed).
     """
     visibility = Visibility(api)
+    admitted_at: float | None = None
     while True:
         qs = queue_status(api, namespace, job_uid, local_queue, visibility)
         if qs.workload is None:
@@ -226,6 +247,11 @@ def wait_for_admission(
             trainjob = fetch_trainjob()
             if qs.state != "Admitted" or not (trainjob.get("spec") or {}).get("suspend"):
                 return qs
+            admitted_at = time.monotonic() if admitted_at is None else admitted_at
+            if time.monotonic() - admitted_at >= stuck_grace:
+                raise QueueUnavailableError(f"still suspended after {stuck_grace:g}s", reason=STUCK)
+        else:
+            admitted_at = None
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return None
@@ -304,6 +330,8 @@ def admit_or_raise(
     reporter: QueueReporter,
     fetch_trainjob: Callable[[], Mapping[str, Any]],
     delete_job: Callable[[], bool] | None = None,
+    stuck_hint: str = "",
+    stuck_grace: float = STUCK_GRACE,
 ) -> QueueStatus:
     """Wait for admission; raise QueueUnavailableError (deleting the job if ``delete_job``)
     or QueuedTimeoutError."""
@@ -321,8 +349,9 @@ def admit_or_raise(
             deadline=deadline,
             report=report,
             fetch_trainjob=fetch_trainjob,
+            stuck_grace=stuck_grace,
         )
-    except QueueUnavailableError:
+    except QueueUnavailableError as refused:
         last = reporter.queue or QueueStatus("Inactive", local_queue=queue)
         deleted = False
         if delete_job is not None:
@@ -330,6 +359,10 @@ def admit_or_raise(
                 deleted = delete_job()
             except TrainJobError as exc:
                 log.warning("could not delete TrainJob %s: %s", name, exc)
+        if refused.reason == STUCK:
+            raise QueueUnavailableError(
+                stuck_message(name, stuck_grace, stuck_hint, deleted), reason=STUCK
+            ) from None
         raise QueueUnavailableError(
             unavailable_message(last, name, namespace, deleted), reason=last.reason
         ) from None

@@ -35,6 +35,7 @@ class KueueAPI:
     version: str | None
     visibility: tuple[str, ...] = ()  # served visibility versions, best first
     known: bool = True  # False when discovery could not be read (defaults assumed)
+    serves_v1beta1: bool = False  # Kueue 0.19 or older (0.20 stops serving v1beta1, kueue#14558)
 
     @property
     def installed(self) -> bool:
@@ -89,6 +90,7 @@ def kueue_api(api: ApiClient) -> KueueAPI:
         found = KueueAPI(
             versions[0] if versions else (core[0] if core else "v1beta2"),
             tuple(_pick(visibility or [])),
+            serves_v1beta1="v1beta1" in core,
         )
     with _LOCK:
         _CACHE[api] = found

@@ -21,9 +21,18 @@ from .targets import job_pods_watcher
 
 
 # -- create ------------------------------------------------------------------------------------
-def create_trainjob(api: ApiClient, namespace: str, name: str, body: dict[str, Any]) -> Any:
+def create_trainjob(
+    api: ApiClient,
+    namespace: str,
+    name: str,
+    body: dict[str, Any],
+    *,
+    query: list[tuple[str, str]] | None = None,
+) -> Any:
     """POST the TrainJob, retrying 5xx/connection failures; a 409 on a retry is success when
-    the existing TrainJob is the one our earlier attempt created (same owner host and pid)."""
+    the existing TrainJob is the one our earlier attempt created (same owner host and pid).
+    ``query``: e.g. ``fieldValidation=Strict`` (an unknown field is a 422, not dropped), or
+    ``dryRun=All`` (validated and admitted, nothing stored)."""
     attempts = {"n": 0}
 
     def once() -> Any:
@@ -38,6 +47,7 @@ def create_trainjob(api: ApiClient, namespace: str, name: str, body: dict[str, A
                 namespace=namespace,
                 name=name,
                 body=body,
+                query=query,
             )
         except InvalidInputError as exc:
             if exc.status != 409 or attempts["n"] == 1:

@@ -34,7 +34,8 @@ from ..notify import notify
 from ..result import JobStatus
 from .capacity import WAIT_FOR_NODE, LocalNode, beyond_node, local_node, never_fits_line
 from .lifecycle import delete_hint, delete_trainjob, fetch_trainjob
-from .pending import DEFAULT_IMAGE_PULL_RETRIES, PodProblem, pod_problem
+from .pending import DEFAULT_IMAGE_PULL_RETRIES, PodProblem, job_problem, pod_problem, user_error
+from .shaping import PodShaping
 from .status import job_status, trainjob_failure
 from .targets import job_pods_watcher
 from .trainer_pod import TrainerTarget, select_trainer_pod
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 
 EVENTS_EVERY = 2.0  # seconds between two reads of the waiting trainer pod's Events
 EVENTS_AFTER = 1.0  # a trainer pod waiting at least this long gets its Events read (why)
+SHAPED_CHUNK = 2.0  # seconds between re-checks of a session that names objects (its Events)
 
 
 def _fingerprint(status: JobStatus) -> tuple[Any, ...]:
@@ -81,6 +83,8 @@ def wait_for_trainer_pod(
     started_at: float | None = None,
     on_status: Callable[[JobStatus], None] | None = None,
     image_pull_retries: int = DEFAULT_IMAGE_PULL_RETRIES,
+    shaping: PodShaping | None = None,
+    placement_hint: str = "",
 ) -> dict[str, Any]:
     """Block until the trainer pod of TrainJob ``name`` is Running and return it.
 
@@ -88,11 +92,19 @@ def wait_for_trainer_pod(
     ``JobStatus.problem`` and the timeout message. Raises PodNotRunningError (pod
     Succeeded/Failed, job deleted), PodStartError (a hopeless image state), TrainJobFailedError
     (Failed condition) or ConnectTimeoutError (the TrainJob is left in place).
+
+    A session with ``shaping`` is re-checked every SHAPED_CHUNK s: what it names (a PVC, a
+    Secret, a service account, node selectors) that is missing or matches no node raises
+    PodStartError from the Events within seconds (the pods of a Job whose service account is
+    missing never exist: the Job's FailedCreate Event says so).
     """
     started = time.monotonic() if started_at is None else started_at
     deadline = time.monotonic() + timeout
     reporter = StatusReporter(on_status)
     watcher = job_pods_watcher(api, namespace, name)
+    placement = bool(shaping and (shaping.node_selector or shaping.tolerations))
+    if shaping is not None and (shaping.touches_pods or shaping.env_from):
+        watcher.chunk_seconds = SHAPED_CHUNK
     trainjob: dict[str, Any] = {}
 
     def refresh() -> None:
@@ -141,20 +153,40 @@ def wait_for_trainer_pod(
     def why_waiting(trainer: dict[str, Any] | None) -> PodProblem | None:
         """The trainer pod's problem: from the pod itself at every change; its Events too once
         it has waited EVENTS_AFTER s, then at most every EVENTS_EVERY s (a pod that starts at
-        once costs no Events request)."""
-        if trainer is None or is_running(trainer):
+        once costs no Events request). No pod yet, for a shaped session: the Job's Events."""
+        if trainer is None:
+            return why_no_pod()
+        if is_running(trainer):
             return None
         now = time.monotonic()
         if now - waiting_since < EVENTS_AFTER:
-            found = pod_problem(trainer, [], image_pull_retries=image_pull_retries)
+            found = user_error(trainer, [], placement=placement) or pod_problem(
+                trainer, [], image_pull_retries=image_pull_retries
+            )
             if found is not None:
                 problem[0] = judged(trainer, found)  # the timeout names it too
             return problem[0]
         if now - events_read[0] >= EVENTS_EVERY:
             events_read[0] = now
             events = events_about(api, namespace, pod_name(trainer), "Pod")
-            found = pod_problem(trainer, events, image_pull_retries=image_pull_retries)
+            found = user_error(trainer, events, placement=placement) or pod_problem(
+                trainer, events, image_pull_retries=image_pull_retries
+            )
             problem[0] = judged(trainer, found)
+        return problem[0]
+
+    def why_no_pod() -> PodProblem | None:
+        """The Job controller's FailedCreate (a missing service account) on the trainer's Job
+        ``<name>-<replicated job>-0``, read for shaped sessions whose job is not suspended."""
+        if shaping is None or not trainjob or (trainjob.get("spec") or {}).get("suspend"):
+            return None
+        now = time.monotonic()
+        if now - waiting_since < EVENTS_AFTER or now - events_read[0] < EVENTS_EVERY:
+            return problem[0]
+        events_read[0] = now
+        rjob = (target.replicated_job if target is not None else None) or "node"
+        job = f"{name}-{rjob}-0"
+        problem[0] = job_problem(job, namespace, events_about(api, namespace, job, "Job"))
         return problem[0]
 
     def check() -> dict[str, Any] | None:
@@ -165,8 +197,11 @@ def wait_for_trainer_pod(
         if found is not None:
             status = dataclasses.replace(status, problem=found.line())
         reporter.report(status)
+        if found is not None and found.hopeless and found.fix and found.reason != "Unschedulable":
+            raise PodStartError(f"{found.fix}; {found.reason}: {found.message}")
         if found is not None and found.hopeless and found.fix:
-            raise PodStartError(f"{found.fix}; the scheduler says: {found.message}")
+            hint = f"; {placement_hint}" if placement_hint and placement else ""
+            raise PodStartError(f"{found.fix}{hint}; the scheduler says: {found.message}")
         if found is not None and found.hopeless:
             raise PodStartError(
                 f"the trainer pod of TrainJob {name} cannot start: {found.line()}; fix the "
@@ -224,6 +259,9 @@ def wait_ready(
     job_uid: str | None,
     delete_on_unavailable: bool = False,
     image_pull_retries: int = DEFAULT_IMAGE_PULL_RETRIES,
+    stuck_hint: str = "",
+    shaping: PodShaping | None = None,
+    placement_hint: str = "",
 ) -> dict[str, Any]:
     """Wait for Kueue admission (queued jobs), then for the trainer pod to run. While the API
     server is unreachable the last status is shown again with the outage as its problem."""
@@ -240,6 +278,8 @@ def wait_ready(
                 started_at=started,
                 on_status=on_status,
                 image_pull_retries=image_pull_retries,
+                shaping=shaping,
+                placement_hint=placement_hint,
             )
         deadline = time.monotonic() + timeout
         reporter = QueueReporter(on_status)
@@ -258,6 +298,7 @@ def wait_ready(
             delete_job=(lambda: delete_trainjob(api, namespace, name))
             if delete_on_unavailable
             else None,
+            stuck_hint=stuck_hint,
         )
         return wait_for_trainer_pod(
             api,
@@ -269,6 +310,8 @@ def wait_ready(
             started_at=started,
             on_status=reporter.wrap,
             image_pull_retries=image_pull_retries,
+            shaping=shaping,
+            placement_hint=placement_hint,
         )
 
 
