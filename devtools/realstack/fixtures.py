@@ -1,6 +1,7 @@
 """What the tests need on top of the controllers: Kueue queues sized from the nodes, priority
-classes, a namespace whose every TrainJob is queued, one that is not, and the restricted user's
-RBAC (read from docs/rbac.md and docs/kueue.md, so the docs and the stack cannot drift apart)."""
+classes, a namespace whose every TrainJob is queued, one that is not, the restricted user's
+RBAC (read from docs/rbac.md and docs/kueue.md, so the docs and the stack cannot drift apart),
+and a default StorageClass whose claims the pod runner's provisioner binds (provisioner.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import yaml
 
 from devtools.realstack import controllers, procs
 from devtools.realstack.context import StackContext
+from devtools.realstack.provisioner import PROVISIONER
 
 QUEUED_NAMESPACE = "tjm-queued"  # LocalQueues `user-queue` and `default`: every TrainJob is queued
 NAMESPACE = "tjm"  # no LocalQueue: sessions run unqueued
@@ -20,6 +22,7 @@ FLAVOR = "default-flavor"
 CLUSTER_QUEUE = "cluster-queue"
 LOCAL_QUEUES = ("user-queue", "default")
 PRIORITIES = {"low": 100, "high": 1000}
+STORAGE_CLASS = "standard"  # the default class, as kind's and most clouds' are named
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -135,6 +138,23 @@ def rbac_objects(
     return out
 
 
+def storage_objects() -> list[dict]:
+    """The default StorageClass: a hostPath directory per claim, bound at once."""
+    return [
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {
+                "name": STORAGE_CLASS,
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            },
+            "provisioner": PROVISIONER,
+            "reclaimPolicy": "Delete",
+            "volumeBindingMode": "Immediate",
+        }
+    ]
+
+
 def namespaces() -> list[dict]:
     return [
         {
@@ -172,7 +192,9 @@ def _local_queues_active(ctx: StackContext, api_version: str) -> bool:
 
 def apply(ctx: StackContext) -> None:
     """Namespaces, RBAC and (when Kueue runs) the queues; waits until the LocalQueues are Active."""
-    controllers.apply(ctx, namespaces() + rbac_objects(), "fixtures-namespaces-rbac")
+    controllers.apply(
+        ctx, namespaces() + rbac_objects() + storage_objects(), "fixtures-namespaces-rbac"
+    )
     if not ctx.versions.kueue:
         return
     api_version = controllers.kueue_api_version(ctx)

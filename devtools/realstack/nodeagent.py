@@ -6,6 +6,7 @@ and heartbeats; the nodes' ``daemonEndpoints`` name this agent's port."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 from devtools.realstack import gobuild, procs
@@ -62,3 +63,12 @@ def start(ctx: StackContext, cert: Path, key: Path) -> int:
 
 def stop(ctx: StackContext) -> None:
     procs.stop(ctx.run, "nodeagent")
+
+
+def restart(run: Path) -> int:
+    """Rebuild the agent if its sources changed and restart it alone with its old arguments
+    (port, certificates): pods keep running and the nodes keep advertising it."""
+    spec = json.loads(procs.spec_path(run, "nodeagent").read_text())
+    argv = [str(build(run / "logs" / "build.log")), *spec["argv"][1:]]
+    procs.stop(run, "nodeagent")
+    return procs.start(run, "nodeagent", argv, env=spec.get("env"))

@@ -1,43 +1,61 @@
 """Pods that run: the kubelet's part of the real stack, for pods bound to the kwok nodes.
 
-kwok (see ``nodes.py``) keeps the Node objects alive and serves the kubelet API (exec, attach,
-logs, port-forward over SPDY/WebSocket); it never runs a container's command. This process
-does, as a kubelet would, for every pod bound to a node this stack manages:
+kwok (see ``nodes.py``) keeps the Node objects, their leases and heartbeats; the kubelet API
+(exec, attach, logs, port-forward) is served by our node agent (``nodeagent/``, the kubelet's
+own streaming code), which reads the pod directories this process writes. Neither runs a
+container's command. This process does, as a kubelet would, for every pod bound to a node this
+stack manages:
 
 - Each pod gets a directory of its own, ``RUN/pods/<namespace>_<name>_<uid>/`` with ``home/``
   (HOME), ``tmp/`` (TMPDIR), ``work/`` (the working directory of every container and exec),
-  ``logs/<container>.log`` (CRI log format, served by kwok's ``Logs`` for ``kubectl logs``;
-  ``.previous.log`` after a restart) and ``containers/<name>-<attempt>/`` (one run of a
-  container: its spec, pids and exit code).
+  ``logs/<container>.log`` (CRI log format, served by the node agent for ``kubectl logs``;
+  ``.previous.log`` after a restart), ``containers/<name>-<attempt>/`` (one run of a
+  container: its spec, pids and exit code) and ``volumes/kubernetes.io~<plugin>/<name>/``.
+- Volumes are mounted before any container starts (``podvolumes.py``): the pod gets a mount
+  namespace of its own, held by a ``sleep`` process (``ns.json``), with PVCs (the PV's
+  directory), hostPath, emptyDir (``medium: Memory`` a tmpfs of ``sizeLimit``), ConfigMap,
+  Secret, downwardAPI and projected volumes (the service account token from the TokenRequest
+  API, bound to the pod) bind-mounted at each container's ``volumeMounts``. Its containers
+  start in it and the node agent's execs enter it. A volume that cannot be set up (a missing
+  Secret or ConfigMap, a key not in it, an unbound claim) is the kubelet's ``FailedMount``
+  Event ``MountVolume.SetUp failed for volume "v" : secret "x" not found``, tried again with
+  back-off (0.5 s doubling to 8 s; the kubelet goes to 2m2s) while the pod stays Pending with
+  ``ContainerCreating`` containers. The claims of the default StorageClass are provisioned by
+  ``provisioner.py``, which runs in this process.
 - The env is computed as the kubelet does (``envFrom``, then ``env`` with ``value`` and
   ``$(VAR)`` expansion, ``fieldRef``, ``resourceFieldRef``, ``configMapKeyRef``,
   ``secretKeyRef``), plus ``HOSTNAME`` (``spec.hostname`` or the pod name), ``HOME``, ``TMPDIR``,
   a standard ``PATH``, ``KUBERNETES_SERVICE_HOST/PORT`` (the real apiserver on 127.0.0.1) and
   three markers: ``TRAINJOB_REALSTACK_RUN``, ``TRAINJOB_REALSTACK_POD_UID`` and
-  ``TRAINJOB_REALSTACK_CONTAINER``.
+  ``TRAINJOB_REALSTACK_CONTAINER``. A missing ConfigMap, Secret or key is the container's
+  ``CreateContainerConfigError`` with the kubelet's message (``configmap "x" not found``,
+  ``couldn't find key k in Secret ns/x``) and a ``Failed`` Event ``Error: <message>``.
 - Init containers run in order (a ``restartPolicy: Always`` init container is a sidecar: started,
   then left running), then every container; each run of a container is a small supervisor
-  process (``podrunner shim``) that starts the command in a session of its own, writes its
-  stdout/stderr to the CRI log and its exit code to ``result.json``. Supervisors outlive this
-  process, so a restart of the runner re-adopts running pods from their directories.
+  process (``podrunner shim``) that starts the command in a session of its own (in the pod's
+  mount namespace), writes its stdout/stderr to the CRI log and its exit code to
+  ``result.json``. Supervisors and namespace holders outlive this process, so a restart of the
+  runner re-adopts running pods, their namespaces included, from their directories.
 - The status is set as a kubelet sets it (strategic-merge patches of ``pods/status``): Pending
   with waiting containers, then Running with running/started/ready containers and the
-  ``PodReadyToStartContainers``, ``Initialized``, ``ContainersReady`` and ``Ready`` conditions,
-  ``podIP``/``hostIP`` 127.0.0.1 and ``startTime``; an exit is a terminated state with its exit
-  code and reason ``Completed``/``Error``; ``restartPolicy`` decides between a terminal phase and
-  a restart with the kubelet's back-off (0 s, 10 s, 20 s, ... 300 s) and ``restartCount + 1``.
-- An exec into the pod runs in the same ``work/`` directory with the same env: a kwok ``Exec``
-  object per pod (same name and namespace, owned by the pod) carries ``workDir`` and ``envs``
-  for each container. ``Logs``, ``Attach`` and ``PortForward`` objects go with it.
+  ``PodReadyToStartContainers`` (once the volumes are mounted), ``Initialized``,
+  ``ContainersReady`` and ``Ready`` conditions, ``podIP``/``hostIP`` 127.0.0.1 and
+  ``startTime``; an exit is a terminated state with its exit code and reason
+  ``Completed``/``Error``; ``restartPolicy`` decides between a terminal phase and a restart with
+  the kubelet's back-off (0 s, 10 s, 20 s, ... 300 s) and ``restartCount + 1``.
+- An exec into the pod (the node agent) runs the container's ``spec.json``: the same ``work/``
+  directory, the same env and, when the pod has one, its mount namespace.
 - Deleting or evicting a pod ends every process of it, as its cgroup would: SIGTERM to each
   container's main process, SIGKILL at the end of the grace period (the pod's
   ``deletionTimestamp``) to every process whose environment carries the pod's
-  ``TRAINJOB_REALSTACK_POD_UID`` (exec'd processes included: kwok starts them with the ``Exec``
-  envs) or that is in the session of one of its containers. When a container exits, the
-  processes marked with its name go too (its pid namespace ends). Then the pod gets its terminal
-  phase and is deleted with grace 0 and a UID precondition, as the kubelet's status manager
-  does, so a Job replaces it. A pod removed from the API (force delete, PodGC after its node was
-  deleted) or a pod whose node was deleted loses its processes at once.
+  ``TRAINJOB_REALSTACK_POD_UID`` (exec'd processes included: the agent starts them with the
+  container's env), that is in the pod's mount namespace, or that is in the session of one of
+  its containers. When a container exits, the processes marked with its name go too (its pid
+  namespace ends). With the last process the namespace ends, and its mounts with it. Then the
+  pod gets its terminal phase and is deleted with grace 0 and a UID precondition, as the
+  kubelet's status manager does, so a Job replaces it. A pod removed from the API (force
+  delete, PodGC after its node was deleted) or a pod whose node was deleted loses its
+  processes at once.
 - It survives watch expiry (410: relist), apiserver restarts (reconnect with back-off, relist)
   and its own restart (re-adoption from the pod directories; directories whose pod is gone have
   their processes killed).
@@ -45,33 +63,32 @@ does, as a kubelet would, for every pod bound to a node this stack manages:
 Known limits (none of these is a kubelet):
 - No images: commands run on the host filesystem with the host's tools (``python3`` is the
   host's). A container without ``command`` has no entrypoint to run (the image is unknown): it
-  runs ``sleep infinity`` instead (``args`` alone are ignored then). ``workingDir``,
-  ``volumeMounts`` and volumes are not honoured: every container and exec of a pod shares its
-  ``work/`` directory; files such as ``/etc/mpi/hostfile`` or a service-account token do not
-  exist.
+  runs ``sleep infinity`` instead (``args`` alone are ignored then). ``workingDir`` is not
+  honoured: every container and exec of a pod shares its ``work/`` directory.
+- Mounts: one mount namespace per pod, not per container (every container sees the mounts of
+  all; for one path the first container's mount wins); mount points missing on the host are
+  created there (empty directories or files); ConfigMap/Secret volumes and tokens are written
+  once (no update on change, no token refresh: the apiserver's extended expiry keeps the
+  token valid); emptyDir ``sizeLimit`` on disk is not enforced (a Memory one is a tmpfs of
+  that size); only hostPath and local PVs, no CSI, NFS or image volumes (a FailedMount says
+  so); no ``fsGroup``, SELinux or ``mountPropagation``.
 - Host network: every pod has podIP = hostIP = 127.0.0.1, so two pods cannot listen on the same
   port; there is no cluster DNS and no kube-proxy (Service names and ClusterIPs do not resolve or
   route; ``KUBERNETES_SERVICE_HOST`` is 127.0.0.1 with the apiserver's real port; other
-  services' docker-link variables are not set).
+  services' docker-link variables are not set). Port-forward dials 127.0.0.1 (no namespace to
+  enter).
 - No probes: a started container is ready at once. No resource limits are enforced; cpu/memory
   are only accounted by the scheduler. ``runAsUser`` and security contexts are ignored.
-- "Every process of the pod" is found by environment marker and session: a process that clears
-  its environment and leaves the session (``env -i setsid ...``) escapes, as it would not from a
-  cgroup. Exec'd processes are in kwok's process tree, not the pod's.
-- kwok v0.8.0 answers an exec whose command exits non-zero with a Status of reason
-  ``InternalError`` ("cmd wait: ...: exit status N") instead of ``NonZeroExitCode`` with an
-  ``ExitCode`` cause: kwok's ``utils/exec`` wraps the ``*exec.ExitError`` with ``%w`` and
-  ``k8s.io/cri-streaming``'s ``remotecommand/exec.go`` type-asserts (no ``errors.As``) on
-  ``k8s.io/utils/exec.ExitError``, which ``*os/exec.ExitError`` does not implement anyway.
-- kwok's ``logs -f`` never ends by itself (its runtime stub says "unavailable", which the CRI
-  log reader treats as "still running"). Port-forward reaches only ports the pod declares in
-  ``containerPorts`` (kwok's ``PortForward`` target has a fixed port; a command target is not
-  told the port). kwok's exec runs with kwok's own (minimal) environment under the ``Exec`` envs.
+- "Every process of the pod" is found by environment marker, session and (for pods with
+  volumes) mount namespace: in a pod without volumes, a process that clears its environment and
+  leaves the session (``env -i setsid ...``) escapes, as it would not from a cgroup. Exec'd
+  processes are in the node agent's process tree, not the pod's.
 - MPI worker pods whose command is ``sshd`` (``/usr/sbin/sshd -De ...`` in the deepspeed and
   MPI runtimes) cannot serve ssh here (host network, no image, no sshd on the host): their
   container runs ``sleep infinity`` instead, so the pods become Running and Ready (there are no
-  probes) and exec works in them, but nothing listens on port 2222. The launcher's ``mpirun``
-  over ssh therefore cannot reach them (``plm_rsh_agent`` through pods/exec is not done).
+  probes) and exec works in them (``/etc/mpi/hostfile`` and the ssh keys are mounted), but
+  nothing listens on port 2222. The launcher's ``mpirun`` over ssh therefore cannot reach them
+  (``plm_rsh_agent`` through pods/exec is not done).
 """
 
 from __future__ import annotations
@@ -100,6 +117,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devtools.realstack import podvolumes
+from devtools.realstack.provisioner import Provisioner
+
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"
 ENV_RUN = "TRAINJOB_REALSTACK_RUN"
@@ -114,6 +134,11 @@ SSHD_COMMANDS = frozenset({"sshd"})
 FIELD_MANAGER = "trainjob-magics-realstack"
 BACKOFF_INITIAL = 10.0
 BACKOFF_MAX = 300.0
+# a volume that cannot be mounted yet is tried again after 0.5 s, doubling (the kubelet's
+# operation executor goes up to 2m2s; shorter here, so that a test does not wait minutes)
+MOUNT_BACKOFF_INITIAL = 0.5
+MOUNT_BACKOFF_MAX = 8.0
+CLONE_NEWNS = 0x00020000
 KWOK_GROUP = "kwok.x-k8s.io/v1alpha1"
 
 
@@ -536,6 +561,9 @@ def shim_main(run_dir: Path) -> int:
 
     started = now_iso()
     try:
+        preexec = _default_signals
+        if spec.get("ns"):
+            preexec = _enter_ns(spec["ns"], spec["cwd"])
         proc = subprocess.Popen(
             spec["argv"],
             cwd=spec["cwd"],
@@ -544,9 +572,9 @@ def shim_main(run_dir: Path) -> int:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=_default_signals,
+            preexec_fn=preexec,
         )
-    except OSError as e:
+    except (OSError, subprocess.SubprocessError) as e:
         write("stderr", f"{e}\n".encode())
         result = {
             "exitCode": 128,
@@ -587,6 +615,24 @@ def _default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
+def _enter_ns(ns: dict, cwd: str):
+    """A preexec_fn that moves the child into the pod's mount namespace (then its cwd)."""
+    import ctypes
+
+    fd = os.open(ns["path"], os.O_RDONLY)
+    if os.readlink(ns["path"]) != ns["mnt"]:
+        raise OSError(f"the pod's mount namespace {ns['mnt']} is gone")
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec() -> None:
+        _default_signals()
+        if libc.setns(fd, CLONE_NEWNS) != 0:
+            raise OSError(ctypes.get_errno(), "setns into the pod's mount namespace failed")
+        os.chdir(cwd)
+
+    return preexec
+
+
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
@@ -601,8 +647,8 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def scan_processes() -> list[tuple[int, int, dict[bytes, bytes]]]:
-    """(pid, session id, marker vars) of every live process whose env has a realstack marker."""
+def scan_processes(namespaces: bool = False) -> list[tuple[int, int, dict[bytes, bytes], str]]:
+    """(pid, session id, marker vars, mount namespace if asked) of every live process."""
     out = []
     me = os.getpid()
     for entry in os.listdir("/proc"):
@@ -626,18 +672,41 @@ def scan_processes() -> list[tuple[int, int, dict[bytes, bytes]]]:
                 if item.startswith(b"TRAINJOB_REALSTACK_"):
                     k, _, v = item.partition(b"=")
                     marks[k] = v
-        out.append((pid, sid, marks))
+        ns = ""
+        if namespaces:
+            with contextlib.suppress(OSError):
+                ns = os.readlink(f"/proc/{pid}/ns/mnt")
+        out.append((pid, sid, marks, ns))
+    return out
+
+
+def pod_namespaces(run: Path, uid: str | None) -> set[str]:
+    """The mount namespaces of a pod (every pod of the run when ``uid`` is None) whose holder
+    still holds them: a namespace id is reused by the kernel once its namespace has ended."""
+    out = set()
+    for f in (run / "pods").glob(
+        f"*_{uid}/{podvolumes.NS_FILE}" if uid else f"*/{podvolumes.NS_FILE}"
+    ):
+        if podvolumes.holder_alive(f.parent):
+            out.add(podvolumes.read_ns(f.parent)["mnt"])
     return out
 
 
 def processes_of(
-    run: Path, uid: str | None, *, container: str | None = None, sessions: set[int] = frozenset()
+    run: Path,
+    uid: str | None,
+    *,
+    container: str | None = None,
+    sessions: set[int] = frozenset(),
+    spaces: set[str] | None = None,
 ) -> list[int]:
-    """Pids of a pod (by its uid marker or the sessions of its containers); every pod of this
-    run when ``uid`` is None. Supervisors (shims) are not included."""
+    """Pids of a pod (by its uid marker, its mount namespace or the sessions of its containers);
+    every pod of this run when ``uid`` is None. Supervisors (shims) are not included."""
     run_b = str(run).encode()
     pids = []
-    for pid, sid, marks in scan_processes():
+    if spaces is None:
+        spaces = pod_namespaces(run, uid) if container is None else set()
+    for pid, sid, marks, ns in scan_processes(bool(spaces)):
         if ENV_SHIM.encode() in marks:
             continue
         if marks.get(ENV_RUN.encode()) not in (None, run_b):
@@ -648,7 +717,7 @@ def processes_of(
             hit = marks.get(ENV_POD.encode()) == uid.encode() and (
                 container is None or marks.get(ENV_CONTAINER.encode()) == container.encode()
             )
-        if hit or sid in sessions:
+        if hit or sid in sessions or (ns and ns in spaces):
             pids.append(pid)
     return pids
 
@@ -657,7 +726,7 @@ def shims_of(run: Path, uid: str | None) -> list[int]:
     want = f"{run}:{uid}".encode() if uid else None
     prefix = f"{run}:".encode()
     out = []
-    for pid, _sid, marks in scan_processes():
+    for pid, _sid, marks, _ns in scan_processes():
         v = marks.get(ENV_SHIM.encode())
         if v is not None and (v == want if want else v.startswith(prefix)):
             out.append(pid)
@@ -680,8 +749,10 @@ def sweep(
 ) -> int:
     """SIGKILL every process of a pod (or container) until none is left; returns how many."""
     total = 0
+    # the namespaces are read once: the first round kills their holders
+    spaces = pod_namespaces(run, uid) if container is None else set()
     for _ in range(rounds):
-        pids = processes_of(run, uid, container=container, sessions=sessions)
+        pids = processes_of(run, uid, container=container, sessions=sessions, spaces=spaces)
         if not pids:
             break
         total += len(pids)
@@ -823,10 +894,12 @@ class PodState:
     deleted_api: bool = False
     finished: bool = False
     last_status: str = ""
-    next_kwok_try: float = 0.0
     failed_init: bool = False
     message: str = ""
     reason: str = ""
+    mounted: bool = False  # its volumes are set up (the kubelet's WaitForAttachAndMount)
+    mount_next: float = 0.0
+    mount_delay: float = 0.0
 
     @property
     def spec(self) -> dict:
@@ -844,6 +917,7 @@ class PodState:
             "kwokObjects": self.kwok_objects,
             "failedInit": self.failed_init,
             "finished": self.finished,
+            "mounted": self.mounted,
         }
         _atomic_write(self.dir / "state.json", json.dumps(data, indent=1))
 
@@ -858,11 +932,13 @@ class Runner:
         self.nodes: dict[str, dict] = {}
         self.all_pods: dict[str, dict] = {}  # uid -> pod object (bound to some node)
         self.pods: dict[str, PodState] = {}
-        self.synced = {"nodes": False, "pods": False}
+        self.synced = {"nodes": False, "pods": False, "pvcs": False, "pvs": False}
         self.stop = threading.Event()
         self.deleting_foreign: set[str] = set()
         self._children: list[subprocess.Popen] = []
         self.apiserver_port = self.api.port
+        self.event_names: dict[tuple[str, str, str], tuple[str, int]] = {}
+        self.provisioner = Provisioner(self.api, run, self._event, log)
         self._adopt_dirs()
 
     # --- watches ----------------------------------------------------------------------------
@@ -896,6 +972,8 @@ class Runner:
         for kind, path, query in (
             ("nodes", "/api/v1/nodes", {}),
             ("pods", "/api/v1/pods", {"fieldSelector": "spec.nodeName!="}),
+            ("pvcs", "/api/v1/persistentvolumeclaims", {}),
+            ("pvs", "/api/v1/persistentvolumes", {}),
         ):
             threading.Thread(
                 target=self._watch_loop, args=(kind, path, query), daemon=True, name=f"watch-{kind}"
@@ -909,6 +987,17 @@ class Runner:
         ) == KWOK_NODE_VALUE
 
     def handle(self, kind: str, typ: str, obj: Any) -> None:
+        if kind in ("pvcs", "pvs"):
+            on = self.provisioner.on_claim if kind == "pvcs" else self.provisioner.on_volume
+            if typ == "SYNC":
+                self.synced[kind] = True
+            if typ != "DELETED":
+                for item in obj if typ == "SYNC" else [obj]:
+                    try:
+                        on(item)
+                    except Exception as e:
+                        log(f"provisioner: {item['metadata']['name']}: {e}")
+            return
         if kind == "nodes":
             if typ == "SYNC":
                 self.nodes = {n["metadata"]["name"]: n for n in obj if self._managed(n)}
@@ -1018,6 +1107,8 @@ class Runner:
         st.kwok_objects = data.get("kwokObjects", False)
         st.failed_init = data.get("failedInit", False)
         st.finished = data.get("finished", False)
+        # a pod directory of an older runner: its containers ran without mounts
+        st.mounted = data.get("mounted", bool(st.containers))
 
     # --- the pod's directory and kwok objects -----------------------------------------------
 
@@ -1039,7 +1130,8 @@ class Runner:
             for suffix in (".log", ".previous.log"):
                 (st.dir / "logs" / f"{c.name}{suffix}").touch()
         st.start_time = now_iso()
-        self._cond(st, "PodReadyToStartContainers", "True")
+        # True once the volumes are mounted (the kubelet creates the sandbox after them)
+        self._cond(st, "PodReadyToStartContainers", "False")
         self._cond(
             st,
             "Initialized",
@@ -1084,94 +1176,146 @@ class Runner:
         env.update(self._markers(st, c["name"]))
         return env
 
-    def _kwok_objects(self, st: PodState) -> None:
-        """Exec (same dir and env as the containers), Logs, Attach and PortForward for the pod."""
-        owner = [{"apiVersion": "v1", "kind": "Pod", "name": st.name, "uid": st.uid}]
-        meta = {"name": st.name, "namespace": st.namespace, "ownerReferences": owner}
-        all_c = (st.spec.get("initContainers") or []) + (st.spec.get("containers") or [])
-        execs, logs, attaches = [], [], []
-        for c in all_c:
-            try:
-                env = self._env(st, c)
-            except EnvError:
-                env = {**self._base_env(st, c["name"]), **self._markers(st, c["name"])}
-            execs.append(
-                {
-                    "containers": [c["name"]],
-                    "local": {
-                        "workDir": str(st.dir / "work"),
-                        "envs": [{"name": k, "value": v} for k, v in env.items()],
-                    },
-                }
-            )
-            lf = str(st.dir / "logs" / f"{c['name']}.log")
-            logs.append(
-                {
-                    "containers": [c["name"]],
-                    "logsFile": lf,
-                    "previousLogsFile": str(st.dir / "logs" / f"{c['name']}.previous.log"),
-                    "follow": True,
-                }
-            )
-            attaches.append({"containers": [c["name"]], "logsFile": lf})
-        ports = sorted(
-            {
-                p["containerPort"]
-                for c in all_c
-                for p in c.get("ports") or []
-                if p.get("containerPort")
-            }
-        )
-        forwards = [{"ports": [p], "target": {"port": p, "address": POD_IP}} for p in ports]
-        objs = [
-            (
-                "execs",
-                {
-                    "apiVersion": KWOK_GROUP,
-                    "kind": "Exec",
-                    "metadata": meta,
-                    "spec": {"execs": execs},
-                },
-            ),
-            (
-                "logs",
-                {
-                    "apiVersion": KWOK_GROUP,
-                    "kind": "Logs",
-                    "metadata": meta,
-                    "spec": {"logs": logs},
-                },
-            ),
-            (
-                "attaches",
-                {
-                    "apiVersion": KWOK_GROUP,
-                    "kind": "Attach",
-                    "metadata": meta,
-                    "spec": {"attaches": attaches},
-                },
-            ),
-        ]
-        if forwards:
-            objs.append(
-                (
-                    "portforwards",
-                    {
-                        "apiVersion": KWOK_GROUP,
-                        "kind": "PortForward",
-                        "metadata": meta,
-                        "spec": {"forwards": forwards},
-                    },
-                )
-            )
-        for plural, obj in objs:
-            self.api.apply(kwok_path(plural, st.namespace, st.name), obj)
-        st.kwok_objects = True
-
     def _delete_kwok_objects(self, st: PodState) -> None:
         for plural in ("execs", "logs", "attaches", "portforwards"):
             with contextlib.suppress(Exception):
                 self.api.request("DELETE", kwok_path(plural, st.namespace, st.name), ok404=True)
+
+    # --- events and volumes --------------------------------------------------------------------
+
+    def _event(
+        self,
+        involved: dict,
+        typ: str,
+        reason: str,
+        message: str,
+        component: str = "kubelet",
+        host: str = "",
+    ) -> None:
+        """Record an Event as the kubelet's recorder does (a repeat counts up)."""
+        key = (involved["uid"], reason, message)
+        now = now_iso()
+        ns = involved["namespace"]
+        known = self.event_names.get(key)
+        try:
+            if known:
+                name, count = known
+                self.api.request(
+                    "PATCH",
+                    f"/api/v1/namespaces/{ns}/events/{name}",
+                    {"count": count + 1, "lastTimestamp": now},
+                    content_type="application/merge-patch+json",
+                )
+                self.event_names[key] = (name, count + 1)
+                return
+            name = f"{involved['name']}.{time.time_ns():x}"
+            source = {"component": component, **({"host": host} if host else {})}
+            self.api.request(
+                "POST",
+                f"/api/v1/namespaces/{ns}/events",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Event",
+                    "metadata": {"name": name, "namespace": ns},
+                    "involvedObject": involved,
+                    "reason": reason,
+                    "message": message,
+                    "type": typ,
+                    "source": source,
+                    "firstTimestamp": now,
+                    "lastTimestamp": now,
+                    "count": 1,
+                    "reportingComponent": component,
+                    "reportingInstance": host,
+                },
+            )
+            self.event_names[key] = (name, 1)
+        except (ApiError, OSError) as e:
+            log(f"event {reason} for {ns}/{involved['name']}: {e}")
+            self.event_names.pop(key, None)
+
+    def _pod_event(self, st: PodState, typ: str, reason: str, message: str) -> None:
+        involved = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": st.namespace,
+            "name": st.name,
+            "uid": st.uid,
+        }
+        self._event(involved, typ, reason, message, host=st.spec.get("nodeName", ""))
+
+    def _mount(self, st: PodState) -> None:
+        """Set up the pod's volumes in a mount namespace of its own (podvolumes.py); a volume
+        that cannot be set up yet is a FailedMount Event and a retry with back-off."""
+        node = self.nodes.get(st.spec.get("nodeName"), {})
+        alloc = (node.get("status") or {}).get("allocatable") or {}
+        resolver = podvolumes.Resolver(
+            self.api, st.pod, st.dir, allocatable=alloc, env_of=lambda c: self._env(st, c)
+        )
+        holder: int | None = None
+        try:
+            plan = resolver.plan()
+            if plan.binds:
+                # not mounted yet: whatever namespace an earlier try left is dropped
+                self._drop_ns(st)
+                markers = {ENV_RUN: str(self.run), ENV_POD: st.uid}
+                proc = podvolumes.start_holder(st.dir, markers)
+                self._children.append(proc)
+                holder = proc.pid
+                podvolumes.apply(holder, plan)
+            else:
+                for d in plan.dirs:
+                    Path(d).mkdir(mode=0o777, parents=True, exist_ok=True)
+        except podvolumes.MountFailures as e:
+            self._drop_ns(st)
+            for volume, message in e.failures:
+                self._pod_event(
+                    st,
+                    "Warning",
+                    "FailedMount",
+                    f'MountVolume.SetUp failed for volume "{volume}" : {message}',
+                )
+            st.mount_delay = min(max(st.mount_delay * 2, MOUNT_BACKOFF_INITIAL), MOUNT_BACKOFF_MAX)
+            st.mount_next = time.time() + st.mount_delay
+            return
+        except (ApiError, OSError, subprocess.SubprocessError) as e:
+            self._drop_ns(st)
+            log(f"{st.namespace}/{st.name}: volumes: {e}")
+            st.mount_next = time.time() + 2.0
+            return
+        st.mounted = True
+        self._cond(st, "PodReadyToStartContainers", "True")
+        st.save()
+        if holder:
+            log(f"{st.namespace}/{st.name}: {len(plan.binds)} mounts in its namespace")
+
+    def _drop_ns(self, st: PodState) -> None:
+        holder = podvolumes.holder_alive(st.dir)
+        if holder:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(holder, signal.SIGKILL)
+        (st.dir / podvolumes.NS_FILE).unlink(missing_ok=True)
+
+    def _ns_spec(self, st: PodState) -> dict | None:
+        """Where a container of the pod enters its namespace: the holder's, or (the holder
+        gone) any process still in it."""
+        info = podvolumes.read_ns(st.dir)
+        if not info:
+            return None
+        pid = podvolumes.holder_alive(st.dir)
+        if pid is None:  # a process of this pod (its marker) still in the namespace
+            uid = st.uid.encode()
+            pid = next(
+                (
+                    p
+                    for p, _s, marks, ns in scan_processes(True)
+                    if ns == info["mnt"] and marks.get(ENV_POD.encode()) == uid
+                ),
+                None,
+            )
+        if pid is None:
+            raise OSError(f"the pod's mount namespace {info['mnt']} is gone")
+        return {"path": f"/proc/{pid}/ns/mnt", "mnt": info["mnt"]}
 
     # --- containers ---------------------------------------------------------------------------
 
@@ -1185,12 +1329,16 @@ class Runner:
         c = self._spec_of(st, cs.name)
         try:
             env = self._env(st, c)
-        except EnvError as e:
+        except (EnvError, ApiError) as e:
             cs.waiting = ("CreateContainerConfigError", str(e))
             cs.next_start = time.time() + 2.0
+            # kuberuntime_container.go: recordContainerEvent(..., FailedToCreateContainer, ...)
+            self._pod_event(st, "Warning", "Failed", f"Error: {e}")
             return
-        except ApiError as e:
-            cs.waiting = ("CreateContainerConfigError", str(e))
+        try:
+            ns = self._ns_spec(st)
+        except OSError as e:
+            cs.waiting = ("CreateContainerError", str(e))
             cs.next_start = time.time() + 2.0
             return
         argv = container_argv(c, env)
@@ -1203,6 +1351,8 @@ class Runner:
         rdir = st.dir / "containers" / f"{cs.name}-{cs.attempt}"
         rdir.mkdir(parents=True, exist_ok=True)
         spec = {"argv": argv, "env": env, "cwd": str(st.dir / "work"), "log": str(logp)}
+        if ns:
+            spec["ns"] = ns
         _atomic_write(rdir / "spec.json", json.dumps(spec))
         shim_env = {
             "PATH": os.environ.get("PATH", STANDARD_PATH),
@@ -1324,13 +1474,12 @@ class Runner:
             return
         if not st.containers:
             self._prepare(st)
-        if not st.kwok_objects and time.time() >= st.next_kwok_try:
-            try:
-                self._kwok_objects(st)
-                st.save()
-            except Exception as e:
-                st.next_kwok_try = time.time() + 2.0
-                log(f"{st.namespace}/{st.name}: kwok objects: {e}")
+        if not st.mounted:
+            if time.time() >= st.mount_next:
+                self._mount(st)
+            if not st.mounted:
+                self._publish(st)
+                return
         now = time.time()
         # init containers, in order
         inits = [cs for cs in st.containers.values() if cs.init]
@@ -1499,7 +1648,8 @@ class Runner:
         self._publish(st)
         if not self._final_delete(st.namespace, st.name, st.uid):
             return
-        self._delete_kwok_objects(st)
+        if st.kwok_objects:  # made by an older runner
+            self._delete_kwok_objects(st)
         st.finished = True
         st.save()
         log(f"{st.namespace}/{st.name}: terminated ({st.phase}) and deleted")

@@ -11,7 +11,9 @@
 //
 // A pod's state lives in RUN/pods/<namespace>_<name>_<uid>/ (written by the pod runner):
 // containers/<container>-<attempt>/spec.json holds the argv, env and working directory of one
-// run of a container, result.json its exit, logs/<container>.log its CRI-format log.
+// run of a container, result.json its exit, logs/<container>.log its CRI-format log; ns.json
+// names the pod's mount namespace (its holder process and namespace id) when it has volumes:
+// an exec enters it (nsenter --mount), so it sees the pod's mounts as its containers do.
 package main
 
 import (
@@ -47,6 +49,43 @@ const (
 
 type agent struct {
 	podsDir string
+	nsenter string // nsenter's path; "" when not installed (pods with volumes cannot be exec'd)
+}
+
+// podNS is ns.json of a pod directory (written by ../podvolumes.py).
+type podNS struct {
+	Holder int    `json:"holder"`
+	Mnt    string `json:"mnt"`
+}
+
+// mountNS returns "/proc/PID/ns/mnt" of a live process in the pod's mount namespace (its
+// holder, else a container's process), "" when the pod has no namespace of its own.
+func mountNS(podDir string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(podDir, "ns.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var ns podNS
+	if err := json.Unmarshal(data, &ns); err != nil {
+		return "", err
+	}
+	candidates := []string{strconv.Itoa(ns.Holder)}
+	pids, _ := filepath.Glob(filepath.Join(podDir, "containers", "*", "child.pid"))
+	for _, p := range pids {
+		if b, err := os.ReadFile(p); err == nil {
+			candidates = append(candidates, strings.TrimSpace(string(b)))
+		}
+	}
+	for _, pid := range candidates {
+		path := "/proc/" + pid + "/ns/mnt"
+		if link, err := os.Readlink(path); err == nil && link == ns.Mnt {
+			return path, nil
+		}
+	}
+	return "", fmt.Errorf("the mount namespace of the pod (%s) is gone", ns.Mnt)
 }
 
 type containerSpec struct {
@@ -155,21 +194,45 @@ func (a *agent) ExecInContainer(ctx context.Context, podName, uid, container str
 	if tty {
 		return errors.New("a terminal (tty) is not supported by the real stack's node agent")
 	}
-	_, spec, err := a.container(podName, uid, container)
+	runDir, spec, err := a.container(podName, uid, container)
 	if err != nil {
 		return err
 	}
 	if len(cmd) == 0 {
 		return errors.New("no command")
 	}
-	proc := exec.Command(cmd[0], cmd[1:]...)
-	proc.Dir = spec.Cwd
-	proc.Env = environ(spec.Env)
-	if path, ok := spec.Env["PATH"]; ok && !strings.Contains(cmd[0], "/") {
-		if found, err := lookPath(cmd[0], path); err == nil {
-			proc.Path = found
-		}
+	ns, err := mountNS(filepath.Dir(filepath.Dir(runDir)))
+	if err != nil {
+		return err
 	}
+	var proc *exec.Cmd
+	if ns == "" {
+		proc = exec.Command(cmd[0], cmd[1:]...)
+		proc.Dir = spec.Cwd
+		if path, ok := spec.Env["PATH"]; ok && !strings.Contains(cmd[0], "/") {
+			if found, err := lookPath(cmd[0], "", path); err == nil {
+				proc.Path = found
+			}
+		}
+	} else {
+		// the command is looked up in the pod's namespace (through /proc/PID/root), then
+		// nsenter enters it, changes to the working directory and execs the command
+		if a.nsenter == "" {
+			return errors.New("nsenter is not installed: cannot enter the pod's mount namespace")
+		}
+		name := cmd[0]
+		if path, ok := spec.Env["PATH"]; ok && !strings.Contains(name, "/") {
+			root := strings.TrimSuffix(ns, "/ns/mnt") + "/root"
+			found, err := lookPath(name, root, path)
+			if err != nil {
+				return fmt.Errorf("failed to exec in container: %v", &exec.Error{Name: name, Err: exec.ErrNotFound})
+			}
+			name = found
+		}
+		args := append([]string{"--mount=" + ns, "--wd=" + spec.Cwd, "--", name}, cmd[1:]...)
+		proc = exec.Command(a.nsenter, args...)
+	}
+	proc.Env = environ(spec.Env)
 	proc.Stdout, proc.Stderr = out, errOut
 	proc.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	var stdin io.WriteCloser
@@ -209,10 +272,11 @@ func environ(env map[string]string) []string {
 	return out
 }
 
-func lookPath(file, path string) (string, error) {
+// lookPath finds file in the PATH directories as seen under root ("" for the agent's own).
+func lookPath(file, root, path string) (string, error) {
 	for _, dir := range filepath.SplitList(path) {
 		candidate := filepath.Join(dir, file)
-		if st, err := os.Stat(candidate); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+		if st, err := os.Stat(root + candidate); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
 			return candidate, nil
 		}
 	}
@@ -510,6 +574,9 @@ func main() {
 		log.Fatal("--pods-dir, --tls-cert-file and --tls-private-key-file are required")
 	}
 	a := &agent{podsDir: *pods}
+	if path, err := exec.LookPath("nsenter"); err == nil {
+		a.nsenter = path
+	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if *clientCA != "" {
 		pool, err := loadPool(*clientCA)
