@@ -46,11 +46,13 @@ from .result import (
     MultiExecResult,
     PodInfo,
     PodRef,
+    PodShape,
     QueueStatus,
     StopReport,
 )
 from .session import TrainJobSession
 from .trainjob.body import generate_name as new_trainjob_name
+from .trainjob.dryrun import to_yaml as manifest_yaml
 from .trainjob.orphans import (
     ManagedTrainJob,
     abandon_trainjob,
@@ -84,6 +86,7 @@ __all__ = [
     "PodLogs",
     "PodNotRunningError",
     "PodRef",
+    "PodShape",
     "PodStartError",
     "PythonNotFoundError",
     "PythonResult",
@@ -109,6 +112,7 @@ __all__ = [
     "errors",
     "find_trainjobs",
     "list_trainjobs",
+    "manifest_yaml",
     "new_trainjob_name",
     "validate_name",
 ]

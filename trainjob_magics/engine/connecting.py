@@ -78,7 +78,7 @@ def connect(
     env: Mapping[str, str] | None = None,
     name: str | None = None,
     namespace: str | None = None,
-    labels: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | Sequence[str] | None = None,
     timeout: float = 600.0,
     context: str | None = None,
     config_file: str | None = None,
@@ -89,11 +89,11 @@ def connect(
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     image_pull_retries: int = DEFAULT_IMAGE_PULL_RETRIES,
     api_retry_seconds: float = DEFAULT_RETRY_SECONDS,
-    annotations: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | Sequence[str] | None = None,
     volumes: str | Sequence[str] | None = None,
     shm_size: str | None = None,
     service_account: str | None = None,
-    node_selector: Mapping[str, str] | None = None,
+    node_selector: Mapping[str, str] | Sequence[str] | None = None,
     tolerations: str | Sequence[str] | None = None,
     image_pull_secrets: str | Sequence[str] | None = None,
     env_from: str | Sequence[str] | None = None,
@@ -156,7 +156,6 @@ def connect(
         raise InvalidInputError("timeout must be a positive number of seconds, got None")
     idle = validate_idle_timeout(idle_timeout) if trainer_command is None else None
     retry_seconds = validate_retry_seconds(api_retry_seconds)
-    user_labels = validate_labels(labels or None)
     shaping = build_shaping(
         volumes=volumes,
         shm_size=shm_size,
@@ -164,7 +163,7 @@ def connect(
         node_selector=node_selector,
         tolerations=tolerations,
         image_pull_secrets=image_pull_secrets,
-        labels=user_labels,
+        labels=labels,
         annotations=annotations,
         env_from=env_from,
         pod_patch=pod_patch,

@@ -189,6 +189,19 @@ class PodInfo:
     is_trainer: bool
 
 
+@dataclass(frozen=True)
+class PodShape:
+    """What the trainer pod got beyond its image: volumes (``"pvc data -> /data (ro)"``), the
+    service account, its node and what placed it there (from the pod spec)."""
+
+    volumes: tuple[str, ...] = ()
+    service_account: str = ""
+    node: str = ""
+    node_selector: tuple[str, ...] = ()  # "key=value"
+    tolerations: tuple[str, ...] = ()  # "key=value:Effect"
+    image_pull_secrets: tuple[str, ...] = ()
+
+
 @dataclass
 class JobStatus:
     """A snapshot of a TrainJob and its pods."""
@@ -204,6 +217,7 @@ class JobStatus:
     queue: QueueStatus | None = None  # Kueue state, position and message (queued jobs only)
     problem: str = ""  # why the trainer pod waits: the scheduler's or kubelet's words
     disruption: str = ""  # the last pod deletion/eviction/preemption a command of this session saw
+    shape: PodShape | None = None  # the trainer pod's volumes, service account and placement
 
 
 def _unlink(path: str) -> None:

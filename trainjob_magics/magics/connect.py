@@ -7,7 +7,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..engine import ConnectTimeoutError, NotFoundError, QueuedTimeoutError, SessionClosedError
+from ..engine import (
+    ConnectTimeoutError,
+    NotFoundError,
+    QueuedTimeoutError,
+    SessionClosedError,
+    manifest_yaml,
+)
 from . import restarts
 from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
@@ -17,6 +23,21 @@ from .registry import session_name
 from .sessions import render_status
 from .views.status_text import duration_seconds
 from .worker import Pump
+
+# The pod-shaping options, as connect() keywords (the magic's dest -> the keyword).
+SHAPING_OPTIONS = {
+    "volume": "volumes",
+    "shm_size": "shm_size",
+    "service_account": "service_account",
+    "node_selector": "node_selector",
+    "toleration": "tolerations",
+    "image_pull_secret": "image_pull_secrets",
+    "label": "labels",
+    "annotation": "annotations",
+    "env_from": "env_from",
+    "pod_patch": "pod_patch",
+}
+SHAPING_KEYS = tuple(SHAPING_OPTIONS)
 
 # Options that create something new; --attach takes the existing TrainJob as it is.
 _NEW_JOB_OPTIONS = (
@@ -30,6 +51,8 @@ _NEW_JOB_OPTIONS = (
     "queue",
     "priority",
     "max_runtime",
+    *SHAPING_KEYS,
+    "dry_run",
 )
 _CONNECT_KEYS = (
     "image",
@@ -64,6 +87,9 @@ def is_live(session: Any) -> bool:
 def connect(host: MagicsHost, args: Any) -> None:
     """Reuse a live session with the same settings, else connect and register a new one."""
     settings = connect_settings(host, args)
+    if args.dry_run:
+        dry_run(host, settings)
+        return
     alias = args.alias or args.attach or args.name or "default"
     queued = _queued_entry(host, alias, args.attach, settings)
     if queued is not None:  # wait again for the TrainJob whose connect timed out in its queue
@@ -173,7 +199,28 @@ def connect_settings(host: MagicsHost, args: Any) -> dict[str, Any]:
         "command": ["sh", "-c", keep_alive] if keep_alive else None,
         "idle_timeout": host.settings.idle_timeout if host.settings.idle_timeout > 0 else None,
         "image_pull_retries": host.settings.image_pull_retries,
+        **{kw: getattr(args, dest, None) for dest, kw in SHAPING_OPTIONS.items()},
     }
+
+
+def dry_run(host: MagicsHost, settings: dict[str, Any]) -> None:
+    """``--dry-run``: print the TrainJob YAML after a server-side dry run (nothing created)."""
+    kw = {k: settings[k] for k in _CONNECT_KEYS}
+    kw.update({k: settings[k] for k in _KUEUE_KEYS if settings.get(k) is not None})
+    kw.update({k: settings[k] for k in SHAPING_OPTIONS.values() if settings.get(k)})
+    common = {k: settings[k] for k in ("namespace", "context", "config_file")}
+    try:
+        manifest = host.engine.connect(
+            settings["runtime"],
+            name=settings["name"] or host.engine.new_name(),
+            api_retry_seconds=host.settings.api_retry_seconds,
+            dry_run=True,
+            **kw,
+            **common,
+        )
+    except Exception as exc:
+        raise as_one_line(exc) from None
+    print(manifest_yaml(manifest), end="")
 
 
 def run_connect(
@@ -199,6 +246,7 @@ def run_connect(
             return host.engine.attach(settings["attach"], on_status=emit, **common)
         kw = {k: settings[k] for k in _CONNECT_KEYS}
         kw.update({k: settings[k] for k in _KUEUE_KEYS if settings.get(k) is not None})
+        kw.update({k: settings[k] for k in SHAPING_OPTIONS.values() if settings.get(k)})
         return host.engine.connect(
             settings["runtime"], on_status=emit, name=job_name, **kw, **common
         )

@@ -155,6 +155,47 @@ def connect_args(f: Callable[..., Any]) -> Callable[..., Any]:
                 action="store_true",
                 help="Close a live session with the same alias but other settings, then connect.",
             ),
+            shaping_args,
+            argument(
+                "--dry-run",
+                dest="dry_run",
+                action="store_true",
+                help="Print the TrainJob YAML a server-side dry run accepts; create nothing.",
+            ),
+        ],
+    )
+
+
+def _repeatable(flag: str, metavar: str, text: str) -> Decorator:
+    dest = flag.lstrip("-").replace("-", "_")
+    return argument(flag, dest=dest, action="append", metavar=metavar, help=f"{text} (repeatable).")
+
+
+def shaping_args(f: Callable[..., Any]) -> Callable[..., Any]:
+    """What the pods get beyond the runtime (docs/magics.md, "Shaping the pods")."""
+    return _apply(
+        f,
+        [
+            _repeatable(
+                "--volume",
+                "SPEC",
+                "Mount pvc:NAME:/path[:ro], configmap:NAME:/path, secret:NAME:/path or "
+                "emptydir:/path[:SIZE] in the trainer container",
+            ),
+            argument("--shm-size", dest="shm_size", metavar="SIZE", help="/dev/shm size (8Gi)."),
+            argument("--service-account", dest="service_account", metavar="SA", help="Pods' SA."),
+            _repeatable("--node-selector", "K=V", "Node selector"),
+            _repeatable("--toleration", "K[=V]:EFFECT", "Toleration"),
+            _repeatable("--image-pull-secret", "NAME", "Image pull secret"),
+            _repeatable("--label", "K=V", "Label on the TrainJob and its pods"),
+            _repeatable("--annotation", "K=V", "Annotation on the TrainJob and its pods"),
+            _repeatable("--env-from", "KIND:NAME", "Env from secret:NAME or configmap:NAME"),
+            argument(
+                "--pod-patch",
+                dest="pod_patch",
+                metavar="FILE",
+                help="A pod-template YAML fragment applied to every pod of the job.",
+            ),
         ],
     )
 

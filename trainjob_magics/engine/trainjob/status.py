@@ -25,7 +25,7 @@ from ..kube.objects import (
     pod_name,
     pod_phase,
 )
-from ..result import JobStatus, PodInfo
+from ..result import JobStatus, PodInfo, PodShape
 from .trainer_pod import LAUNCHER, TrainerTarget, select_trainer_pod
 
 
@@ -97,6 +97,65 @@ def trainjob_failure(trainjob: Mapping[str, Any] | None) -> str | None:
     return str(cond.get("message") or cond.get("reason") or "TrainJob failed")
 
 
+# Tolerations every pod gets from the DefaultTolerationSeconds admission plugin: not news.
+_DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def _describe_volume(volume: Mapping[str, Any], mount: Mapping[str, Any]) -> str:
+    path = str(mount.get("mountPath") or "?")
+    ro = " (ro)" if mount.get("readOnly") else ""
+    if "persistentVolumeClaim" in volume:
+        return f"pvc {volume['persistentVolumeClaim'].get('claimName')} -> {path}{ro}"
+    if "configMap" in volume:
+        return f"configmap {volume['configMap'].get('name')} -> {path}"
+    if "secret" in volume:
+        return f"secret {volume['secret'].get('secretName')} -> {path}"
+    if "emptyDir" in volume:
+        empty = volume.get("emptyDir") or {}
+        size = f" {empty['sizeLimit']}" if empty.get("sizeLimit") else ""
+        if empty.get("medium") == "Memory" and path == "/dev/shm":
+            return f"shm{size} -> {path}"
+        return f"emptydir{size} -> {path}"
+    kind = next((k for k in volume if k != "name"), "volume")
+    return f"{kind} {volume.get('name')} -> {path}{ro}"
+
+
+def pod_shape(pod: Pod | None, container: str | None = None) -> PodShape | None:
+    """The trainer pod's volumes (those mounted in ``container``, default its first with
+    mounts), service account, node, node selector, tolerations and pull secrets."""
+    if pod is None:
+        return None
+    spec = pod.get("spec") or {}
+    volumes = {str(v.get("name")): v for v in spec.get("volumes") or []}
+    containers = list(spec.get("containers") or [])
+    chosen = next((c for c in containers if c.get("name") == container), None) or next(
+        (c for c in containers if c.get("name") == "node"), containers[0] if containers else {}
+    )
+    described = []
+    for mount in chosen.get("volumeMounts") or []:
+        volume = volumes.get(str(mount.get("name")))
+        if volume is None or "projected" in volume:  # the service account token
+            continue
+        described.append(_describe_volume(volume, mount))
+    tolerations = []
+    for tol in spec.get("tolerations") or []:
+        if tol.get("key") in _DEFAULT_TOLERATIONS:
+            continue
+        value = f"={tol['value']}" if tol.get("value") else ""
+        effect = f":{tol['effect']}" if tol.get("effect") else ""
+        tolerations.append(f"{tol.get('key') or '*'}{value}{effect}")
+    return PodShape(
+        volumes=tuple(described),
+        service_account=str(spec.get("serviceAccountName") or spec.get("serviceAccount") or ""),
+        node=str(spec.get("nodeName") or ""),
+        node_selector=tuple(f"{k}={v}" for k, v in (spec.get("nodeSelector") or {}).items()),
+        tolerations=tuple(tolerations),
+        image_pull_secrets=tuple(
+            str(s.get("name")) for s in spec.get("imagePullSecrets") or [] if s.get("name")
+        ),
+    )
+
+
 def job_status(
     name: str,
     namespace: str,
@@ -123,6 +182,7 @@ def job_status(
         pods=rows,
         trainer_pod=trainer_name,
         elapsed=max(0.0, time.monotonic() - started_at),
+        shape=pod_shape(trainer),
     )
 
 

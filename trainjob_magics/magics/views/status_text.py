@@ -165,6 +165,30 @@ def status_message(status: Any) -> str:
     return status.message
 
 
+def shape_lines(shape: Any) -> list[str]:
+    """The trainer pod's volumes, service account and placement, one line each (only what
+    it has): ``Volumes: pvc data -> /data, shm 8Gi -> /dev/shm``."""
+    if shape is None:
+        return []
+    lines = []
+    if shape.volumes:
+        lines.append("Volumes: " + ", ".join(shape.volumes))
+    if shape.service_account:
+        lines.append(f"Service account: {shape.service_account}")
+    place = []
+    if shape.node:
+        place.append(f"node {shape.node}")
+    if shape.node_selector:
+        place.append("selector " + ", ".join(shape.node_selector))
+    if shape.tolerations:
+        place.append("tolerations " + ", ".join(shape.tolerations))
+    if shape.image_pull_secrets:
+        place.append("pull secrets " + ", ".join(shape.image_pull_secrets))
+    if place:
+        lines.append("Placement: " + " · ".join(place))
+    return lines
+
+
 def format_status(
     status: Any,
     now: datetime | None = None,
@@ -186,6 +210,8 @@ def format_status(
         out.append(f"  Waiting: {status.problem}")
     if getattr(status, "disruption", ""):
         out.append(f"  Last disruption: {status.disruption}")
+    if not state:
+        out += [f"  {line}" for line in shape_lines(getattr(status, "shape", None))]
     if note:
         out.append(f"  {note}")
     pods = list(status.pods or [])
