@@ -317,7 +317,8 @@ def test_runtimes_cluster_and_namespaced(
         ]
     }
     assert {"torch-distributed", "deepspeed-distributed", "mpi-interactive"} <= names
-    # a namespaced TrainingRuntime wins over the cluster runtime of the same name
+    # Trainer fetches each kind by name only (clustertrainingruntime.go): a namespaced
+    # TrainingRuntime does not stand in for the cluster runtime of the same name
     rt_name = unique_name("rt")
     base = kube.co.get_cluster_custom_object(
         GROUP, VERSION, "clustertrainingruntimes", "torch-distributed"
@@ -334,12 +335,15 @@ def test_runtimes_cluster_and_namespaced(
         GROUP, VERSION, "default", "trainingruntimes", rt_name
     )
     assert got["metadata"]["labels"]["which"] == "namespaced"
-    name = unique_name("t")
-    jobs.append(name)
-    kube.create_tj(trainjob(name, runtime=rt_name, nodes=1))
-    (pod,) = running(kube, name, 1)
-    env = {e.name: e.value for e in pod.spec.containers[0].env}
-    assert env["WHICH"] == "namespaced"
+    for kind, which in (("ClusterTrainingRuntime", "cluster"), ("TrainingRuntime", "namespaced")):
+        name = unique_name("t")
+        jobs.append(name)
+        body = trainjob(name, runtime=rt_name, nodes=1)
+        body["spec"]["runtimeRef"]["kind"] = kind
+        kube.create_tj(body)
+        (pod,) = running(kube, name, 1)
+        env = {e.name: e.value for e in pod.spec.containers[0].env}
+        assert env["WHICH"] == which, kind
 
 
 # -- pods of a TrainJob ----------------------------------------------------------------------

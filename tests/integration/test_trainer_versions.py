@@ -31,6 +31,7 @@ from tests.helpers.polling import wait_until
 from trainjob_magics import attach, connect
 from trainjob_magics.localcluster import LocalCluster
 from trainjob_magics.localcluster.controller.runtime_snapshot import typed_runtime
+from trainjob_magics.localcluster.core.resources import SERVICE_ACCOUNTS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -104,9 +105,15 @@ def clusters() -> Iterator[Callable[[str], LocalCluster]]:
 
     def get(version: str) -> LocalCluster:
         if version not in started:
+            # the node is in the pool the overrides select, and their service account exists
             started[version] = LocalCluster(
-                trainer_version=version, bookmark_interval=0.5
-            ).start()  # room for the resources these tests ask for, on any machine
+                trainer_version=version,
+                bookmark_interval=0.5,
+                node_labels={"cloud.example.com/pool": "gpu"},
+            ).start()
+            started[version].store.create(
+                SERVICE_ACCOUNTS, {"metadata": {"name": "trainer"}}, "default"
+            )
         return started[version]
 
     yield get
@@ -358,9 +365,12 @@ def _check_override_applied(pod: Any) -> None:
         ("gpu", "Exists", "NoSchedule")
     ]
     assert pod.spec.service_account_name == "trainer"
-    assert [v.name for v in pod.spec.volumes] == ["data"]
-    assert [(m.name, m.mount_path) for m in pod.spec.containers[0].volume_mounts] == [
-        ("data", "/data")
+    # and the service account token the ServiceAccount admission plugin adds
+    assert [v.name[:16] for v in pod.spec.volumes] == ["data", "kube-api-access-"]
+    mounts = [(m.name[:16], m.mount_path) for m in pod.spec.containers[0].volume_mounts]
+    assert mounts == [
+        ("data", "/data"),
+        ("kube-api-access-", "/var/run/secrets/kubernetes.io/serviceaccount"),
     ]
     assert env_of(pod)["WHICH"] == "v1"  # the runtime's container is merged, not replaced
 

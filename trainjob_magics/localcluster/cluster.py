@@ -28,7 +28,7 @@ from .apiserver import (
     trainjob_schema,
 )
 from .apiserver.authn import Authenticator
-from .controller import Controller
+from .controller import Controller, core_objects
 from .controller.versions import (
     DEFAULT_TRAINER_VERSION,
     check_trainer_version,
@@ -48,6 +48,7 @@ from .core.store import Store
 from .kubeconfig_file import cert_user, exec_user, write_kubeconfig
 from .kubelet.image_pull import ImageService
 from .kubelet.node import node_resources
+from .kubelet.volumes import PodIdentity
 from .kueue import KueueConfig, KueueSimulation
 from .tls import make_tls
 
@@ -82,6 +83,9 @@ class LocalCluster:
     ``auth`` picks how the kubeconfig's user authenticates: a bearer ``token``, a
     ``client-cert`` (signed by the cluster's CA, CN = user, O = groups), or an ``exec``
     credential plugin whose tokens expire after ``token_ttl`` seconds (then 401).
+    ``node_labels`` are added to the node's own (``kubernetes.io/hostname``, ``/os``,
+    ``/arch``) and ``node_taints`` (``[{"key", "value", "effect"}]``) put on it, for the
+    scheduler's node selector, affinity and toleration checks.
     """
 
     def __init__(
@@ -106,6 +110,8 @@ class LocalCluster:
         trainer_version: str = DEFAULT_TRAINER_VERSION,
         auth: str = "token",
         token_ttl: float = DEFAULT_TOKEN_TTL,
+        node_labels: dict[str, str] | None = None,
+        node_taints: list[dict[str, str]] | None = None,
     ) -> None:
         if auth not in AUTH_KINDS:
             raise ValueError(f"auth must be one of {AUTH_KINDS}, not {auth!r}")
@@ -147,6 +153,14 @@ class LocalCluster:
             node=self.node,
             images=self.images,
             trainer_version=self.trainer_version,
+            identity=PodIdentity(
+                mint_token=self._mint_pod_token,
+                revoke_token=self._revoke_pod_token,
+                ca_pem=self._tls.ca_pem,
+                address=lambda: f"127.0.0.1:{self.port}",
+            ),
+            node_labels=node_labels,
+            node_taints=node_taints,
         )
         self._users: dict[str, User] = {self.token: User(ADMIN_USER)}
         self._exec_key_path = self._tls.cert_path.parent / "exec-signing.key"
@@ -154,7 +168,8 @@ class LocalCluster:
         self._sa_users: dict[Path, str] = {}
         self._authn = Authenticator(self._users, self._exec_key_path.read_bytes())
         self.admission_hooks: list[AdmissionHook] = [
-            trainer_webhook(self.trainer_version, self.store, self.controller.resolve_runtime)
+            core_objects.admit,
+            trainer_webhook(self.trainer_version, self.store, self.controller.resolve_runtime),
         ]
         self.subresource_getters: dict[tuple[str, str, str], SubresourceGetter] = {}
         self._bookmark_interval = bookmark_interval
@@ -175,6 +190,7 @@ class LocalCluster:
             if kueue_version is not None:
                 config.version = kueue_version
                 config.__post_init__()  # checks the version
+            config.trainer_version = self.trainer_version  # Kueue's writes depend on it
             # an impossible Kueue/Trainer pair raises here; a lossy one warns
             self.version_warnings = check_version_pair(config.version, self.trainer_version)
             for line in self.version_warnings:
@@ -424,6 +440,13 @@ class LocalCluster:
         os.replace(tmp, path)
         if old:
             self._users.pop(old, None)
+
+    def _mint_pod_token(self, namespace: str, service_account: str) -> str:
+        """A token for a pod's projected service-account volume (refused once the pod goes)."""
+        return self.add_user(f"system:serviceaccount:{namespace}:{service_account}")
+
+    def _revoke_pod_token(self, token: str) -> None:
+        self._users.pop(token, None)
 
     @staticmethod
     def _write_private(path: Path, data: bytes) -> None:

@@ -16,9 +16,12 @@ from ..core.faults import Faults
 from ..core.resources import PODS
 from ..core.status_conditions import condition
 from ..core.store import Store, now_rfc3339
-from ..kubelet import processes
+from ..kubelet import mount_namespace, processes
 from ..kubelet.container_status import container_image, image_id, image_ref, waiting_status
 from ..kubelet.image_pull import ImageService
+from ..kubelet.node import NodeResources
+from ..kubelet.pod_env import ContainerConfigError, container_env, uses_references
+from ..kubelet.volumes import PodIdentity, PodVolumes, VolumeError, needs_mount_namespace
 from ..runtimes.loader import is_trainer_rjob
 from .job_state import JobState
 from .podspec import (
@@ -32,6 +35,9 @@ from .podspec import (
 from .scheduler import Scheduler
 
 SSHD_LOG = "Server listening on 0.0.0.0 port 2222.\nServer listening on :: port 2222.\n"
+VOLUME_RETRY = 2.0  # seconds between a failed mount or env lookup and the next try, at most
+# what the pod's processes get from the kubelet sandbox and never from the pod's env
+_SANDBOX_ENV = frozenset({"HOSTNAME", "HOME", "PATH", "POD_NAME", "POD_NAMESPACE"})
 
 
 class PodLifecycle:
@@ -52,6 +58,11 @@ class PodLifecycle:
     _loop: asyncio.AbstractEventLoop | None
     scheduler: Scheduler
     images: ImageService
+    node: NodeResources
+    identity: PodIdentity | None
+    _volume_wake: asyncio.Event | None
+    _pod_tokens: dict[tuple[str, str], str]
+    _releases: set[asyncio.Task[None]]
 
     def _rjobs(self, st: JobState) -> list[dict[str, Any]]:
         return list(st.jobset_spec.get("replicatedJobs") or [])
@@ -159,7 +170,13 @@ class PodLifecycle:
 
         if self._patch_status(ns, name, accepted) is None:
             return
+        # The kubelet mounts the pod's volumes before it starts containers (syncPod:
+        # WaitForAttachAndMount), then pulls the image and builds the container's config.
+        if not await self._mount_volumes(ns, name, cname, sandbox):
+            return
         if not await self._ensure_image(ns, name, cname):
+            return
+        if not await self._resolve_env(ns, name, cname, sandbox):
             return
         shown: str | None = None
         while (hold := self.faults.pod_hold(name)) is not None:
@@ -218,6 +235,125 @@ class PodLifecycle:
             return
         code = await processes.run_container(sandbox, argv)
         self._terminate_pod(ns, name, code, "Completed" if code == 0 else "Error")
+
+    def volume_changed(self) -> None:
+        """An object a pod may wait for changed: the kubelet's waits look again now."""
+        if self._volume_wake is not None:
+            self._volume_wake.set()
+
+    async def _wait_retry(self) -> None:
+        if self._volume_wake is None:
+            self._volume_wake = asyncio.Event()
+        wake = self._volume_wake
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(wake.wait(), VOLUME_RETRY)
+        wake.clear()
+
+    def _live_pod(self, ns: str, name: str) -> dict[str, Any] | None:
+        pod = self.store.try_get(PODS, ns, name)
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return None
+        return pod
+
+    async def _mount_volumes(
+        self, ns: str, name: str, cname: str, sandbox: processes.PodSandbox
+    ) -> bool:
+        """Set up the pod's volumes and, for a pod that mounts any, its mount namespace
+        (False: the pod went away). A volume that cannot be set up records the kubelet's
+        Warning ``FailedMount`` (pkg/volume/util/operationexecutor/operation_generator.go,
+        ``MountVolume.SetUp failed for volume "v" : <err>``, aggregated) and is tried again;
+        the container keeps waiting in ``ContainerCreating``."""
+        while True:
+            pod = self._live_pod(ns, name)
+            if pod is None:
+                return False
+            spec = pod.get("spec") or {}
+            container = next(
+                (c for c in spec.get("containers") or [] if c.get("name") == cname), {}
+            )
+            if not spec.get("volumes") or not needs_mount_namespace(pod, container):
+                return True
+            volumes = PodVolumes(
+                self.store,
+                pod,
+                sandbox.workdir.parent / f".{name}.kubelet",
+                self.identity,
+                self.node.memory,
+            )
+            try:
+                mounts = volumes.set_up(container)
+                if volumes.token is not None:
+                    self._pod_tokens[(ns, name)] = volumes.token
+                    if self.identity is not None and self.identity.address:
+                        host, _, port = self.identity.address().rpartition(":")
+                        sandbox.env["KUBERNETES_SERVICE_HOST"] = host
+                        sandbox.env["KUBERNETES_SERVICE_PORT"] = port
+                state = sandbox.workdir.parent / f".{name}.kubelet"
+                sandbox.mount_ns = await mount_namespace.create(mounts, state, sandbox.workdir)
+                return True
+            except VolumeError as exc:
+                message = str(exc)
+            except mount_namespace.MountNamespaceError as exc:
+                first = next((m.get("name", "") for m in container.get("volumeMounts") or []), "")
+                message = f'MountVolume.SetUp failed for volume "{first}" : {exc}'
+            pod = self._live_pod(ns, name)
+            if pod is None:
+                return False
+            with contextlib.suppress(ApiError):
+                record_event(
+                    self.store,
+                    pod,
+                    reason="FailedMount",
+                    message=message,
+                    type="Warning",
+                    component="kubelet",
+                )
+            await self._wait_retry()
+
+    async def _resolve_env(
+        self, ns: str, name: str, cname: str, sandbox: processes.PodSandbox
+    ) -> bool:
+        """The container's env from ConfigMaps and Secrets (False: the pod went away). A
+        reference that cannot be resolved leaves the container waiting with
+        ``CreateContainerConfigError`` and the message, plus the Warning ``Failed``
+        ``Error: <message>`` (kuberuntime_container.go startContainer), until it can."""
+        shown = ""
+        while True:
+            pod = self._live_pod(ns, name)
+            if pod is None:
+                return False
+            container = next(
+                (c for c in pod["spec"].get("containers") or [] if c.get("name") == cname), {}
+            )
+            if not uses_references(container):
+                return True
+            try:
+                env = container_env(self.store, pod, container)
+            except ContainerConfigError as exc:
+                message = str(exc)
+            else:
+                sandbox.env.update({k: v for k, v in env.items() if k not in _SANDBOX_ENV})
+                return True
+            if message != shown:
+                shown = message
+
+                def waiting(p: dict[str, Any], m: str = message) -> None:
+                    p["status"]["containerStatuses"] = [
+                        waiting_status(p, cname, "CreateContainerConfigError", m)
+                    ]
+
+                if self._patch_status(ns, name, waiting) is None:
+                    return False
+            with contextlib.suppress(ApiError):
+                record_event(
+                    self.store,
+                    pod,
+                    reason="Failed",
+                    message=f"Error: {message}",
+                    type="Warning",
+                    component="kubelet",
+                )
+            await self._wait_retry()
 
     async def _ensure_image(self, ns: str, name: str, cname: str) -> bool:
         """The kubelet's image step, re-synced until the image is there (False: pod gone).
@@ -313,6 +449,17 @@ class PodLifecycle:
         sb = self.sandboxes.get(key)
         if sb is not None:
             processes.kill_all(sb)
+            await self._release_mounts(key, sb)
+
+    async def _release_mounts(self, key: tuple[str, str], sb: processes.PodSandbox) -> None:
+        """The pod's mount namespace ends with its processes; its token is refused from now."""
+        ns = sb.mount_ns
+        sb.mount_ns = None
+        if ns is not None:
+            await ns.close()
+        token = self._pod_tokens.pop(key, None)
+        if token is not None and self.identity is not None:
+            self.identity.revoke_token(token)
 
     async def _fail_pod(
         self, ns: str, name: str, code: int, reason: str, message: str = ""
@@ -367,6 +514,10 @@ class PodLifecycle:
         sb = self.sandboxes.pop(key, None)
         if sb is not None:
             processes.kill_all(sb)
+            if sb.mount_ns is not None or key in self._pod_tokens:
+                task = asyncio.ensure_future(self._release_mounts(key, sb))
+                self._releases.add(task)
+                task.add_done_callback(self._releases.discard)
         self._finalizing.discard(key)
         owner = self._pod_owner.pop(key, None)
         st = self._jobs.get(owner or "")

@@ -16,7 +16,14 @@ from typing import Any
 
 from ..core.store import random_suffix
 from ..runtimes.loader import ANCESTOR_LABEL, MPI_HOSTFILE, is_trainer_rjob
-from .strategic_merge import JOBSET_SPEC, POD_SPEC, POD_TEMPLATE_SPEC, Meta, strategic_merge
+from .strategic_merge import (
+    JOB_TEMPLATE_SPEC,
+    JOBSET_SPEC,
+    POD_SPEC,
+    POD_TEMPLATE_SPEC,
+    Meta,
+    strategic_merge,
+)
 from .versions import DEFAULT_TRAINER_VERSION, at_least
 
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
@@ -146,21 +153,19 @@ def apply_trainjob_patches(
       spec of every replicated job it targets (mergePodSpecOverrides, v2.0.1);
     - v2.1 ``spec.podTemplateOverrides``: ``{metadata: {labels, annotations}, spec}`` merged
       into the pod template (mergePodTemplateOverrides, v2.1.0);
-    - v2.2+ ``spec.runtimePatches``: each ``trainingRuntimeSpec.template.spec`` merged into
-      the JobSet spec, the runtime's replicated-job order restored (mergeRuntimePatches).
+    - v2.2 ``spec.runtimePatches``: each ``replicatedJobs[].template`` of a patch merged into
+      the runtime's replicated job of that name; unknown names are ignored
+      (mergeRuntimePatches, v2.2.1);
+    - v2.3 ``spec.runtimePatches``: each ``trainingRuntimeSpec.template.spec`` merged into
+      the whole JobSet spec, the runtime's replicated-job order restored (mergeRuntimePatches,
+      v2.3.0).
     """
     spec = copy.deepcopy(jobset_spec)
     tj_spec = trainjob.get("spec") or {}
+    if at_least(version, "2.3"):
+        return _merge_runtime_patches_v23(spec, tj_spec.get("runtimePatches") or [])
     if at_least(version, "2.2"):
-        order = {r.get("name"): i for i, r in enumerate(spec.get("replicatedJobs") or [])}
-        for patch in tj_spec.get("runtimePatches") or []:
-            template = ((patch.get("trainingRuntimeSpec") or {}).get("template")) or {}
-            if template.get("spec") is None:
-                continue
-            spec = strategic_merge(spec, template["spec"], JOBSET_SPEC)
-        if spec.get("replicatedJobs"):
-            spec["replicatedJobs"].sort(key=lambda r: order.get(r.get("name"), len(order)))
-        return spec
+        return _merge_runtime_patches_v22(spec, tj_spec.get("runtimePatches") or [])
     v21 = at_least(version, "2.1")
     overrides = tj_spec.get("podTemplateOverrides" if v21 else "podSpecOverrides") or []
     for override in overrides:
@@ -187,6 +192,53 @@ def apply_trainjob_patches(
                 merged = strategic_merge(pod_template.get("spec") or {}, override, POD_SPEC)
                 merged.pop("targetJobs", None)
                 pod_template["spec"] = merged
+    return spec
+
+
+def _patch_specs(patches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each patch's ``trainingRuntimeSpec.template.spec`` (patches without one are skipped)."""
+    out = []
+    for patch in patches:
+        template = ((patch.get("trainingRuntimeSpec") or {}).get("template")) or {}
+        if isinstance(template.get("spec"), dict):
+            out.append(template["spec"])
+    return out
+
+
+def _merge_runtime_patches_v22(
+    spec: dict[str, Any], patches: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Trainer v2.2.1 (pkg/runtime/core/trainingruntime.go mergeRuntimePatches): for each
+    ``replicatedJobs[]`` entry of a patch that has a ``template``, strategic-merge it into the
+    ``template`` (a batchv1.JobTemplateSpec) of every runtime replicated job of that name; a
+    name the runtime does not have is ignored, and nothing else of the patch is used."""
+    rjobs = spec.get("replicatedJobs") or []
+    for patch_spec in _patch_specs(patches):
+        for rjob_patch in patch_spec.get("replicatedJobs") or []:
+            template = rjob_patch.get("template")
+            if template is None:
+                continue
+            for rjob in rjobs:
+                if rjob.get("name") != rjob_patch.get("name"):
+                    continue
+                rjob["template"] = strategic_merge(
+                    rjob.get("template") or {}, template, JOB_TEMPLATE_SPEC
+                )
+    return spec
+
+
+def _merge_runtime_patches_v23(
+    spec: dict[str, Any], patches: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Trainer v2.3.0 (pkg/runtime/core/trainingruntime.go mergeRuntimePatches): each patch's
+    spec strategic-merged into the whole JobSet spec (so a new name adds a replicated job),
+    then the runtime's replicated-job order restored with a stable sort in which a name the
+    runtime did not have counts as index 0 (Go's zero value of the map lookup)."""
+    order = {r.get("name"): i for i, r in enumerate(spec.get("replicatedJobs") or [])}
+    for patch_spec in _patch_specs(patches):
+        spec = strategic_merge(spec, patch_spec, JOBSET_SPEC)
+    if spec.get("replicatedJobs"):
+        spec["replicatedJobs"].sort(key=lambda r: order.get(r.get("name"), 0))
     return spec
 
 

@@ -105,9 +105,9 @@ def read_snapshot(configmap: dict[str, Any], trainjob: dict[str, Any]) -> dict[s
     """The runtime in ``configmap``; SnapshotError with getRuntimeSnapshot's message when it is
     not this TrainJob's or not a runtime of the name, group and kind the TrainJob refers to.
 
-    The local cluster lets a namespaced TrainingRuntime stand in for a ClusterTrainingRuntime
-    of the same name (see ``Controller.resolve_runtime``), so a TrainingRuntime snapshot also
-    matches a ``kind: ClusterTrainingRuntime`` reference.
+    The kind must be the one referred to (pkg/runtime/core/snapshot.go getRuntimeSnapshot): a
+    runtime is fetched by its kind and name only, so a TrainingRuntime never stands in for a
+    ClusterTrainingRuntime of the same name.
     """
     meta = trainjob["metadata"]
     owner = next(
@@ -144,9 +144,8 @@ def read_snapshot(configmap: dict[str, Any], trainjob: dict[str, Any]) -> dict[s
     kind = str(runtime.get("kind") or "")
     name = str((runtime.get("metadata") or {}).get("name") or "")
     want_kind = ref.get("kind") or "ClusterTrainingRuntime"
-    kinds = {want_kind, "TrainingRuntime"} if want_kind == "ClusterTrainingRuntime" else {want_kind}
     want_group = ref.get("apiGroup") or TRAINER_GROUP
-    if kind not in kinds or group != want_group or name != ref.get("name"):
+    if kind != want_kind or group != want_group or name != ref.get("name"):
         raise SnapshotError(
             "invalid runtime snapshot: the snapshot refers to the wrong runtime: expecting a "
             "runtime with name, api group and kind of "

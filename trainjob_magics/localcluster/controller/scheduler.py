@@ -25,6 +25,16 @@ Follows Kubernetes 1.32 (the version /version reports):
 - ``pkg/scheduler/scheduler.go``: the scheduler's pod informer leaves out Succeeded and Failed
   pods (``status.phase!=Succeeded,status.phase!=Failed``), so a finished pod frees its
   resources at once; a deleted (not just terminating) pod frees them when it is gone.
+- Before the resources, as the default plugins run (Kubernetes 1.36.3, the real stack's):
+  ``volumebinding/volume_binding.go`` PreFilter (a claim that does not exist:
+  ``0/1 nodes are available: persistentvolumeclaim "x" not found.``, or is being deleted),
+  then the Filters ``tainttoleration`` (``node(s) had untolerated taint(s)``) and
+  ``nodeaffinity`` (``node(s) didn't match Pod's node affinity/selector``, for
+  ``spec.nodeSelector`` and required node affinity). Each is UnschedulableAndUnresolvable, so
+  preemption answers ``preemption: 0/1 nodes are available: 1 Preemption is not helpful for
+  scheduling.`` (``framework/preemption/preemption.go``). The node's labels are
+  ``kubernetes.io/hostname``, ``kubernetes.io/os``, ``kubernetes.io/arch`` and any given to
+  the cluster; it has the taints given to the cluster (none by default).
 - ``pkg/scheduler/backend/queue/scheduling_queue.go``: the active queue orders by priority,
   then by arrival; unschedulable pods are retried when an assigned pod goes away, and at the
   latest after ``podMaxInUnschedulablePodsDuration`` (5 minutes). The local scheduler retries
@@ -37,12 +47,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import platform
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.apierror import ApiError
 from ..core.events import record_event
-from ..core.resources import PODS
+from ..core.resources import PERSISTENT_VOLUME_CLAIMS, PODS
 from ..core.store import Event, Store, now_rfc3339
 from ..kubelet.node import (
     CPU,
@@ -62,6 +73,9 @@ UNSCHEDULABLE_FLUSH = 300.0  # podMaxInUnschedulablePodsDuration
 NO_VICTIMS = "No preemption victims found for incoming pod"
 PREEMPTION_NEVER = "preemption: not eligible due to preemptionPolicy=Never."
 TERMINATING_VICTIM = "preemption: not eligible due to a terminating pod on the nominated node."
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+UNTOLERATED = "node(s) had untolerated taint(s)"
+AFFINITY_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
 
 
 def fit_reasons(
@@ -123,9 +137,17 @@ class _Queued:
 class Scheduler:
     """Schedules the pods the controller creates onto the one node (see the module doc)."""
 
-    def __init__(self, store: Store, node: NodeResources) -> None:
+    def __init__(
+        self,
+        store: Store,
+        node: NodeResources,
+        labels: dict[str, str] | None = None,
+        taints: list[dict[str, str]] | None = None,
+    ) -> None:
         self.store = store
         self.node = node
+        self.labels = {**default_node_labels(), **(labels or {})}
+        self.taints = [dict(t) for t in taints or []]
         self._queue: dict[tuple[str, str], _Queued] = {}
         self._seq = itertools.count()
         self._wake: asyncio.Event | None = None
@@ -174,6 +196,11 @@ class Scheduler:
         if ev.type == "DELETED" or (phase in TERMINAL and old_phase not in TERMINAL):
             self._freed = True
             self._poke()
+
+    def retry_all(self) -> None:
+        """Try every waiting pod again (an object they may wait for changed)."""
+        self._freed = True
+        self._poke()
 
     def _poke(self) -> None:
         if self._wake is not None:
@@ -230,9 +257,30 @@ class Scheduler:
                 used[k] = used.get(k, 0) + v
         return used
 
+    def _unresolvable(self, pod: dict[str, Any]) -> str | None:
+        """The message of a PreFilter or Filter that no preemption can help (None: none)."""
+        claim_error = missing_claim(self.store, pod)
+        if claim_error is not None:
+            return f"0/1 nodes are available: {claim_error}."
+        spec = pod.get("spec") or {}
+        if untolerated_taint(self.taints, spec.get("tolerations") or []) is not None:
+            return fit_error([UNTOLERATED])
+        if not node_affinity_matches(self.labels, NODE_NAME, spec):
+            return fit_error([AFFINITY_MISMATCH])
+        return None
+
     def _schedule_one(self, pod: dict[str, Any], queued: _Queued) -> bool:
         meta = pod["metadata"]
         key = (meta["namespace"], meta["name"])
+        unresolvable = self._unresolvable(pod)
+        if unresolvable is not None:
+            if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
+                message = f"{unresolvable} {PREEMPTION_NEVER}"
+            else:
+                message = f"{unresolvable} preemption: {fit_error([NOT_HELPFUL])}"
+            self._unschedulable(pod, message, nominate=False)
+            queued.last_message = message
+            return False
         request = pod_requests(pod)
         node_pods = self._node_pods(key)
         allocatable = self.node.allocatable()
@@ -408,4 +456,119 @@ class Scheduler:
         )
 
 
-__all__ = ["SCHEDULER", "Scheduler", "fit_error", "fit_reasons", "priority"]
+def default_node_labels() -> dict[str, str]:
+    """The labels the kubelet puts on its Node (``pkg/kubelet/kubelet_node_status.go``)."""
+    arch = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm"}.get(
+        platform.machine(), platform.machine().lower()
+    )
+    return {
+        "kubernetes.io/hostname": NODE_NAME,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": arch,
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": arch,
+    }
+
+
+def missing_claim(store: Store, pod: dict[str, Any]) -> str | None:
+    """``VolumeBinding.podHasPVCs``: the error for a claim of the pod that cannot be used."""
+    ns = (pod.get("metadata") or {}).get("namespace", "")
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        source = volume.get("persistentVolumeClaim")
+        if not source:
+            continue
+        name = source.get("claimName", "")
+        claim = store.try_get(PERSISTENT_VOLUME_CLAIMS, ns, name)
+        if claim is None:
+            return f'persistentvolumeclaim "{name}" not found'
+        if (claim.get("status") or {}).get("phase") == "Lost":
+            pv = (claim.get("spec") or {}).get("volumeName", "")
+            return f'persistentvolumeclaim "{name}" bound to non-existent persistentvolume "{pv}"'
+        if claim["metadata"].get("deletionTimestamp"):
+            return f'persistentvolumeclaim "{name}" is being deleted'
+    return None
+
+
+def _tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
+    """``Toleration.ToleratesTaint`` (k8s.io/api core/v1 toleration.go)."""
+    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+        return False
+    if toleration.get("key") != taint.get("key") and toleration.get("key"):
+        return False
+    if not toleration.get("key") and toleration.get("operator") != "Exists":
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return True
+    return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def untolerated_taint(
+    taints: list[dict[str, Any]], tolerations: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """``FindMatchingUntoleratedTaint`` over the NoSchedule and NoExecute taints."""
+    for taint in taints:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(_tolerates(t, taint) for t in tolerations):
+            return taint
+    return None
+
+
+def _expression_matches(expr: dict[str, Any], labels: dict[str, str]) -> bool:
+    key, op = expr.get("key", ""), expr.get("operator", "")
+    values = [str(v) for v in expr.get("values") or []]
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt") and key in labels and len(values) == 1:
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def node_affinity_matches(labels: dict[str, str], node_name: str, spec: dict[str, Any]) -> bool:
+    """``nodeaffinity`` Filter: ``spec.nodeSelector`` (every label equal) and the required
+    node affinity (any term whose expressions and fields all match;
+    component-helpers ``nodeaffinity.go``)."""
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            return False
+    required = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+    ) or None
+    if required is None:
+        return True
+    for term in required.get("nodeSelectorTerms") or []:
+        exprs = term.get("matchExpressions") or []
+        fields = term.get("matchFields") or []
+        if not exprs and not fields:
+            continue  # an empty term matches nothing
+        if all(_expression_matches(e, labels) for e in exprs) and all(
+            _expression_matches(f, {"metadata.name": node_name}) for f in fields
+        ):
+            return True
+    return False
+
+
+__all__ = [
+    "SCHEDULER",
+    "Scheduler",
+    "default_node_labels",
+    "fit_error",
+    "fit_reasons",
+    "missing_claim",
+    "node_affinity_matches",
+    "priority",
+    "untolerated_taint",
+]

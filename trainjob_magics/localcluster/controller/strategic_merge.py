@@ -7,7 +7,7 @@ whose list handling comes from the Go struct tags (``patchStrategy``/``patchMerg
 k8s.io/api core/v1 types.go, meta/v1 types.go and sigs.k8s.io/jobset api/jobset/v1alpha2.
 This module is that algorithm (mergeMap / mergeSlice / normalizeElementOrder /
 mergeSortedSlice) over plain dicts, with the patch metadata of the types Trainer merges into:
-``JOBSET_SPEC``, ``POD_TEMPLATE_SPEC``, ``POD_SPEC``.
+``JOBSET_SPEC``, ``JOB_TEMPLATE_SPEC``, ``POD_TEMPLATE_SPEC``, ``POD_SPEC``.
 
 Directives: ``$patch: replace|delete`` in maps and list items and ``$retainKeys`` are applied;
 ``$setElementOrder/...`` and ``$deleteFromPrimitiveList/...`` (which only kubectl's patch
@@ -63,14 +63,14 @@ POD_SPEC = {
     "resourceClaims": _merge_list("name"),
 }
 POD_TEMPLATE_SPEC = {"metadata": _struct(OBJECT_META), "spec": _struct(POD_SPEC)}
-_JOB_TEMPLATE = {
+JOB_TEMPLATE_SPEC = {
     "metadata": _struct(OBJECT_META),
     "spec": _struct({"template": _struct(POD_TEMPLATE_SPEC)}),
 }
 # sigs.k8s.io/jobset v1alpha2 JobSetSpec: replicatedJobs and their dependsOn merge by name.
 JOBSET_SPEC = {
     "replicatedJobs": _merge_list(
-        "name", {"template": _struct(_JOB_TEMPLATE), "dependsOn": _merge_list("name")}
+        "name", {"template": _struct(JOB_TEMPLATE_SPEC), "dependsOn": _merge_list("name")}
     )
 }
 

@@ -31,7 +31,10 @@ from ..core.resources import (
     CLUSTER_TRAINING_RUNTIMES,
     CONFIGMAPS,
     JOBSETS,
+    PERSISTENT_VOLUME_CLAIMS,
     PODS,
+    SECRETS,
+    SERVICE_ACCOUNTS,
     TRAINING_RUNTIMES,
     TRAINJOBS,
 )
@@ -41,8 +44,11 @@ from ..kubelet import processes
 from ..kubelet.container_status import pod_ready
 from ..kubelet.image_pull import ImageService
 from ..kubelet.node import NodeResources, node_resources
+from ..kubelet.volumes import PodIdentity
+from .core_objects import CoreObjects
 from .job_state import JobState
 from .job_status import JobStatusUpdater
+from .pod_admission import JOB_CONTROLLER, PodForbidden, admit_pod, job_reference
 from .pod_lifecycle import PodLifecycle
 from .podspec import JOBSET_NAME, build_jobset_spec, build_pod, jobset_metadata, slots
 from .runtime_snapshot import SnapshotError, read_snapshot, snapshot_configmap, snapshot_name
@@ -50,6 +56,11 @@ from .scheduler import Scheduler
 from .versions import DEFAULT_TRAINER_VERSION, at_least, check_trainer_version
 
 TRAINJOB_CONTROLLER = "trainer.kubeflow.org/trainjob-controller"
+# Objects pods wait for: their creation (ServiceAccount admission), scheduling (claims) and
+# start (the kubelet's volumes and env).
+WAITED_ON = frozenset(
+    k.key for k in (SERVICE_ACCOUNTS, PERSISTENT_VOLUME_CLAIMS, SECRETS, CONFIGMAPS)
+)
 EVENT_COMPONENT = "trainer-trainjob-controller"  # pkg/controller/setup.go event recorder
 
 
@@ -78,11 +89,14 @@ class Controller(PodLifecycle, JobStatusUpdater):
         node: NodeResources | None = None,
         images: ImageService | None = None,
         trainer_version: str = DEFAULT_TRAINER_VERSION,
+        identity: PodIdentity | None = None,
+        node_labels: dict[str, str] | None = None,
+        node_taints: list[dict[str, str]] | None = None,
     ) -> None:
         self.trainer_version = check_trainer_version(trainer_version)
         self.store = store
         self.node = node or node_resources()
-        self.scheduler = Scheduler(store, self.node)
+        self.scheduler = Scheduler(store, self.node, node_labels, node_taints)
         self.images = images or ImageService(store)
         self.root = root
         self.faults = faults
@@ -91,6 +105,11 @@ class Controller(PodLifecycle, JobStatusUpdater):
         self.delete_grace = delete_grace
         self.ancestor_label_on_pods = ancestor_label_on_pods
         self.sandboxes: dict[tuple[str, str], processes.PodSandbox] = {}
+        self.core = CoreObjects(store, root)
+        self.identity = identity
+        self._volume_wake: asyncio.Event | None = None
+        self._pod_tokens: dict[tuple[str, str], str] = {}
+        self._releases: set[asyncio.Task[None]] = set()
         self._jobs: dict[str, JobState] = {}
         self._pod_owner: dict[tuple[str, str], str] = {}
         self._pod_tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -107,11 +126,14 @@ class Controller(PodLifecycle, JobStatusUpdater):
         ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
         name = ref.get("name", "")
         kind = ref.get("kind") or "ClusterTrainingRuntime"
+        # Each kind is fetched by its own name only: a TrainingRuntime never stands in for a
+        # ClusterTrainingRuntime of the same name (kubeflow/trainer
+        # pkg/runtime/core/clustertrainingruntime.go NewObjects: `c.client.Get(ctx,
+        # client.ObjectKey{Name: trainJob.Spec.RuntimeRef.Name}, &clusterTrainingRuntime)`).
         if kind == "TrainingRuntime":
             rt = self.store.try_get(TRAINING_RUNTIMES, namespace, name)
         else:
-            rt = self.store.try_get(TRAINING_RUNTIMES, namespace, name)
-            rt = rt or self.store.try_get(CLUSTER_TRAINING_RUNTIMES, None, name)
+            rt = self.store.try_get(CLUSTER_TRAINING_RUNTIMES, None, name)
         if rt is None:
             lower = kind[0].lower() + kind[1:]
             raise invalid(
@@ -151,8 +173,9 @@ class Controller(PodLifecycle, JobStatusUpdater):
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for sb in self.sandboxes.values():
+        for key, sb in list(self.sandboxes.items()):
             processes.kill_all(sb)
+            await self._release_mounts(key, sb)
         self.faults.set_pod_failer(None)
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
@@ -165,6 +188,7 @@ class Controller(PodLifecycle, JobStatusUpdater):
         loop = asyncio.get_running_loop()
         _initial, _, sub = self.store.subscribe(None, self.store.resource_version, loop)
         try:
+            self.core.sync_all()
             for tj in self.store.list(TRAINJOBS)[0]:
                 self._reconcile_safe(tj["metadata"]["namespace"], tj["metadata"]["name"])
             while True:
@@ -181,6 +205,11 @@ class Controller(PodLifecycle, JobStatusUpdater):
     def _handle(self, ev: Event) -> None:
         meta = ev.obj.get("metadata", {})
         ns, name = meta.get("namespace", ""), meta.get("name", "")
+        self.core.handle(ev)
+        if ev.kind_key in WAITED_ON:
+            # a pod creation or a volume waited for this object (FailedCreate, FailedMount,
+            # FailedScheduling): try again, as the informers of those components do
+            self._on_dependency(ns)
         if ev.kind_key == TRAINJOBS.key:
             if ev.type == "DELETED":
                 self._cascade(meta.get("uid", ""))
@@ -427,6 +456,11 @@ class Controller(PodLifecycle, JobStatusUpdater):
                     job_uid=job_uid,
                     ancestor_on_pods=self.ancestor_label_on_pods,
                 )
+                try:
+                    admit_pod(self.store, body)
+                except PodForbidden as exc:
+                    self._failed_create(st, rname, slot.job_index, job_uid, str(exc))
+                    continue
                 pod = self.store.create(PODS, body, st.namespace)
                 key = (st.namespace, pod["metadata"]["name"])
                 st.pods[slot] = key[1]
@@ -435,6 +469,32 @@ class Controller(PodLifecycle, JobStatusUpdater):
                 created = True
         if created and st.hostfile is not None:
             self._write_hostfile(st)
+
+    def _failed_create(
+        self, st: JobState, rjob: str, job_index: int, job_uid: str, error: str
+    ) -> None:
+        """The Job controller's Warning Event when the API server refuses a pod
+        (pkg/controller/controller_utils.go CreatePods); the pod is tried again when the
+        object it waited for appears (``_on_dependency``)."""
+        job = job_reference(st.namespace, f"{st.name}-{rjob}-{job_index}", job_uid)
+        with contextlib.suppress(ApiError):
+            record_event(
+                self.store,
+                job,
+                reason="FailedCreate",
+                message=f"Error creating: {error}",
+                type="Warning",
+                component=JOB_CONTROLLER,
+            )
+
+    def _on_dependency(self, namespace: str) -> None:
+        """An object pods may wait for changed in ``namespace``: create the pods whose
+        creation failed, and let the scheduler and the kubelet look again."""
+        for st in list(self._jobs.values()):
+            if st.namespace == namespace and not st.finished:
+                self._reconcile_safe(st.namespace, st.name)
+        self.scheduler.retry_all()
+        self.volume_changed()
 
     def _cascade(self, uid: str) -> None:
         """The TrainJob is gone: its JobSet goes now, its pods after the grace delay."""

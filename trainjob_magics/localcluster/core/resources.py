@@ -140,6 +140,50 @@ CONFIGMAPS = Kind(
     short_names=("cm",),
     has_generation=False,
 )
+# Served for the pods' volumes, env and identity (docs/local-cluster.md, "Volumes, secrets and
+# service accounts"): core/v1 as kube-apiserver registers them (pkg/registry/core/*/storage).
+SECRETS = Kind(
+    "",
+    "v1",
+    "Secret",
+    "secrets",
+    verbs=tuple(ALL_VERBS),
+    singular="secret",
+    has_generation=False,
+)
+SERVICE_ACCOUNTS = Kind(
+    "",
+    "v1",
+    "ServiceAccount",
+    "serviceaccounts",
+    verbs=tuple(ALL_VERBS),
+    singular="serviceaccount",
+    short_names=("sa",),
+    has_generation=False,
+)
+PERSISTENT_VOLUME_CLAIMS = Kind(
+    "",
+    "v1",
+    "PersistentVolumeClaim",
+    "persistentvolumeclaims",
+    verbs=tuple(ALL_VERBS),
+    singular="persistentvolumeclaim",
+    short_names=("pvc",),
+    subresources=("status",),
+    has_generation=False,
+)
+PERSISTENT_VOLUMES = Kind(
+    "",
+    "v1",
+    "PersistentVolume",
+    "persistentvolumes",
+    namespaced=False,
+    verbs=tuple(ALL_VERBS),
+    singular="persistentvolume",
+    short_names=("pv",),
+    subresources=("status",),
+    has_generation=False,
+)
 TRAINER_GROUP = "trainer.kubeflow.org"
 TRAINJOBS = Kind(
     TRAINER_GROUP,
@@ -186,6 +230,10 @@ def default_registry() -> Registry:
         EVENTS,
         EVENTS_V1,
         CONFIGMAPS,
+        SECRETS,
+        SERVICE_ACCOUNTS,
+        PERSISTENT_VOLUME_CLAIMS,
+        PERSISTENT_VOLUMES,
         TRAINJOBS,
         CLUSTER_TRAINING_RUNTIMES,
         TRAINING_RUNTIMES,

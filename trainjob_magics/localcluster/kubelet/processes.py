@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .mount_namespace import MountNamespace, resolve_executable
+
 SHIMS_DIR = Path(__file__).resolve().parent / "shims"
 MPIRUN_MODE_ENV = "TRAINJOB_LOCAL_MPIRUN"  # auto | openmpi | imitation, see kubelet/mpirun.py
 KILL_GRACE = 1.0  # seconds between SIGTERM and SIGKILL when a container task is cancelled
@@ -35,6 +37,9 @@ class PodSandbox:
     log_path: Path
     pgids: set[int] = field(default_factory=set, repr=False)
     stopped: bool = False  # the container was killed (pod deleted/failed): no new execs
+    # the pod's own mount namespace (kubelet/mount_namespace.py) when it mounts volumes;
+    # None for every other pod, whose processes start directly
+    mount_ns: MountNamespace | None = field(default=None, repr=False)
 
 
 def _ensure_shims_executable() -> None:
@@ -158,6 +163,12 @@ async def spawn(
     if not argv:
         raise FileNotFoundError("exec: no command")
     _prune(sandbox)
+    if sandbox.mount_ns is not None:
+        # inside the pod's mount namespace (only pods with mounts pay for nsenter)
+        resolve_executable(
+            sandbox.mount_ns, argv[0], sandbox.env.get("PATH", os.defpath), sandbox.workdir
+        )
+        argv = sandbox.mount_ns.enter_argv(argv)
     proc = await asyncio.create_subprocess_exec(
         *argv,
         stdin=stdin,
