@@ -511,7 +511,9 @@ class RestHandlers:
             return json_response(
                 store.mark_deleting(kind, t.namespace, t.name or "", grace or spec_grace)
             )
-        store.remove(kind, t.namespace, t.name or "")
+        removed = store.remove(kind, t.namespace, t.name or "")
+        if kind.returns_deleted:
+            return json_response(out(removed))
         return json_response(
             {
                 "kind": "Status",

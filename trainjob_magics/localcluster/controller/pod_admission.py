@@ -70,7 +70,8 @@ def admit_pod(store: Store, pod: dict[str, Any]) -> None:
     spec["serviceAccountName"] = sa_name
     sa = store.try_get(SERVICE_ACCOUNTS, namespace, sa_name)
     if sa is None:
-        name = meta.get("name") or meta.get("generateName") or "Unknown"
+        # the Job controller creates with generateName: the name is made after admission
+        name = meta.get("generateName") or meta.get("name") or "Unknown"
         raise PodForbidden(
             f'pods "{name}" is forbidden: error looking up service account '
             f'{namespace}/{sa_name}: serviceaccount "{sa_name}" not found'

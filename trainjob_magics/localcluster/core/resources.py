@@ -25,6 +25,9 @@ class Kind:
     subresources: tuple[str, ...] = ()  # e.g. ("status",)
     has_generation: bool = True  # CRs track metadata.generation
     printer_columns: tuple[dict[str, Any], ...] = ()  # CRD additionalPrinterColumns
+    # DELETE answers the deleted object, not a Status (the storage's ReturnDeletedObject,
+    # kubernetes pkg/registry/core/*/storage/storage.go)
+    returns_deleted: bool = False
 
     @property
     def api_version(self) -> str:
@@ -160,6 +163,7 @@ SERVICE_ACCOUNTS = Kind(
     singular="serviceaccount",
     short_names=("sa",),
     has_generation=False,
+    returns_deleted=True,
 )
 PERSISTENT_VOLUME_CLAIMS = Kind(
     "",
@@ -171,6 +175,7 @@ PERSISTENT_VOLUME_CLAIMS = Kind(
     short_names=("pvc",),
     subresources=("status",),
     has_generation=False,
+    returns_deleted=True,
 )
 PERSISTENT_VOLUMES = Kind(
     "",
@@ -183,6 +188,7 @@ PERSISTENT_VOLUMES = Kind(
     short_names=("pv",),
     subresources=("status",),
     has_generation=False,
+    returns_deleted=True,
 )
 TRAINER_GROUP = "trainer.kubeflow.org"
 TRAINJOBS = Kind(
