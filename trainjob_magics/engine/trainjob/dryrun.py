@@ -21,10 +21,27 @@ SERVER_METADATA = (
 DRY_RUN_QUERY = [("dryRun", "All"), ("fieldValidation", "Strict")]
 
 
+def _empty_patch(patch: Any) -> bool:
+    """A ``runtimePatches`` entry that patches nothing: Kueue's webhook marker
+    (``{manager: kueue.x-k8s.io/manager, trainingRuntimeSpec: {template: {spec: {}}}}``, added
+    to every TrainJob it covers, kubernetes-sigs/kueue pkg/controller/jobs/trainjob)."""
+    template = ((patch or {}).get("trainingRuntimeSpec") or {}).get("template") or {}
+    return not template.get("spec") and not template.get("metadata")
+
+
 def clean_manifest(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``obj`` without status and server-owned metadata."""
+    """A copy of ``obj`` without status and server-owned metadata, and without the empty
+    runtimePatches entries webhooks add on every create: Kueue 0.19 and older append theirs
+    again even when present (kueue#15213), and a repeated manager is invalid."""
     out = copy.deepcopy(dict(obj))
     out.pop("status", None)
+    spec = out.get("spec") or {}
+    if spec.get("runtimePatches"):
+        kept = [p for p in spec["runtimePatches"] if not _empty_patch(p)]
+        if kept:
+            spec["runtimePatches"] = kept
+        else:
+            del spec["runtimePatches"]
     meta = out.get("metadata") or {}
     for key in SERVER_METADATA:
         meta.pop(key, None)

@@ -149,9 +149,8 @@ def render_status_html(
             f'<div class="tjm-disruption" style="{WARN_STYLE}">'
             f"Last disruption: {e(status.disruption)}</div>"
         )
-    if not state:
-        for line in shape_lines(getattr(status, "shape", None)):
-            msg += f'<div class="tjm-shape" style="{MUTED_STYLE}">{e(line)}</div>'
+    for line in shape_lines(getattr(status, "shape", None)):
+        msg += f'<div class="tjm-shape" style="{MUTED_STYLE}">{e(line)}</div>'
     if note:
         msg += f'<div class="tjm-note{when_live}" style="{MUTED_STYLE}">{e(note)}</div>'
     pods = list(status.pods or [])

@@ -210,8 +210,7 @@ def format_status(
         out.append(f"  Waiting: {status.problem}")
     if getattr(status, "disruption", ""):
         out.append(f"  Last disruption: {status.disruption}")
-    if not state:
-        out += [f"  {line}" for line in shape_lines(getattr(status, "shape", None))]
+    out += [f"  {line}" for line in shape_lines(getattr(status, "shape", None))]
     if note:
         out.append(f"  {note}")
     pods = list(status.pods or [])
