@@ -275,8 +275,8 @@ def _create(
     """Create (or dry-run) the TrainJob with the shaping in the field the cluster serves.
 
     With shaping the create is strict (``fieldValidation=Strict``): a field the server does not
-    know is a 422 naming it, not silently dropped. When the served field could not be read
-    and the server says it does not know ``spec.runtimePatches``, the older fields are tried.
+    know is an error naming it, not silently dropped. When the server says it does not know
+    the field picked (``spec.runtimePatches``), the older releases' fields are tried.
     """
     query = list(DRY_RUN_QUERY) if dry_run else []
     if served is None:
@@ -284,11 +284,11 @@ def _create(
     if ("fieldValidation", "Strict") not in query:
         query.append(("fieldValidation", "Strict"))
     jobs = replicated_jobs(runtime_obj)
-    candidates = [served] + (
-        [TrainerAPI(f, _RELEASE_OF[f], known=False) for f in _FALLBACK_FIELDS if f != served.field]
-        if not served.known
-        else []
-    )
+    # The server's strict answer is the last word: a field it does not know (an assumed or a
+    # wrongly published schema) is retried with the older releases' fields.
+    candidates = [served] + [
+        TrainerAPI(f, _RELEASE_OF[f], known=False) for f in _FALLBACK_FIELDS if f != served.field
+    ]
     for i, api_kind in enumerate(candidates):
         shaped = apply_shaping(_copy(body), shaping, api_kind, jobs)
         try:
