@@ -330,16 +330,16 @@ def stuck_hint(
     fields Trainer 2.3 makes immutable and Kueue is 0.19 or older (serves v1beta1)."""
     if not queue or served is None or served.field != RUNTIME_PATCHES:
         return ""
-    if served.release not in ("2.3", "2.2+") or not shaping.immutable_pod_fields:
+    if not shaping.immutable_pod_fields:  # the CEL rules are in the 2.2.1 and 2.3.0 CRDs
         return ""
     kueue = kueue_api(api)
     if kueue.known and not kueue.serves_v1beta1:
         return ""  # Kueue 0.20 or later: merge patches (kueue#14836)
     return (
-        "Kueue 0.19 or older updates the whole TrainJob to unsuspend it, which Trainer 2.3's "
-        "immutability rules reject for runtimePatches with volumes, containers, a service "
-        "account or pull secrets (kubeflow/trainer#3888): upgrade Kueue to 0.20 "
-        "(kubernetes-sigs/kueue#14836), or connect without those options"
+        "Kueue 0.19 or older updates the whole TrainJob to unsuspend it, which Trainer's "
+        "immutability rules (self == oldSelf) reject for runtimePatches with volumes, "
+        "containers, a service account or pull secrets (kubeflow/trainer#3888): upgrade Kueue "
+        "to 0.20 (kubernetes-sigs/kueue#14836), or connect without those options"
     )
 
 
