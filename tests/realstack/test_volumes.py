@@ -22,6 +22,7 @@ from devtools.realstack import procs
 from devtools.realstack.context import StackContext
 from devtools.realstack.provisioner import ANN_PROVISIONED_BY, PROVISIONER
 from tests.realstack.test_podrunner import (
+    _missing,
     get,
     kubectl,
     kubectl_apply,
@@ -350,6 +351,39 @@ def test_a_restarted_pod_runner_keeps_the_namespaces(
     assert both[0] == first[0] != both[1]
     cs = get(stack, "pod", "-n", ns, "kept")["status"]["containerStatuses"][0]
     assert cs["restartCount"] == 1
+
+
+def test_trainers_mpi_volumes_are_mounted(stack: StackContext, ns: str) -> None:  # noqa: F811
+    """The MPI plugin's hostfile ConfigMap and ssh Secret, as the deepspeed runtime's pods
+    mount them (Trainer makes both; the pod runner mounts them)."""
+    runtime = "deepspeed-distributed"
+    got = kubectl(stack, "get", "clustertrainingruntime", runtime, check=False)
+    if got.returncode != 0:
+        _missing(f"the ClusterTrainingRuntime {runtime} (Trainer's runtimes) is not installed")
+    job = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "mpi", "namespace": ns},
+        "spec": {"runtimeRef": {"name": runtime}, "trainer": {"numNodes": 2}},
+    }
+    kubectl_apply(stack, job)
+    selector = "jobset.sigs.k8s.io/jobset-name=mpi,jobset.sigs.k8s.io/replicatedjob-name=launcher"
+
+    def launcher() -> Any:
+        items = get(stack, "pods", "-n", ns, "-l", selector)["items"]
+        return items[0]["metadata"]["name"] if items else None
+
+    name = until("the launcher pod", launcher, timeout=120)
+    ready(stack, ns, name)
+    spec = get(stack, "pod", "-n", ns, name)["spec"]
+    mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+    assert "/etc/mpi" in mounts, mounts
+    hostfile = exec_out(stack, ns, name, "cat", "/etc/mpi/hostfile")
+    assert hostfile.count("slots=") == 2, hostfile
+    ssh = next(m for m in mounts if m.endswith("/.ssh"))
+    keys = exec_out(stack, ns, name, "ls", ssh).split()
+    assert "authorized_keys" in keys, keys
+    kubectl(stack, "delete", "trainjob", "-n", ns, "mpi", "--wait=false")
 
 
 def test_the_upstream_components_report_the_other_mistakes(
