@@ -48,10 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     lc.add_argument(
         "--kueue-version",
-        choices=("0.14", "0.17", "0.19", "main"),  # localcluster.kueue KUEUE_VERSIONS
+        # localcluster.kueue.simulation_config KUEUE_VERSION_CHOICES
+        choices=("0.14.4", "0.14", "0.15", "0.16", "0.17", "0.18", "0.19", "0.20", "main"),
         default=None,
         help="the Kueue release imitated (implies --kueue; default main): served API versions, "
-        "reasons, how admission patches the TrainJob",
+        "reasons, defaulting, how admission patches the TrainJob; 0.N is its newest patch "
+        "release (0.14.4: the last 0.14 that writes podSpecOverrides)",
     )
     lc.add_argument(
         "--cpus",

@@ -234,12 +234,13 @@ def test_the_default_priority_class_is_applied_on_main(tmp_path, version, defaul
 
 
 def test_kueue_014_with_trainer_21_runs_a_queued_session_end_to_end(tmp_path) -> None:
-    """The acceptance pair: Kueue 0.14 (v1beta1 only, podSpecOverrides) over Trainer 2.1."""
+    """The acceptance pair: Kueue 0.14 (v0.14.8: v1beta1 only, podTemplateOverrides with the
+    override-idx annotation, #7755) over Trainer 2.1, the pair v0.14.8's go.mod names."""
     kueue = KueueConfig(quota={"cpu": "2", "memory": "8Gi"}, version="0.14")
     with LocalCluster(
         root_dir=tmp_path, kueue=kueue, trainer_version="2.1", bookmark_interval=0.5
     ) as c:
-        assert c.version_warnings and "podSpecOverrides" in c.version_warnings[0]
+        assert c.version_warnings == []
         kc = str(c.kubeconfig_path)
         seen: list = []
         session = connect(
@@ -251,6 +252,12 @@ def test_kueue_014_with_trainer_21_runs_a_queued_session_end_to_end(tmp_path) ->
             assert session.execute("echo from-0.14").stdout == "from-0.14\n"
             wl = c.kueue.workload_for(session.name)
             assert wl["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+            job = _custom(kc).get_namespaced_custom_object(
+                "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", session.name
+            )
+            [ours] = job["spec"]["podTemplateOverrides"]
+            assert ours["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "node"
+            assert job["metadata"]["annotations"]["kueue.x-k8s.io/trainjob-override-idx"] == "0"
         finally:
             session.close(timeout=30)
             delete_all_trainjobs(c.kubeconfig_path)

@@ -58,12 +58,16 @@ def test_versions() -> None:
 @pytest.mark.parametrize(
     ("kueue", "field"),
     [
-        ("0.14", "podSpecOverrides"),
         ("0.14.0", "podSpecOverrides"),
+        ("0.14.4", "podSpecOverrides"),
+        ("0.14.5", "podTemplateOverrides"),
+        ("0.14", "podTemplateOverrides"),  # the newest 0.14, v0.14.8
+        ("0.14.8", "podTemplateOverrides"),
         ("0.15", "podTemplateOverrides"),
         ("0.16", "podTemplateOverrides"),
         ("0.17", "runtimePatches"),
         ("0.19.2", "runtimePatches"),
+        ("0.20", "runtimePatches"),
         ("main", "runtimePatches"),
     ],
 )
@@ -75,12 +79,14 @@ def test_what_each_kueue_writes(kueue: str, field: str) -> None:
 @pytest.mark.parametrize(
     ("kueue", "trainer"),
     [
-        ("0.14", "2.0"),
+        ("0.14.0", "2.0"),
+        ("0.14", "2.1"),
+        ("0.14.8", "2.1"),
         ("0.15", "2.1"),
         ("0.17", "2.2"),
         ("0.17", "2.3"),
         ("0.19", "2.3"),
-        ("main", "2.2"),
+        ("0.20", "2.3"),
         ("main", "2.3"),
     ],
 )
@@ -96,7 +102,9 @@ def test_possible_pairs(kueue: str, trainer: str) -> None:
         ("0.16", "2.3", "2.0 or 2.1"),
         ("0.17", "2.0", "2.2 or 2.3"),
         ("0.19", "2.1", "2.2 or 2.3"),
-        ("main", "2.0", "2.2 or 2.3"),
+        ("0.20", "2.2", "2.3"),
+        ("main", "2.2", "2.3"),
+        ("main", "2.0", "2.3"),
     ],
 )
 def test_impossible_pairs(kueue: str, trainer: str, need: str) -> None:
@@ -109,8 +117,9 @@ def test_impossible_pairs(kueue: str, trainer: str, need: str) -> None:
 
 
 def test_pair_that_runs_without_kueues_patch() -> None:
-    """Kueue 0.14 was built against Trainer v2.0.1: on 2.1 its podSpecOverrides are pruned."""
-    [warning] = check_version_pair("0.14", "2.1")
+    """Kueue 0.14.0-0.14.4 were built against Trainer v2.0.1: on 2.1 their podSpecOverrides are
+    pruned."""
+    [warning] = check_version_pair("0.14.4", "2.1")
     assert "spec.podSpecOverrides" in warning and "spec.podTemplateOverrides" in warning
     assert check_version_pair("0.15", "2.0") != []
 

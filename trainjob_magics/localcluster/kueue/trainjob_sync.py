@@ -1,10 +1,17 @@
-"""Keep a TrainJob in step with its Workload: suspend, or unsuspend with Kueue's runtime patch."""
+"""Keep a TrainJob in step with its Workload: suspend, or unsuspend with Kueue's runtime patch
+(kubernetes-sigs/kueue pkg/controller/jobs/trainjob/trainjob_controller.go RunWithPodSetsInfo
+and Stop, read at v0.14.0, v0.14.8, v0.16.5, v0.19.2 and main)."""
 
 from __future__ import annotations
 
 import contextlib
 from typing import Any
 
+from ..controller.versions import (
+    PODSPEC_OVERRIDES,
+    kueue_override_annotation,
+    kueue_patch_field,
+)
 from ..core.apierror import ApiError
 from ..core.resources import TRAINJOBS
 from ..core.store import now_rfc3339
@@ -18,6 +25,35 @@ from .state import SimulationState
 from .webhook import skeleton_patch
 
 OVERRIDE_IDX = "kueue.x-k8s.io/trainjob-override-idx"
+# PodSpecPatch fields Trainer 2.3 guards with CEL ``self == oldSelf``
+# (kubeflow/trainer pkg/apis/trainer/v1alpha1/trainjob_types.go at v2.3.0; removed by #3890)
+CEL_IMMUTABLE = (
+    "serviceAccountName",
+    "volumes",
+    "initContainers",
+    "containers",
+    "imagePullSecrets",
+    "securityContext",
+    "terminationGracePeriodSeconds",
+)
+
+
+def update_refused_on_unsuspend(tj: dict[str, Any]) -> bool:
+    """Whether a TrainJob has another manager's runtime patch with a CEL-immutable pod field:
+    Kueue <= 0.19's full-object Update on admission then fails under Trainer 2.3 (the round
+    trip through Kueue's older Go types changes those fields: kubeflow/trainer#3888), so the
+    job stays suspended while its Workload is admitted. Kueue 0.20 merge-patches (#14836)."""
+    for patch in (tj.get("spec") or {}).get("runtimePatches") or []:
+        if patch.get("manager") == MANAGER:
+            continue
+        spec = (patch.get("trainingRuntimeSpec") or {}).get("template", {}).get("spec") or {}
+        for rjob in spec.get("replicatedJobs") or []:
+            pod = ((((rjob.get("template") or {}).get("spec") or {}).get("template")) or {}).get(
+                "spec"
+            ) or {}
+            if any(k in pod for k in CEL_IMMUTABLE):
+                return True
+    return False
 
 
 class TrainJobSync(SimulationState):
@@ -32,6 +68,13 @@ class TrainJobSync(SimulationState):
         if not self.config.patches_runtime:
             self._sync_overrides(tj, wl, admitted)
             return
+        if (
+            admitted
+            and self.config.trainer_version == "2.3"
+            and not self.config.merge_patches_admission
+            and update_refused_on_unsuspend(tj)
+        ):
+            return  # Kueue logs "Unsuspending job" with the API error and retries; no Event
         spec = tj.get("spec") or {}
         want_suspend = not admitted
         patch = self._runtime_patch(wl) if admitted else skeleton_patch()
@@ -69,24 +112,38 @@ class TrainJobSync(SimulationState):
             self.store.mutate(TRAINJOBS, tj["metadata"]["namespace"], tj["metadata"]["name"], apply)
 
     def _sync_overrides(self, tj: dict[str, Any], wl: dict[str, Any], admitted: bool) -> None:
-        """Kueue 0.14-0.16 (pkg/controller/jobs/trainjob/trainjob_controller.go at v0.14.0):
-        on admission append ``podSpecOverrides`` (node selector, tolerations per pod set) and
-        record where they start in ``kueue.x-k8s.io/trainjob-override-idx``; on stop remove
-        them and the annotation. Trainer 2.0/2.1 apply them to the pods."""
+        """Kueue 0.14-0.16: on admission append one override per pod set (node selector,
+        tolerations; with the podset label from v0.14.5) to ``podSpecOverrides`` (v0.14.0-
+        v0.14.4) or ``podTemplateOverrides`` (v0.14.5 and later), recording where they start in
+        ``kueue.x-k8s.io/trainjob-override-idx`` in v0.14.x; on stop cut them off again (at the
+        annotation in 0.14, at the first entry labelled ``kueue.x-k8s.io/podset`` in 0.15 and
+        0.16: RestorePodSetsInfo at v0.16.5). Trainer 2.0/2.1 apply them to the pods."""
+        field = kueue_patch_field(self.config.version)
+        annotate = kueue_override_annotation(self.config.version)
         spec = tj.get("spec") or {}
         notes = (tj.get("metadata") or {}).get("annotations") or {}
-        overrides = list(spec.get("podSpecOverrides") or [])
+        overrides = list(spec.get(field) or [])
         if OVERRIDE_IDX in notes:
             overrides = overrides[: int(notes[OVERRIDE_IDX])]
+        elif field != PODSPEC_OVERRIDES:
+            cut = next(
+                (
+                    i
+                    for i, o in enumerate(overrides)
+                    if PODSET_LABEL in ((o.get("metadata") or {}).get("labels") or {})
+                ),
+                len(overrides),
+            )
+            overrides = overrides[:cut]
         start = len(overrides)
-        ours = self._pod_spec_overrides(wl) if admitted else []
+        ours = self._overrides(wl, field) if admitted else []
         wanted = overrides + ours
         want_notes = (
             {**notes, OVERRIDE_IDX: str(start)}
-            if admitted
+            if admitted and annotate
             else {k: v for k, v in notes.items() if k != OVERRIDE_IDX}
         )
-        unchanged = list(spec.get("podSpecOverrides") or []) == wanted and notes == want_notes
+        unchanged = list(spec.get(field) or []) == wanted and notes == want_notes
         if unchanged and bool(spec.get("suspend")) == (not admitted):
             return
         suspend = True if (admitted and not unchanged) else (not admitted)
@@ -94,23 +151,28 @@ class TrainJobSync(SimulationState):
         def apply(o: dict[str, Any]) -> None:
             o.setdefault("spec", {})["suspend"] = suspend
             if wanted:
-                o["spec"]["podSpecOverrides"] = wanted
+                o["spec"][field] = wanted
             else:
-                o["spec"].pop("podSpecOverrides", None)
+                o["spec"].pop(field, None)
             o.setdefault("metadata", {})["annotations"] = want_notes
 
         self._write_trainjob(tj, apply)
 
-    def _pod_spec_overrides(self, wl: dict[str, Any]) -> list[dict[str, Any]]:
-        """One podSpecOverride per admitted pod set: its flavors' node labels and tolerations."""
+    def _overrides(self, wl: dict[str, Any], field: str) -> list[dict[str, Any]]:
+        """One override per admitted pod set: its flavors' node labels and tolerations; a
+        podTemplateOverride also carries the podset label in its metadata."""
         out = []
         for psa in (wl["status"].get("admission") or {}).get("podSetAssignments") or []:
             node_selector, tolerations = self._flavor_placement(psa)
             entry: dict[str, Any] = {"targetJobs": [{"name": psa["name"]}]}
+            pod: dict[str, Any] = entry
+            if field != PODSPEC_OVERRIDES:
+                entry["metadata"] = {"labels": {PODSET_LABEL: psa["name"]}}
+                pod = entry.setdefault("spec", {})
             if node_selector:
-                entry["nodeSelector"] = node_selector
+                pod["nodeSelector"] = node_selector
             if tolerations:
-                entry["tolerations"] = tolerations
+                pod["tolerations"] = tolerations
             out.append(entry)
         return out
 
@@ -124,10 +186,20 @@ class TrainJobSync(SimulationState):
         return node_selector, tolerations
 
     def _runtime_patch(self, wl: dict[str, Any]) -> dict[str, Any]:
-        """Kueue's patch on admission: podset labels, flavor node labels and tolerations."""
+        """Kueue's patch on admission: podset labels, flavor node labels and tolerations. From
+        0.20 (kueue#15162) the pod set's own tolerations come first, so that Trainer 2.3's
+        merge (tolerations are atomic) keeps the runtime's; before, the flavor's replace them
+        (kueue#15161)."""
         rjobs = []
+        own = {
+            ps.get("name"): ((ps.get("template") or {}).get("spec") or {}).get("tolerations") or []
+            for ps in (wl.get("spec") or {}).get("podSets") or []
+        }
         for psa in (wl["status"].get("admission") or {}).get("podSetAssignments") or []:
             node_selector, tolerations = self._flavor_placement(psa)
+            if tolerations and self.config.keeps_runtime_tolerations:
+                kept = list(own.get(psa["name"]) or [])
+                tolerations = kept + [t for t in tolerations if t not in kept]
             pod_spec: dict[str, Any] = {}
             if node_selector:
                 pod_spec["nodeSelector"] = node_selector

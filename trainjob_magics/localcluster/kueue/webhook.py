@@ -1,18 +1,26 @@
 """Kueue's TrainJob webhook on CREATE (kubernetes-sigs/kueue
-pkg/controller/jobs/trainjob/trainjob_webhook.go, with jobframework's defaulting in
-pkg/controller/jobframework/defaults.go and webhook.go):
+pkg/controller/jobs/trainjob/trainjob_webhook.go Default, v0.17.0-v0.19.2 and main, with
+jobframework's defaulting in pkg/controller/jobframework/defaults.go):
 
-- LocalQueueDefaulting (on by default since v0.12): a job without a queue label in a namespace
-  that has a LocalQueue named ``default`` gets ``kueue.x-k8s.io/queue-name: default``;
+- the webhook covers every namespace but kube-system and Kueue's own (the namespaceSelector
+  that config/components/webhook/kustomization.yaml gives ``mtrainjob.kb.io``): a TrainJob
+  elsewhere is not touched at all;
+- LocalQueueDefaulting (on by default since v0.12, GA in v0.17): a job without a queue label,
+  in a namespace that matches ``managedJobsNamespaceSelector`` (default: every namespace but
+  kube-system and Kueue's own, apis/config/v1beta2/defaults.go) and has a LocalQueue named
+  ``default``, gets ``kueue.x-k8s.io/queue-name: default``
+  (ApplyDefaultLocalQueueWithManagedJobsNamespaceSelector);
+- WorkloadPriorityClassDefaulting (beta and on from v0.20, kueue#13719; so on 0.20 and main
+  here): a job without a priority class gets ``default`` when a WorkloadPriorityClass of that
+  name exists (ApplyDefaultWorkloadPriorityClass);
 - a managed job whose ClusterQueue has a MultiKueue admission check gets ``spec.managedBy:
   kueue.x-k8s.io/multikueue`` (its pods then run on a worker cluster);
-- WorkloadPriorityClassDefaulting (on from v0.20, so on main here): a job without a priority
-  class gets ``default`` when a WorkloadPriorityClass of that name exists
-  (pkg/controller/jobframework/defaults.go);
-- a managed job is suspended;
+- a job with a queue label is suspended (WorkloadShouldBeSuspended; manageJobsWithoutQueueName
+  is off by default);
 - from v0.17 (runtimePatches, Trainer >= 2.2) Kueue's entry
   ``{manager: kueue.x-k8s.io/manager, trainingRuntimeSpec: {template: {spec: {}}}}`` is
-  appended to ``runtimePatches``; v0.14-v0.16 patch ``podSpecOverrides`` on admission instead.
+  appended to ``runtimePatches`` of EVERY TrainJob the webhook sees, queue label or not; only
+  the suspend depends on the label. v0.14-v0.16 write overrides on admission instead.
 """
 
 from __future__ import annotations
@@ -78,6 +86,9 @@ class TrainJobWebhook:
             return []
         meta = obj.setdefault("metadata", {})
         namespace = meta.get("namespace") or "default"
+        if not self.covers(namespace):
+            return []  # outside the webhook's namespaceSelector
+        # the same default selector decides LocalQueue defaulting (defaults.go)
         if queue_name(obj) is None and self.store.try_get(
             LOCAL_QUEUES, namespace, DEFAULT_LOCAL_QUEUE
         ):
@@ -87,21 +98,27 @@ class TrainJobWebhook:
         # WorkloadPriorityClass named "default" exists -> label it "default"
         labels = meta.get("labels") or {}
         if (
-            self.config.version == "main"
+            self.config.defaults_priority_class
             and not labels.get(PRIORITY_CLASS_LABEL)
             and self.store.try_get(WORKLOAD_PRIORITY_CLASSES, None, DEFAULT_PRIORITY_CLASS)
         ):
             meta.setdefault("labels", {})[PRIORITY_CLASS_LABEL] = DEFAULT_PRIORITY_CLASS
         queue = queue_name(obj)
-        if queue is None:
-            return []
         spec = obj.setdefault("spec", {})
-        if self._multikueue(namespace, queue):
-            spec["managedBy"] = MULTIKUEUE_CONTROLLER
-        spec["suspend"] = True
-        if self.config.patches_runtime and kueue_patch(obj) is None:
+        if queue is not None:
+            if self._multikueue(namespace, queue):
+                spec["managedBy"] = MULTIKUEUE_CONTROLLER
+            spec["suspend"] = True
+        if self.config.patches_runtime:
+            # appended unconditionally (trainjob_webhook.go Default: ``append`` after the
+            # suspend decision; a second webhook call could duplicate it before 0.20, #15213)
             spec.setdefault("runtimePatches", []).append(skeleton_patch())
         return []
+
+    def covers(self, namespace: str) -> bool:
+        """Whether Kueue's webhook and managedJobsNamespaceSelector include ``namespace``
+        (default: all but kube-system and Kueue's namespace)."""
+        return namespace not in ("kube-system", self.config.kueue_namespace)
 
     def _multikueue(self, namespace: str, queue: str) -> bool:
         lq = self.store.try_get(LOCAL_QUEUES, namespace, queue) or {}
