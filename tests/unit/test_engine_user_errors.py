@@ -87,6 +87,31 @@ def test_missing_service_account_from_the_jobs_failed_create() -> None:
     assert quota is not None and not quota.hopeless  # told, but not the user's option
 
 
+def test_an_invalid_pod_template_from_the_jobsets_job_creation_failed() -> None:
+    """The real stack (Trainer 2.2.1, JobSet 0.11.1): a --pod-patch mounting a volume no pod
+    has passes the TrainJob's checks; the JobSet controller cannot create the Job."""
+    race = (
+        'job "j-node-0" creation failed with error: admission webhook "mjob.kb.io" denied the '
+        'request: JobSet.jobset.x-k8s.io "j" not found'
+    )
+    invalid = (
+        'job "j-node-0" creation failed with error: Job.batch "j-node-0" is invalid: '
+        'spec.template.spec.containers[0].volumeMounts[0].name: Not found: "nosuch"'
+    )
+    assert not job_problem("JobSet j", "tjm", [ev("JobCreationFailed", race, "JobSet")]).hopeless
+    found = job_problem(
+        "JobSet j",
+        "tjm",
+        [ev("JobCreationFailed", race, "JobSet"), ev("JobCreationFailed", invalid, "JobSet")],
+    )
+    assert found is not None and found.hopeless
+    assert found.fix == (
+        'the pods of JobSet j cannot be created: Job.batch "j-node-0" is invalid: '
+        'spec.template.spec.containers[0].volumeMounts[0].name: Not found: "nosuch"; fix '
+        "--pod-patch (or the options that put it there)"
+    )
+
+
 def test_missing_secret_and_configmap_from_the_kubelet() -> None:
     mount = 'MountVolume.SetUp failed for volume "tjm-secret-0" : secret "creds" not found'
     found = user_error(pod(), [ev("FailedMount", mount)])
@@ -168,3 +193,34 @@ def test_a_trainjob_kueue_unsuspends_is_not_stuck(monkeypatch: pytest.MonkeyPatc
         fetch_trainjob=lambda: {"spec": {"suspend": next(states)}},
     )
     assert got is admitted
+
+
+def test_a_webhook_denial_is_the_content_not_a_permission() -> None:
+    """kube-apiserver answers a validating webhook's refusal with 403 Forbidden; it names the
+    webhook and the field, and asks to fix the input, not for RBAC (the real stack's Trainer
+    2.2.1 webhook on env in a runtimePatches trainer container)."""
+    import json
+
+    from trainjob_magics.engine.errors import InvalidInputError, PermissionDeniedError
+    from trainjob_magics.engine.kube.requests import map_http_failure
+
+    body = json.dumps(
+        {
+            "reason": "Forbidden",
+            "message": 'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the '
+            'request: spec.runtimePatches: Invalid value: [{"manager":"m","trainingRuntimeSpec":'
+            '{"template":{}}}]: must not have envs for the dataset-initializer, model-initializer,'
+            " node containers",
+        }
+    )
+    err = map_http_failure(403, body, verb="create", resource="trainjobs", name="j", namespace="n")
+    assert isinstance(err, InvalidInputError) and not isinstance(err, PermissionDeniedError)
+    assert str(err) == (
+        "the API server rejected the request to create trainjobs j: admission webhook "
+        '"validator.trainjob.trainer.kubeflow.org" denied the request: spec.runtimePatches: '
+        "Invalid value: ...: must not have envs for the dataset-initializer, model-initializer, "
+        "node containers; fix the input"
+    )
+    rbac = json.dumps({"reason": "Forbidden", "message": 'pods is forbidden: User "a" cannot list'})
+    denied = map_http_failure(403, rbac, verb="list", resource="pods", namespace="n")
+    assert isinstance(denied, PermissionDeniedError)

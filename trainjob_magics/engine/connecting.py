@@ -297,7 +297,9 @@ def _create(
             unknown = f'unknown field "spec.{api_kind.field}"' in str(exc)
             if unknown and i + 1 < len(candidates):
                 continue
-            if exc.status == 422 or (exc.status == 400 and "unknown field" in str(exc)):
+            # 422 (schema, CEL), 400 (strict decoding, a webhook's decode error), 403 with
+            # "denied the request" (a validating webhook): the content, not the caller
+            if exc.status in (400, 422) or (exc.status == 403 and "denied the request" in str(exc)):
                 raise InvalidInputError(
                     rejected_line(str(exc), name, shaping), status=exc.status, reason=exc.reason
                 ) from None

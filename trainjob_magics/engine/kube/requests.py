@@ -99,6 +99,15 @@ def map_http_failure(
             status=status,
             reason=reason or "Unauthorized",
         )
+    denied = _DENIED.search(message or "")
+    if status == 403 and denied:  # a validating webhook refused the content: not RBAC
+        return InvalidInputError(
+            f"the API server rejected the request to {verb} {target}: admission webhook "
+            f'"{denied["hook"]}" denied the request: {shorten_invalid(denied["why"])}; '
+            "fix the input",
+            status=status,
+            reason=reason or "Forbidden",
+        )
     if status == 403:
         return PermissionDeniedError(
             f"permission denied: cannot {verb} {resource}{_where(namespace)}{detail}; ask your "
@@ -139,6 +148,18 @@ def map_http_failure(
         status=status,
         reason=reason,
     )
+
+
+# A validating admission webhook's refusal (k8s.io/apiserver pkg/admission/plugin/webhook/
+# errors: 403 "admission webhook %q denied the request: %s"): the content, not the caller.
+_DENIED = re.compile(r'admission webhook "(?P<hook>[^"]+)" denied the request: (?P<why>.*)', re.S)
+_INVALID_VALUE = re.compile(r"Invalid value: [\[{].*[\]}]: ", re.S)
+
+
+def shorten_invalid(text: str) -> str:
+    """``field.Invalid`` quotes the whole value (a runtimePatches list in JSON): keep the
+    field path and the reason, drop the value."""
+    return _INVALID_VALUE.sub("Invalid value: ...: ", " ".join(text.split()))
 
 
 # kube-apiserver's answer when an admission webhook's controller does not answer (it is

@@ -68,6 +68,7 @@ _MISSING_KEY = re.compile(
     r"couldn't find key (?P<key>\S+) in (?P<kind>Secret|ConfigMap) (?P<ref>\S+)"
 )
 _KINDS = {"secret": "Secret", "configmap": "ConfigMap"}
+_INVALID = re.compile(r'(?:Job\.batch|Pod) "[^"]+" is invalid: .*')
 _PLACEMENT = ("didn't match Pod's node affinity/selector", "untolerated taint")
 
 
@@ -158,13 +159,24 @@ def user_error(
 
 
 def job_problem(job: str, namespace: str, events: Sequence[Event]) -> PodProblem | None:
-    """The Job controller could not create the pods (``FailedCreate``): a missing service
-    account is hopeless; other refusals are told."""
-    failed = next((e for e in reversed(events) if e.reason == "FailedCreate"), None)
-    if failed is None:
+    """The Job controller could not create the pods (``FailedCreate``), or the JobSet
+    controller the Jobs (``JobCreationFailed``): a missing service account, or a pod template
+    the API server finds invalid (``... is invalid: spec.template.spec...``), is hopeless;
+    other refusals (a quota, a webhook not ready yet) are told."""
+    failures = [e for e in reversed(events) if e.reason in ("FailedCreate", "JobCreationFailed")]
+    for failed in failures:  # the newest hopeless one, else the newest
+        fix = _missing(failed.message, namespace)
+        invalid = _INVALID.search(failed.message)
+        if not fix and invalid:
+            fix = (
+                f"the pods of {job} cannot be created: {invalid[0]}; fix --pod-patch (or the "
+                "options that put it there)"
+            )
+        if fix:
+            return PodProblem(f"of {job}", failed.reason, failed.message, True, fix)
+    if not failures:
         return None
-    fix = _missing(failed.message, namespace)
-    return PodProblem(f"of Job {job}", "FailedCreate", failed.message, bool(fix), fix)
+    return PodProblem(f"of {job}", failures[0].reason, failures[0].message)
 
 
 def pull_failures(events: Sequence[Event]) -> int:

@@ -177,7 +177,8 @@ def wait_for_trainer_pod(
 
     def why_no_pod() -> PodProblem | None:
         """The Job controller's FailedCreate (a missing service account) on the trainer's Job
-        ``<name>-<replicated job>-0``, read for shaped sessions whose job is not suspended."""
+        ``<name>-<replicated job>-0``, else the JobSet's JobCreationFailed (an invalid pod
+        template), read for shaped sessions whose job is not suspended."""
         if shaping is None or not trainjob or (trainjob.get("spec") or {}).get("suspend"):
             return None
         now = time.monotonic()
@@ -186,7 +187,9 @@ def wait_for_trainer_pod(
         events_read[0] = now
         rjob = (target.replicated_job if target is not None else None) or "node"
         job = f"{name}-{rjob}-0"
-        problem[0] = job_problem(job, namespace, events_about(api, namespace, job, "Job"))
+        problem[0] = job_problem(
+            f"Job {job}", namespace, events_about(api, namespace, job, "Job")
+        ) or job_problem(f"JobSet {name}", namespace, events_about(api, namespace, name, "JobSet"))
         return problem[0]
 
     def check() -> dict[str, Any] | None:
