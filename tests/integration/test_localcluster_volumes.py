@@ -115,7 +115,7 @@ class Kube:
         return [
             e
             for e in self.core.list_namespaced_event(NS).items
-            if e.involved_object.name.startswith(name_prefix) and e.reason == reason
+            if e.involved_object.name.startswith(name_prefix) and reason in ("", e.reason)
         ]
 
     def wait_event(self, name_prefix: str, reason: str) -> Any:
@@ -529,4 +529,82 @@ def test_placement_that_matches(kube: Kube, unique_name: Callable[[str], str]) -
     pod = kube.running_pod(name)
     assert pod.spec.node_selector == {"pool": "gpu", "kubernetes.io/os": "linux"}
     assert [s.name for s in pod.spec.image_pull_secrets] == ["regcred"]
+    kube.delete_tj(name)
+
+
+def test_mpi_ranks_see_their_pods_mounts(
+    kube: Kube, kubectl: Callable[..., Any], unique_name: Callable[[str], str]
+) -> None:
+    """mpirun on the launcher starts a rank in each node pod inside that pod's namespace: each
+    rank sees the claim the pods share and its own pod's emptyDir."""
+    claim = unique_name("mpidata")
+    kube.core.create_namespaced_persistent_volume_claim(NS, pvc(claim))
+    pod_spec = {
+        "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+        "volumes": [
+            {"name": "data", "persistentVolumeClaim": {"claimName": claim}},
+            {"name": "scratch", "emptyDir": {}},
+        ],
+        "containers": [
+            {
+                "name": "node",
+                "volumeMounts": [
+                    {"name": "data", "mountPath": "/data"},
+                    {"name": "scratch", "mountPath": "/scratch"},
+                ],
+            }
+        ],
+    }
+    name = unique_name("mpi")
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeRef": {"name": "mpi-interactive"},
+            "trainer": {"numNodes": 2},
+            "runtimePatches": [
+                {
+                    "manager": "tests.trainjob-magics/volumes",
+                    "trainingRuntimeSpec": {
+                        "template": {
+                            "spec": {
+                                "replicatedJobs": [
+                                    {
+                                        "name": rjob,
+                                        "template": {"spec": {"template": {"spec": pod_spec}}},
+                                    }
+                                    for rjob in ("launcher", "node")
+                                ]
+                            }
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    kube.co.create_namespaced_custom_object(GROUP, VERSION, NS, "trainjobs", body)
+    try:
+        wait_until(
+            lambda: len([p for p in kube.pods(name) if p.status.phase == "Running"]) == 2,
+            timeout=30,
+        )
+    except AssertionError:
+        states = [(p.metadata.name, p.status.phase) for p in kube.pods(name)]
+        events = [(e.reason, e.message) for e in kube.events(name, "")]
+        raise AssertionError(f"pods {states}, events {events}") from None
+    launcher = next(
+        p
+        for p in kube.pods(name)
+        if p.metadata.labels["jobset.sigs.k8s.io/replicatedjob-name"] == "launcher"
+    )
+    sh(kubectl, launcher, "echo shared > /data/f")
+    out = sh(
+        kubectl,
+        launcher,
+        "mpirun -np 2 sh -c 'echo $HOSTNAME > /scratch/me; echo $(cat /data/f) $(cat /scratch/me)'",
+    )
+    lines = sorted(out.split("\n")[:-1])
+    assert len(lines) == 2 and all(line.startswith("shared ") for line in lines), out
+    assert {line.split()[1] for line in lines} == {f"{name}-launcher-0-0", f"{name}-node-0-0"}
     kube.delete_tj(name)

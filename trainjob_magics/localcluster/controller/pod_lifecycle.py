@@ -86,6 +86,7 @@ class PodLifecycle:
         names = [s.hostname(st.name) for s in hosts]
         dirs: dict[str, Path] = {}
         envs: dict[str, dict[str, str]] = {}
+        enter: dict[str, list[str]] = {}
         for slot in hosts:
             pod_name = st.pods.get(slot)
             sb = self.sandboxes.get((st.namespace, pod_name or ""))
@@ -94,7 +95,9 @@ class PodLifecycle:
                 envs[sb.hostname] = {
                     k: v for k, v in sb.env.items() if k not in ("PATH", "HOME", "HOSTNAME")
                 }
-        processes.write_hostfile(st.hostfile, names, dirs, envs)
+                if sb.mount_ns is not None:
+                    enter[sb.hostname] = sb.mount_ns.enter_argv([])
+        processes.write_hostfile(st.hostfile, names, dirs, envs, enter)
 
     def _start_pod(self, st: JobState, rjob: dict[str, Any], pod: dict[str, Any]) -> None:
         ns, name = st.namespace, pod["metadata"]["name"]
@@ -290,6 +293,9 @@ class PodLifecycle:
                         sandbox.env["KUBERNETES_SERVICE_PORT"] = port
                 state = sandbox.workdir.parent / f".{name}.kubelet"
                 sandbox.mount_ns = await mount_namespace.create(mounts, state, sandbox.workdir)
+                owner = self._jobs.get(self._pod_owner.get((ns, name), ""))
+                if owner is not None and owner.hostfile is not None:
+                    self._write_hostfile(owner)  # MPI ranks started in this pod join it
                 return True
             except VolumeError as exc:
                 message = str(exc)

@@ -13,9 +13,10 @@ nearest existing parent directory is covered, inside the namespace only, by a tm
 a bind mount of each of the directory's entries (symlinks copied), plus the new directory.
 
 Its working directory is then the pod's (``workdir``), which the pod's processes take with
-its root (``nsenter -r -w``). It prints ``ready root`` or ``ready userns`` (or ``error: <text>`` and exits 1) on stdout, then
-waits until its stdin closes: the pod's processes join the namespace with ``nsenter -t PID``
-meanwhile. Nothing here imports the rest of the package (``-I``, a single thread).
+its root (``nsenter -r -w``). It prints ``ready root`` or ``ready userns`` (or
+``error: <text>`` and exits 1) on stdout, then waits until its stdin closes: the pod's
+processes join the namespace with ``nsenter -t PID`` meanwhile. Nothing here imports the
+rest of the package (``-I``, a single thread).
 """
 
 from __future__ import annotations

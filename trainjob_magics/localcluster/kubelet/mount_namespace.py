@@ -85,16 +85,19 @@ async def create(mounts: list[Mount], state_dir: Path, workdir: Path) -> MountNa
     )
     if shutil.which("nsenter") is None:
         raise MountNamespaceError(NEEDS_NAMESPACES.format(error="nsenter (util-linux) not found"))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-I",
-        str(HOLDER),
-        str(plan),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
-    )
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            _interpreter(),
+            "-I",
+            str(HOLDER),
+            str(plan),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise MountNamespaceError(f"cannot start the mount namespace's holder: {exc}") from None
     assert proc.stdout is not None
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), START_TIMEOUT)).decode().strip()
@@ -109,6 +112,13 @@ async def create(mounts: list[Mount], state_dir: Path, workdir: Path) -> MountNa
             raise MountNamespaceError(NEEDS_NAMESPACES.format(error=error))
         raise MountNamespaceError(error)
     return MountNamespace(proc.pid, line.split()[1], proc)
+
+
+def _interpreter() -> str:
+    """A Python that can run the holder (stdlib only): this one, else python3 on PATH."""
+    if os.access(sys.executable, os.X_OK):
+        return sys.executable
+    return shutil.which("python3") or sys.executable
 
 
 def resolve_executable(ns: MountNamespace, name: str, path_env: str, cwd: Path) -> None:

@@ -331,9 +331,13 @@ class Job:
             tag = self.opts.tag_output
             stdin = None if self._gets_stdin(r.rank) else subprocess.DEVNULL
             stderr = subprocess.STDOUT if self.opts.merge_stderr else None
+            argv = list(self.opts.command)
+            entry = self.sidecar.get(r.host) or {}
+            if entry.get("enter") and not self._is_local(r.host):
+                argv = [*entry["enter"], *argv]  # into that pod's mount namespace
             try:
                 r.proc = subprocess.Popen(
-                    self.opts.command,
+                    argv,
                     cwd=self._cwd(r.host),
                     env=env,
                     stdin=stdin,

@@ -104,12 +104,14 @@ def write_hostfile(
     hostnames: list[str],
     pod_dirs: dict[str, Path],
     pod_envs: dict[str, dict[str, str]] | None = None,
+    pod_enter: dict[str, list[str]] | None = None,
 ) -> None:
     """Write an MPI hostfile (``<host> slots=1`` lines) and its ``<path>.json`` sidecar.
 
     The sidecar maps each hostname to ``{"workdir": ..., "env": {...}}`` so the ``mpirun`` shim can
     run each rank "in" that pod. ``pod_envs`` (optional) adds the pod's own environment; HOSTNAME
-    and HOME always come from the hostname and its directory.
+    and HOME always come from the hostname and its directory. ``pod_enter`` (optional) gives,
+    for a pod with a mount namespace, the argv prefix that runs a command inside it.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,6 +123,8 @@ def write_hostfile(
         if workdir is not None:
             host_env["HOME"] = str(workdir)
         sidecar[host] = {"workdir": str(workdir) if workdir else None, "env": host_env}
+        if pod_enter and host in pod_enter:
+            sidecar[host]["enter"] = list(pod_enter[host])
     _atomic_write(path, "".join(f"{h} slots=1\n" for h in hostnames))
     _atomic_write(Path(f"{path}.json"), json.dumps(sidecar, indent=1))
 

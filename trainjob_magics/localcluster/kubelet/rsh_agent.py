@@ -124,8 +124,14 @@ def main(argv: list[str]) -> int:
     if not os.path.isdir(tmpdir):
         os.makedirs(tmpdir, exist_ok=True)
     os.chdir(workdir)
+    # a pod with a mount namespace: run inside it (nsenter; its root and working directory)
+    enter = [str(a) for a in entry.get("enter") or []]
     if not command:  # ssh without a command opens a login shell
+        if enter:
+            os.execve(enter[0], [*enter, shell, "-l"], env)
         os.execve(shell, ["-" + os.path.basename(shell)], env)
+    if enter:
+        os.execve(enter[0], [*enter, shell, "-c", " ".join(command)], env)
     os.execve(shell, [shell, "-c", " ".join(command)], env)
     return SSH_FAILURE  # not reached
 
