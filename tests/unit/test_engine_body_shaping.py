@@ -225,16 +225,19 @@ def test_all_options_together_are_valid(release: str) -> None:
     assert problems("trainjobs", body, release=release) == []
 
 
+@pytest.mark.parametrize("release", ["trainer-v2.2.1", "trainer-v2.3.0"])
 def test_kueues_entry_and_ours_live_side_by_side(release: str) -> None:
     """Kueue's webhook appends its own runtimePatches entry (manager kueue.x-k8s.io/manager):
     both entries are valid together (listType map keyed by manager)."""
-    if FIELD[release] != "runtimePatches":
-        pytest.skip(f"{release} has no runtimePatches (Kueue patches {FIELD[release]} there)")
+    require_k8s_data()
     body = _body(release, volumes=["pvc:data:/data"])
     body["spec"]["runtimePatches"].append(
         {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {"spec": {}}}}
     )
     assert problems("trainjobs", body, release=release) == []
+    twice = copy.deepcopy(body)  # the same manager twice is invalid (why --dry-run drops it)
+    twice["spec"]["runtimePatches"].append(twice["spec"]["runtimePatches"][-1])
+    assert problems("trainjobs", twice, release=release)
 
 
 def test_unread_runtime_names_the_node_job_only() -> None:

@@ -213,7 +213,9 @@ def apply_shaping(
         key = repr(sorted(template.items()))
         groups.setdefault(key, (template, []))[1].append(job.name)
     if served.field == SPEC_OVERRIDES:
-        spec[SPEC_OVERRIDES] = _spec_overrides(shaping, groups)
+        overrides = _spec_overrides(shaping, groups)
+        if overrides:
+            spec[SPEC_OVERRIDES] = overrides
         if shaping.labels:
             spec["labels"] = dict(shaping.labels)
         if shaping.annotations:
