@@ -61,9 +61,29 @@ class Kube:
         self.core = client.CoreV1Api(self.api)
         self.co = client.CustomObjectsApi(self.api)
 
-    def create_tj(self, name: str, pod_spec: dict[str, Any], command: list[str]) -> None:
-        """A one-node TrainJob whose ``node`` pods get ``pod_spec`` merged in. It tolerates
-        the node's taint unless the pod spec says which tolerations it has."""
+    def runtime_with(self, name: str, container: dict[str, Any]) -> str:
+        """A ClusterTrainingRuntime like torch-distributed whose ``node`` container also has
+        ``container``'s fields (a runtime carries any pod field; a runtime patch does not)."""
+        base = self.co.get_cluster_custom_object(
+            GROUP, VERSION, "clustertrainingruntimes", "torch-distributed"
+        )
+        rt = json.loads(json.dumps(base))
+        rt["metadata"] = {"name": name}
+        pod = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        pod["spec"]["containers"][0].update(container)
+        self.cluster.load_runtime_yaml(json.dumps(rt) + "\n")
+        return name
+
+    def create_tj(
+        self,
+        name: str,
+        pod_spec: dict[str, Any],
+        command: list[str],
+        runtime: str = "torch-distributed",
+    ) -> list[str]:
+        """A one-node TrainJob whose ``node`` pods get ``pod_spec`` merged in; returns the API
+        server's warnings. It tolerates the node's taint unless the pod spec says which
+        tolerations it has."""
         pod_spec = {
             "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
             **pod_spec,
@@ -73,7 +93,7 @@ class Kube:
             "kind": "TrainJob",
             "metadata": {"name": name},
             "spec": {
-                "runtimeRef": {"name": "torch-distributed"},
+                "runtimeRef": {"name": runtime},
                 "trainer": {"numNodes": 1, "command": command},
                 "runtimePatches": [
                     {
@@ -94,7 +114,10 @@ class Kube:
                 ],
             },
         }
-        self.co.create_namespaced_custom_object(GROUP, VERSION, NS, "trainjobs", body)
+        _, _, headers = self.co.create_namespaced_custom_object_with_http_info(
+            GROUP, VERSION, NS, "trainjobs", body
+        )
+        return [v for k, v in headers.items() if k.lower() == "warning"]
 
     def delete_tj(self, name: str) -> None:
         self.co.delete_namespaced_custom_object(GROUP, VERSION, NS, "trainjobs", name)
@@ -356,11 +379,16 @@ def test_service_account_token(
 def test_env_from_secret_and_configmap(
     kube: Kube, kubectl: Callable[..., Any], unique_name: Callable[[str], str]
 ) -> None:
+    """``envFrom`` (from the runtime: Trainer's ContainerPatch has no envFrom) and
+    ``valueFrom`` (from a runtime patch) resolve; explicit env wins over envFrom."""
     secret, cm = unique_name("envsec"), unique_name("envcm")
     kube.core.create_namespaced_secret(
-        NS, {"metadata": {"name": secret}, "stringData": {"API_KEY": "k-123", "OTHER": "o"}}
+        NS, {"metadata": {"name": secret}, "stringData": {"API_KEY": "k-123", "LR": "from-secret"}}
     )
     kube.core.create_namespaced_config_map(NS, {"metadata": {"name": cm}, "data": {"lr": "0.5"}})
+    runtime = kube.runtime_with(
+        unique_name("rt-envfrom"), {"envFrom": [{"secretRef": {"name": secret}}]}
+    )
     name = unique_name("env")
     spec = {
         "containers": [
@@ -376,9 +404,27 @@ def test_env_from_secret_and_configmap(
             }
         ]
     }
-    kube.create_tj(name, spec, ["sleep", "3600"])
+    kube.create_tj(name, spec, ["sleep", "3600"], runtime=runtime)
     pod = kube.running_pod(name)
-    assert sh(kubectl, pod, "echo $LR $KEY") == "0.5 k-123\n"
+    assert sh(kubectl, pod, "echo $LR $KEY $API_KEY") == "0.5 k-123 k-123\n"
+    kube.delete_tj(name)
+
+
+def test_runtime_patch_keeps_only_what_the_crd_has(
+    kube: Kube, unique_name: Callable[[str], str]
+) -> None:
+    """The API server prunes what Trainer 2.3's ContainerPatch lacks (envFrom, command), with
+    its warning, as the real CRD does."""
+    name = unique_name("pruned")
+    spec = {"containers": [{"name": "node", "envFrom": [{"secretRef": {"name": "s"}}]}]}
+    warnings = kube.create_tj(name, spec, ["sleep", "3600"])
+    field = (
+        "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template."
+        "spec.template.spec.containers[0].envFrom"
+    )
+    assert any(f'unknown field \\"{field}\\"' in w for w in warnings), warnings
+    pod = kube.running_pod(name)
+    assert pod.spec.containers[0].env_from is None
     kube.delete_tj(name)
 
 
@@ -476,21 +522,44 @@ def test_missing_volume_source_fails_mount(
 
 
 def test_missing_env_from_source(kube: Kube, unique_name: Callable[[str], str]) -> None:
+    runtime = kube.runtime_with(
+        unique_name("rt-absent"), {"envFrom": [{"secretRef": {"name": "absent"}}]}
+    )
     name = unique_name("noenv")
-    spec = {"containers": [{"name": "node", "envFrom": [{"secretRef": {"name": "absent"}}]}]}
-    kube.create_tj(name, spec, ["sleep", "3600"])
+    kube.create_tj(name, {}, ["sleep", "3600"], runtime=runtime)
     assert _pending_reason(kube, name) == (
         "CreateContainerConfigError",
         'secret "absent" not found',
     )
     event = kube.wait_event(name, "Failed")
     assert event.message == 'Error: secret "absent" not found'
+    assert event.source.component == "kubelet" and event.type == "Warning"
     kube.core.create_namespaced_secret(
         NS, {"metadata": {"name": "absent"}, "stringData": {"A": "1"}}
     )
     kube.running_pod(name)
     kube.delete_tj(name)
     kube.core.delete_namespaced_secret("absent", NS)
+
+
+def test_missing_secret_key(kube: Kube, unique_name: Callable[[str], str]) -> None:
+    secret = unique_name("keyless")
+    kube.core.create_namespaced_secret(NS, {"metadata": {"name": secret}, "stringData": {"a": "1"}})
+    name = unique_name("nokey")
+    spec = {
+        "containers": [
+            {
+                "name": "node",
+                "env": [{"name": "B", "valueFrom": {"secretKeyRef": {"name": secret, "key": "b"}}}],
+            }
+        ]
+    }
+    kube.create_tj(name, spec, ["sleep", "3600"])
+    assert _pending_reason(kube, name) == (
+        "CreateContainerConfigError",
+        f"couldn't find key b in Secret {NS}/{secret}",
+    )
+    kube.delete_tj(name)
 
 
 @pytest.mark.parametrize(

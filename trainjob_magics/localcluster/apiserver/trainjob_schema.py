@@ -17,9 +17,10 @@ the server's "some validation rules were not checked" cause, after a type or enu
 Causes are worded like ``field.Error`` / kube-openapi.
 
 Where the CRD is looser than one might expect, this mirrors the CRD: ``spec.trainer.numNodes``
-has no minimum, ``spec.runtimeRef.kind`` has no enum. ``spec.runtimePatches[].trainingRuntimeSpec``,
-the volumes and affinity of v2.0/v2.1 overrides (only a volume's ``name`` is checked) and
-``status`` are kept as-is (not pruned nor validated).
+has no minimum, ``spec.runtimeRef.kind`` has no enum. The volumes, affinity and security
+contexts inside v2.0/v2.1 overrides and v2.2+ ``spec.runtimePatches[].trainingRuntimeSpec``
+(only a volume's ``name`` is checked), and ``status``, are kept as-is (not pruned nor
+validated); the rest of a runtime patch is pruned to the CRD's PodSpecPatch/ContainerPatch.
 """
 
 from __future__ import annotations
@@ -254,6 +255,59 @@ def _override_schemas(version: str) -> dict:
     }
 
 
+def _training_runtime_spec_patch(version: str) -> dict:
+    """v2.2+ ``RuntimePatch.trainingRuntimeSpec`` (pkg/apis/trainer/v1alpha1/trainjob_types.go
+    TrainingRuntimeSpecPatch ... PodSpecPatch, ContainerPatch at v2.2.1 / v2.3.0): what the API
+    server keeps of a patch. Fields outside it are pruned with the server's warning, e.g. a
+    container's ``envFrom``, ``command`` or ``resources`` (a ContainerPatch has only ``name``,
+    ``env``, ``volumeMounts`` and ``securityContext``); volumes, affinity, tolerations'
+    values and security contexts are full core/v1 types, kept as sent here."""
+    parts = _override_schemas(version)
+    name = _s("string", minLength=1, maxLength=253)
+    container = copy.deepcopy(parts["containers"]["items"])
+    container["properties"]["name"] = name
+    container["properties"]["securityContext"] = _s("object", preserve=True)
+    containers = _s("array", items=container, map_keys=("name",))
+    meta = _obj(
+        {
+            "annotations": _STR_MAP,
+            "finalizers": _s("array", items=_STR),
+            "labels": _STR_MAP,
+            "name": _STR,
+            "namespace": _STR,
+        }
+    )
+    pod_spec = {
+        "affinity": _s("object", preserve=True),
+        "containers": containers,
+        "imagePullSecrets": _s(
+            "array", items=_obj({"name": _s("string", default="")}), map_keys=("name",)
+        ),
+        "initContainers": containers,
+        "nodeSelector": _STR_MAP,
+        "schedulingGates": parts["schedulingGates"],
+        "securityContext": _s("object", preserve=True),
+        "serviceAccountName": _s("string", maxLength=253),
+        "tolerations": parts["tolerations"],
+        "volumes": parts["volumes"],
+    }
+    if _v(version) >= (2, 3):
+        pod_spec["terminationGracePeriodSeconds"] = _s("integer")
+    pod_template = _obj({"metadata": meta, "spec": _obj(pod_spec)})
+    job_template = _obj({"metadata": meta, "spec": _obj({"template": pod_template})})
+    rjob = _obj({"name": name, "template": job_template}, ("name",))
+    return _obj(
+        {
+            "template": _obj(
+                {
+                    "metadata": meta,
+                    "spec": _obj({"replicatedJobs": _s("array", items=rjob, map_keys=("name",))}),
+                }
+            )
+        }
+    )
+
+
 def _pod_spec_overrides(version: str) -> dict:
     """v2.0 ``spec.podSpecOverrides[]`` (pkg/apis/trainer/v1alpha1/trainjob_types.go, v2.0.1)."""
     parts = _override_schemas(version)
@@ -367,7 +421,7 @@ def _spec_schema(version: str) -> dict:
                 {
                     "manager": _s("string", minLength=1, maxLength=253),
                     "time": _s("string", format="date-time"),
-                    "trainingRuntimeSpec": _s("object", preserve=True),
+                    "trainingRuntimeSpec": _training_runtime_spec_patch(version),
                 },
                 ("manager",),
             ),
