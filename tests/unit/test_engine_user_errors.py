@@ -224,3 +224,24 @@ def test_a_webhook_denial_is_the_content_not_a_permission() -> None:
     rbac = json.dumps({"reason": "Forbidden", "message": 'pods is forbidden: User "a" cannot list'})
     denied = map_http_failure(403, rbac, verb="list", resource="pods", namespace="n")
     assert isinstance(denied, PermissionDeniedError)
+
+
+def test_tolerations_a_flavor_replaced_are_named() -> None:
+    """kueue#15161 (Kueue <= 0.19 with Trainer 2.3): the admitted pod carries the flavor's
+    tolerations instead of the session's; a queued connect names what it lost."""
+    from trainjob_magics.engine.connecting import lost_tolerations
+    from trainjob_magics.engine.trainjob.shaping import build_shaping
+
+    shaping = build_shaping(tolerations=["gpu=true:NoSchedule", "spot:NoExecute"])
+    flavor_only = {"spec": {"tolerations": [{"key": "pool", "operator": "Exists"}]}}
+    assert lost_tolerations(flavor_only, shaping) == ["gpu=true:NoSchedule", "spot:NoExecute"]
+    kept = {
+        "spec": {
+            "tolerations": [
+                {"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+                {"key": "spot", "operator": "Exists", "effect": "NoExecute"},
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
+            ]
+        }
+    }
+    assert lost_tolerations(kept, shaping) == []

@@ -364,6 +364,15 @@ def placement_hint(
     )
 
 
+def lost_tolerations(pod: Mapping[str, Any], shaping: PodShaping) -> list[str]:
+    """The session's tolerations the running pod does not have (``key=value:Effect``)."""
+    have = [
+        (t.get("key"), t.get("value") or None, t.get("effect"))
+        for t in (pod.get("spec") or {}).get("tolerations") or []
+    ]
+    return [t.describe() for t in shaping.tolerations if (t.key, t.value, t.effect) not in have]
+
+
 def attach(
     name: str,
     namespace: str | None = None,
@@ -459,6 +468,19 @@ def _session_when_ready(
             placement_hint=placement_hint,
             shaping=shaping,
         )
+        if shaping is not None and queue:
+            lost = lost_tolerations(pod, shaping)
+            if lost:  # kueue#15161: the flavor's tolerations replaced the session's
+                raise PodStartError(
+                    f"the trainer pod of TrainJob {name} runs without the toleration(s) "
+                    f"{', '.join(lost)}: "
+                    + (
+                        placement_hint
+                        or "Kueue replaced them with the ResourceFlavor's (kubernetes-sigs/"
+                        "kueue#15161, Kueue 0.19 or older): upgrade Kueue to 0.20"
+                    )
+                    + "; the TrainJob was deleted"
+                )
     except (KeyboardInterrupt, PermissionDeniedError, PodStartError):
         if created:
             # The caller has no session to close (and cannot watch its pods without RBAC): do
