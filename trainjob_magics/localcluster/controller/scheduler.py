@@ -25,14 +25,17 @@ Follows Kubernetes 1.32 (the version /version reports):
 - ``pkg/scheduler/scheduler.go``: the scheduler's pod informer leaves out Succeeded and Failed
   pods (``status.phase!=Succeeded,status.phase!=Failed``), so a finished pod frees its
   resources at once; a deleted (not just terminating) pod frees them when it is gone.
-- Before the resources, as the default plugins run (Kubernetes 1.36.3, the real stack's):
-  ``volumebinding/volume_binding.go`` PreFilter (a claim that does not exist:
-  ``0/1 nodes are available: persistentvolumeclaim "x" not found.``, or is being deleted),
-  then the Filters ``tainttoleration`` (``node(s) had untolerated taint(s)``) and
-  ``nodeaffinity`` (``node(s) didn't match Pod's node affinity/selector``, for
-  ``spec.nodeSelector`` and required node affinity). Each is UnschedulableAndUnresolvable, so
-  preemption answers ``preemption: 0/1 nodes are available: 1 Preemption is not helpful for
-  scheduling.`` (``framework/preemption/preemption.go``). The node's labels are
+- Before the resources, as the default plugins of Kubernetes 1.36.3 (the real stack's) run
+  and word it: ``volumebinding/volume_binding.go`` PreFilter (a claim that does not exist:
+  ``0/1 nodes are available: persistentvolumeclaim "x" not found. not found``: the second
+  "not found" is the DynamicResources PostFilter's, whose cycle state the failed PreFilter
+  never wrote, ``dynamicresources.go`` getStateData; preemption then does not run), then the
+  Filters ``tainttoleration`` (``node(s) had untolerated taint(s)``) and ``nodeaffinity``
+  (``node(s) didn't match Pod's node affinity/selector``, for ``spec.nodeSelector`` and
+  required node affinity), each UnschedulableAndUnresolvable, so the PostFilters answer
+  ``no new claims to deallocate, preemption: 0/1 nodes are available: 1 Preemption is not
+  helpful for scheduling.`` (DynamicResources, then ``framework/preemption/preemption.go``,
+  joined by ``runtime/framework.go`` RunPostFilterPlugins). The node's labels are
   ``kubernetes.io/hostname``, ``kubernetes.io/os``, ``kubernetes.io/arch`` and any given to
   the cluster; it has the taints given to the cluster (none by default).
 - ``pkg/scheduler/backend/queue/scheduling_queue.go``: the active queue orders by priority,
@@ -74,6 +77,7 @@ NO_VICTIMS = "No preemption victims found for incoming pod"
 PREEMPTION_NEVER = "preemption: not eligible due to preemptionPolicy=Never."
 TERMINATING_VICTIM = "preemption: not eligible due to a terminating pod on the nominated node."
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
+NO_CLAIMS = "no new claims to deallocate"  # the DynamicResources PostFilter (1.34+)
 UNTOLERATED = "node(s) had untolerated taint(s)"
 AFFINITY_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
 
@@ -261,7 +265,7 @@ class Scheduler:
         """The message of a PreFilter or Filter that no preemption can help (None: none)."""
         claim_error = missing_claim(self.store, pod)
         if claim_error is not None:
-            return f"0/1 nodes are available: {claim_error}."
+            return f"0/1 nodes are available: {claim_error}. not found"
         spec = pod.get("spec") or {}
         if untolerated_taint(self.taints, spec.get("tolerations") or []) is not None:
             return fit_error([UNTOLERATED])
@@ -274,10 +278,12 @@ class Scheduler:
         key = (meta["namespace"], meta["name"])
         unresolvable = self._unresolvable(pod)
         if unresolvable is not None:
-            if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
-                message = f"{unresolvable} {PREEMPTION_NEVER}"
+            if unresolvable.endswith("not found"):
+                message = unresolvable  # the PostFilters stopped at DynamicResources' error
+            elif (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
+                message = f"{unresolvable} {NO_CLAIMS}, {PREEMPTION_NEVER}"
             else:
-                message = f"{unresolvable} preemption: {fit_error([NOT_HELPFUL])}"
+                message = f"{unresolvable} {NO_CLAIMS}, preemption: {fit_error([NOT_HELPFUL])}"
             self._unschedulable(pod, message, nominate=False)
             queued.last_message = message
             return False
