@@ -22,6 +22,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.helpers.polling import wait_until
 from trainjob_magics.localcluster import LocalCluster
+from trainjob_magics.localcluster.kubelet import mount_namespace
 
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 NS = "default"
@@ -678,3 +679,40 @@ def test_mpi_ranks_see_their_pods_mounts(
     assert len(lines) == 2 and all(line.startswith("shared ") for line in lines), out
     assert {line.split()[1] for line in lines} == {f"{name}-launcher-0-0", f"{name}-node-0-0"}
     kube.delete_tj(name)
+
+
+def test_without_mount_namespaces_a_pod_with_volumes_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unique_name: Callable[[str], str]
+) -> None:
+    """Where the kernel refuses both a mount namespace and a user namespace (a user who is not
+    root, unprivileged user namespaces off: not producible on a machine where either works),
+    the holder's report is stood in for; a pod with volumes then waits with one FailedMount
+    that says what to change, and a pod without volumes runs as before."""
+    holder = tmp_path / "refusing_holder.py"
+    holder.write_text(
+        "print('error: unshare: Operation not permitted (mount namespace), "
+        "Operation not permitted (user namespace)', flush=True)\n"
+    )
+    monkeypatch.setattr(mount_namespace, "HOLDER", holder)
+    with LocalCluster(root_dir=tmp_path / "root", bookmark_interval=0.5) as c:
+        kube = Kube(c)
+        name = unique_name("nons")
+        spec = {
+            "volumes": [{"name": "scratch", "emptyDir": {}}],
+            "containers": [
+                {"name": "node", "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}
+            ],
+        }
+        kube.create_tj(name, spec, ["sleep", "3600"])
+        event = kube.wait_event(name, "FailedMount")
+        assert event.message.startswith(
+            'MountVolume.SetUp failed for volume "scratch" : the local cluster needs mount '
+            "namespaces to mount a pod's volumes: unshare: Operation not permitted"
+        )
+        assert "run it as root, or allow unprivileged user namespaces" in event.message
+        (pod,) = kube.pods(name)
+        assert pod.status.phase == "Pending"
+        plain = unique_name("plain")
+        kube.create_tj(plain, {}, ["sleep", "3600"])
+        kube.running_pod(plain)
+        kube.api.close()

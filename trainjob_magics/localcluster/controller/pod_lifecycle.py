@@ -302,6 +302,10 @@ class PodLifecycle:
             except mount_namespace.MountNamespaceError as exc:
                 first = next((m.get("name", "") for m in container.get("volumeMounts") or []), "")
                 message = f'MountVolume.SetUp failed for volume "{first}" : {exc}'
+            # a token written for this try is refused again (the next try writes a new one)
+            token = self._pod_tokens.pop((ns, name), None) or volumes.token
+            if token is not None and self.identity is not None:
+                self.identity.revoke_token(token)
             pod = self._live_pod(ns, name)
             if pod is None:
                 return False

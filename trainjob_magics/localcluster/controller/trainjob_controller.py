@@ -206,10 +206,10 @@ class Controller(PodLifecycle, JobStatusUpdater):
         meta = ev.obj.get("metadata", {})
         ns, name = meta.get("namespace", ""), meta.get("name", "")
         self.core.handle(ev)
-        if ev.kind_key in WAITED_ON:
+        if ev.kind_key in WAITED_ON and ev.type != "DELETED":
             # a pod creation or a volume waited for this object (FailedCreate, FailedMount,
             # FailedScheduling): try again, as the informers of those components do
-            self._on_dependency(ns)
+            self._on_dependency(ev.kind_key, ns)
         if ev.kind_key == TRAINJOBS.key:
             if ev.type == "DELETED":
                 self._cascade(meta.get("uid", ""))
@@ -487,13 +487,16 @@ class Controller(PodLifecycle, JobStatusUpdater):
                 component=JOB_CONTROLLER,
             )
 
-    def _on_dependency(self, namespace: str) -> None:
-        """An object pods may wait for changed in ``namespace``: create the pods whose
-        creation failed, and let the scheduler and the kubelet look again."""
-        for st in list(self._jobs.values()):
-            if st.namespace == namespace and not st.finished:
-                self._reconcile_safe(st.namespace, st.name)
-        self.scheduler.retry_all()
+    def _on_dependency(self, kind_key: str, namespace: str) -> None:
+        """An object pods may wait for changed in ``namespace``: a ServiceAccount lets the
+        Job controller create the pods it could not, a claim lets the scheduler try again, and
+        every kind lets the kubelet look again at the volumes and env it waits for."""
+        if kind_key == SERVICE_ACCOUNTS.key:
+            for st in list(self._jobs.values()):
+                if st.namespace == namespace and not st.finished:
+                    self._reconcile_safe(st.namespace, st.name)
+        elif kind_key == PERSISTENT_VOLUME_CLAIMS.key:
+            self.scheduler.retry_all()
         self.volume_changed()
 
     def _cascade(self, uid: str) -> None:
