@@ -716,3 +716,40 @@ def test_without_mount_namespaces_a_pod_with_volumes_says_so(
         kube.create_tj(plain, {}, ["sleep", "3600"])
         kube.running_pod(plain)
         kube.api.close()
+
+
+def test_kubectl_creates_and_lists_them(
+    kube: Kube, kubectl: Callable[..., Any], unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """``kubectl create secret|configmap|serviceaccount`` (protobuf bodies) and ``kubectl get``
+    with the columns of kube-apiserver's printers."""
+    secret, cm, sa, claim = (unique_name(p) for p in ("ksec", "kcm", "ksa", "kpvc"))
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(bytes(range(256)))
+    for args in (
+        ("create", "secret", "generic", secret, "--from-literal=user=me", f"--from-file=b={blob}"),
+        ("create", "configmap", cm, "--from-literal=lr=0.1", f"--from-file=b={blob}"),
+        ("create", "serviceaccount", sa),
+    ):
+        r = kubectl(*args)
+        assert r.returncode == 0, r.stderr
+    got = kube.core.read_namespaced_secret(secret, NS)
+    assert base64.b64decode(got.data["b"]) == bytes(range(256)) and got.type == "Opaque"
+    got_cm = kube.core.read_namespaced_config_map(cm, NS)
+    assert got_cm.data == {"lr": "0.1"} and base64.b64decode(got_cm.binary_data["b"]) == bytes(
+        range(256)
+    )
+    kube.core.create_namespaced_persistent_volume_claim(NS, pvc(claim, "5Gi"))
+    wait_until(
+        lambda: kube.core.read_namespaced_persistent_volume_claim(claim, NS).status.phase == "Bound"
+    )
+    r = kubectl("get", "pvc", claim)
+    header, row = r.stdout.splitlines()
+    assert header.split() == [
+        "NAME", "STATUS", "VOLUME", "CAPACITY", "ACCESS", "MODES", "STORAGECLASS",
+        "VOLUMEATTRIBUTESCLASS", "AGE",
+    ]  # fmt: skip
+    assert row.split()[:7] == [claim, "Bound", row.split()[2], "5Gi", "RWO", "standard", "<unset>"]
+    r = kubectl("get", "secret", secret)
+    assert r.stdout.splitlines()[1].split()[:3] == [secret, "Opaque", "2"]
+    kube.core.delete_namespaced_persistent_volume_claim(claim, NS)

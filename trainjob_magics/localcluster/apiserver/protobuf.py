@@ -6,12 +6,14 @@ The encoding (apimachinery `pkg/runtime/serializer/protobuf/protobuf.go`): the 4
 3: contentEncoding, 4: contentType} whose `raw` is the object in the field numbers of the
 `generated.proto` files of k8s.io/api/core/v1 and k8s.io/apimachinery/pkg/apis/meta/v1. The
 decoder knows the messages of the built-in kinds the local cluster accepts writes for
-(Namespace, Event, DeleteOptions, and their ObjectMeta); it yields the object as its JSON form
-(zero values of `omitempty` fields left out, timestamps as RFC 3339).
+(Namespace, Event, DeleteOptions, Secret, ConfigMap, ServiceAccount, and their ObjectMeta);
+it yields the object as its JSON form (zero values of `omitempty` fields left out,
+timestamps as RFC 3339, `map<string, bytes>` values base64).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import datetime, timezone
 from typing import Any
@@ -130,6 +132,27 @@ _MESSAGES: dict[str, dict[int, tuple[str, str, bool]]] = {
         5: ("dryRun", _S, True),
     },
     "Preconditions": {1: ("uid", _S, False), 2: ("resourceVersion", _S, False)},
+    # what `kubectl create secret|configmap|serviceaccount` sends
+    "Secret": {
+        1: ("metadata", "ObjectMeta", False),
+        2: ("data", "map_bytes", False),
+        3: ("type", _S, False),
+        4: ("stringData", "map", False),
+        5: ("immutable", "bool", False),
+    },
+    "ConfigMap": {
+        1: ("metadata", "ObjectMeta", False),
+        2: ("data", "map", False),
+        3: ("binaryData", "map_bytes", False),
+        4: ("immutable", "bool", False),
+    },
+    "ServiceAccount": {
+        1: ("metadata", "ObjectMeta", False),
+        2: ("secrets", "ObjectReference", True),
+        3: ("imagePullSecrets", "LocalObjectReference", True),
+        4: ("automountServiceAccountToken", "bool", False),
+    },
+    "LocalObjectReference": {1: ("name", _S, False)},
 }
 # (group, kind) -> top-level message, for the kinds whose protobuf bodies are decoded
 DECODABLE = {
@@ -137,6 +160,9 @@ DECODABLE = {
     ("", "Event"): "Event",
     ("events.k8s.io", "Event"): "EventV1",
     ("", "DeleteOptions"): "DeleteOptions",
+    ("", "Secret"): "Secret",
+    ("", "ConfigMap"): "ConfigMap",
+    ("", "ServiceAccount"): "ServiceAccount",
 }
 # Fields kept when zero (optional pointers, where 0 is a value).
 _KEEP_ZERO = {"gracePeriodSeconds"}  # a pointer field: present means set
@@ -229,9 +255,17 @@ def decode_message(name: str, data: bytes) -> dict[str, Any]:
         if number not in schema:
             continue  # unknown fields are dropped, as the generated Unmarshal skips them
         field, type_, repeated = schema[number]
-        if type_ == "map":
-            entry = {n: v.decode("utf-8", "replace") for n, _, v in _fields(value)}
-            out.setdefault(field, {})[entry.get(1, "")] = entry.get(2, "")
+        if type_ in ("map", "map_bytes"):
+            entry = {n: v for n, _, v in _fields(value)}
+            key = entry.get(1, b"").decode("utf-8", "replace")
+            raw = entry.get(2, b"")
+            # map<string, bytes> is base64 in JSON, as encoding/json writes []byte
+            text = (
+                base64.b64encode(raw).decode()
+                if type_ == "map_bytes"
+                else raw.decode("utf-8", "replace")
+            )
+            out.setdefault(field, {})[key] = text
             continue
         converted = _convert(type_, wire, value)
         if repeated:

@@ -9,6 +9,7 @@ from typing import Any
 
 from ...core.apierror import ApiError
 from ...core.resources import Kind
+from .core_tables import PRINTERS
 
 INCLUDE_OBJECT = ("Object", "Metadata", "None")
 
@@ -341,7 +342,8 @@ def to_table(
     objects: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A Table for a list of objects of `kind`: the built-in printers' columns for pods,
-    namespaces and events, the CRD's printer columns otherwise.
+    namespaces, events and the kinds of ``core_tables.PRINTERS``, the CRD's printer columns
+    otherwise.
 
     `include` is TableOptions.includeObject; `headers=False` drops columnDefinitions, as the
     apiserver's watch encoder does after the first event (handlers/response.go); `meta` is the
@@ -364,6 +366,9 @@ def to_table(
     elif kind.kind == "Event" and kind.group in ("", "events.k8s.io"):
         columns = EVENT_COLUMNS
         cells = [event_cells(o) for o in items]
+    elif kind.group == "" and kind.plural in PRINTERS:
+        columns, row = PRINTERS[kind.plural]
+        cells = [row(o, human_age) for o in items]
     else:
         printer, columns = crd_columns(kind)
         cells = [[o["metadata"]["name"]] + [_cell(c, o) for c in printer] for o in items]
