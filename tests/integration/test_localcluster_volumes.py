@@ -259,7 +259,23 @@ def test_pvc_outlives_the_pod(
     assert sh(kubectl, pod, "cat /data/note") == "written in session 1\n"
     r = kubectl("exec", pod.metadata.name, "--", "sh", "-c", "touch /data/other")
     assert r.returncode != 0 and "Read-only file system" in r.stderr
+    # PVC protection: deleted while a pod uses it, the claim stays Terminating, data intact
+    kube.core.delete_namespaced_persistent_volume_claim(claim, NS)
+    got = kube.core.read_namespaced_persistent_volume_claim(claim, NS)
+    assert got.metadata.deletion_timestamp and "kubernetes.io/pvc-protection" in (
+        got.metadata.finalizers
+    )
+    assert sh(kubectl, pod, "cat /data/note") == "written in session 1\n"
     kube.delete_tj(second)
+
+    def gone() -> bool:
+        try:
+            kube.core.read_namespaced_persistent_volume_claim(claim, NS)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_until(gone)
 
 
 def test_shm_size_and_empty_dir(

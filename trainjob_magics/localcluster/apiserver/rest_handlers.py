@@ -22,7 +22,9 @@ from ..core.resources import (
     EVENTS,
     EVENTS_V1,
     NAMESPACES,
+    PERSISTENT_VOLUME_CLAIMS,
     PODS,
+    PVC_PROTECTION,
     TRAINJOBS,
     Kind,
     is_custom_resource,
@@ -511,6 +513,13 @@ class RestHandlers:
             return json_response(
                 store.mark_deleting(kind, t.namespace, t.name or "", grace or spec_grace)
             )
+        if kind.key == PERSISTENT_VOLUME_CLAIMS.key and PVC_PROTECTION in (
+            obj["metadata"].get("finalizers") or []
+        ):
+            # a finalizer makes the delete graceful: the PVC protection controller removes the
+            # claim once no pod uses it (registry/generic/registry/store.go
+            # updateForGracefulDeletionAndFinalizers); only this finalizer is honoured here
+            return json_response(out(store.mark_deleting(kind, t.namespace, t.name or "", 0)))
         removed = store.remove(kind, t.namespace, t.name or "")
         if kind.returns_deleted:
             return json_response(out(removed))

@@ -8,6 +8,10 @@
   PersistentVolume ``pvc-<uid>`` whose data is the directory ``<root>/volumes/pvc-<uid>``;
   both become ``Bound``. Deleting the claim deletes the volume and its directory (reclaim
   policy ``Delete``). The directory outlives every pod that mounts it.
+- **PVC protection** (``pkg/controller/volume/pvcprotection/pvc_protection_controller.go``,
+  the ``StorageObjectInUseProtection`` admission plugin): a claim carries the finalizer
+  ``kubernetes.io/pvc-protection``; deleted while a pod that has not finished uses it, it stays
+  ``Terminating`` (and its data stays) until no such pod is left.
 - **Admission and defaulting** of these kinds (``admit``): a Secret's ``stringData`` goes into
   ``data`` base64-encoded (``pkg/apis/core/v1/conversion.go``), ``type`` defaults to
   ``Opaque``; a claim gets ``volumeMode: Filesystem``, the default StorageClass
@@ -29,6 +33,8 @@ from ..core.resources import (
     NAMESPACES,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
+    PODS,
+    PVC_PROTECTION,
     SECRETS,
     SERVICE_ACCOUNTS,
     Kind,
@@ -142,6 +148,9 @@ def _admit_claim(obj: dict[str, Any], old: dict[str, Any] | None) -> None:
     if causes:
         raise invalid("PersistentVolumeClaim", "", _name(obj), causes)
     spec.setdefault("volumeMode", "Filesystem")
+    finalizers = obj.setdefault("metadata", {}).setdefault("finalizers", [])
+    if PVC_PROTECTION not in finalizers:
+        finalizers.append(PVC_PROTECTION)
     if "storageClassName" not in spec and not spec.get("volumeName"):
         spec["storageClassName"] = STORAGE_CLASS
     obj["status"] = {"phase": "Pending"}
@@ -183,8 +192,39 @@ class CoreObjects:
         elif ev.kind_key == PERSISTENT_VOLUME_CLAIMS.key:
             if ev.type == "DELETED":
                 self._release(ev.obj)
+            elif ev.obj["metadata"].get("deletionTimestamp"):
+                self._unprotect(ev.obj["metadata"].get("namespace", ""))
             else:
                 self._bind(ev.obj)
+        elif ev.kind_key == PODS.key:
+            phase = (ev.obj.get("status") or {}).get("phase")
+            if ev.type == "DELETED" or phase in ("Succeeded", "Failed"):
+                self._unprotect(ev.obj["metadata"].get("namespace", ""))
+
+    def _unprotect(self, namespace: str) -> None:
+        """Remove the claims of ``namespace`` deleted meanwhile that no running pod uses."""
+        claims = [
+            c
+            for c in self.store.list(PERSISTENT_VOLUME_CLAIMS, namespace)[0]
+            if c["metadata"].get("deletionTimestamp")
+        ]
+        if not claims:
+            return
+        used: set[str] = set()
+        for pod in self.store.list(PODS, namespace)[0]:
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            for volume in (pod.get("spec") or {}).get("volumes") or []:
+                source = volume.get("persistentVolumeClaim") or {}
+                if source.get("claimName"):
+                    used.add(source["claimName"])
+        for claim in claims:
+            name = claim["metadata"]["name"]
+            protected = PVC_PROTECTION in (claim["metadata"].get("finalizers") or [])
+            if name in used and protected:
+                continue
+            with contextlib.suppress(ApiError):
+                self.store.remove(PERSISTENT_VOLUME_CLAIMS, namespace, name)
 
     def _ensure_default_sa(self, ns: dict[str, Any]) -> None:
         meta = ns.get("metadata") or {}

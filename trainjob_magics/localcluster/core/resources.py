@@ -177,6 +177,8 @@ PERSISTENT_VOLUME_CLAIMS = Kind(
     has_generation=False,
     returns_deleted=True,
 )
+# The finalizer the StorageObjectInUseProtection admission plugin puts on every claim.
+PVC_PROTECTION = "kubernetes.io/pvc-protection"
 PERSISTENT_VOLUMES = Kind(
     "",
     "v1",
