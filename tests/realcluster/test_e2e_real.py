@@ -22,6 +22,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import kubernetes
 import pytest
 
 from tests.helpers.kernels import Kernel
@@ -226,10 +227,57 @@ def test_idle_release_with_a_short_timeout(runtime: str) -> None:
         s.close(timeout=300)
 
 
+def _pods_seen_while(session, action) -> tuple[set[str], set[str]]:
+    """The uids of the session's pods before ``action()``, and of every pod of it that a watch
+    saw while ``action()`` ran."""
+    api = kubernetes.config.new_client_from_config(config_file=KUBECONFIG)
+    core = kubernetes.client.CoreV1Api(api)
+    selector = f"jobset.sigs.k8s.io/jobset-name={session.name}"
+    listed = core.list_namespaced_pod(session.namespace, label_selector=selector)
+    before = {p.metadata.uid for p in listed.items}
+    seen: set[str] = set()
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def follow() -> None:
+        try:
+            for event in kubernetes.watch.Watch().stream(
+                core.list_namespaced_pod,
+                session.namespace,
+                label_selector=selector,
+                resource_version=listed.metadata.resource_version,
+                timeout_seconds=600,
+            ):
+                seen.add(event["object"].metadata.uid)
+                if done.is_set():
+                    return
+        except Exception as exc:  # the watch broke before the action ended: the test says so
+            if not done.is_set():
+                failed.append(exc)
+
+    threading.Thread(target=follow, daemon=True).start()
+    try:
+        action()
+    finally:
+        done.set()
+    assert not failed, f"the pod watch broke: {failed[0]!r}"
+    return before, seen
+
+
 def test_orphan_closed_by_name(runtime: str) -> None:
+    """Closing by name deletes the TrainJob and its pods, and no new pod appears meanwhile
+    (Trainer applies the JobSet of a TrainJob that is held for a foreground deletion again:
+    lifecycle.DELETE_BODY)."""
     s = _connect(runtime)
-    line = close_trainjob(s.name, NAMESPACE, config_file=KUBECONFIG, timeout=300)
-    assert "Closed TrainJob" in line or "being deleted" in line
+    lines: list[str] = []
+    before, seen = _pods_seen_while(
+        s,
+        lambda: lines.append(
+            close_trainjob(s.name, NAMESPACE, config_file=KUBECONFIG, timeout=300)
+        ),
+    )
+    assert "Closed TrainJob" in lines[0], lines
+    assert before and seen <= before, f"pods created while closing: {seen - before}"
     assert s.name not in {j.name for j in list_trainjobs(NAMESPACE, config_file=KUBECONFIG)}
 
 

@@ -875,10 +875,8 @@ class TrainJobSession:
             delete_trainjob(self.api_client, self.namespace, self.name)
             self._closed = True
             try:
-                gone = wait_pods_gone(self.api_client, self.namespace, self.name, deadline)
-                gone = gone and wait_trainjob_gone(
-                    self.api_client, self.namespace, self.name, deadline
-                )
+                gone = wait_trainjob_gone(self.api_client, self.namespace, self.name, deadline)
+                gone = gone and wait_pods_gone(self.api_client, self.namespace, self.name, deadline)
             except TrainJobError as exc:
                 log.warning(
                     "TrainJob %s is being deleted but waiting for its pods failed: %s",

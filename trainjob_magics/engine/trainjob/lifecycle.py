@@ -1,5 +1,5 @@
 """Create, fetch and delete a TrainJob (create is safe to retry; delete cascades in the
-foreground), and wait until it and its pods are gone."""
+background), and wait until it and its pods are gone."""
 
 from __future__ import annotations
 
@@ -99,14 +99,18 @@ def wait_trainjob_gone(api: ApiClient, namespace: str, name: str, deadline: floa
     return bool(watcher.run(deadline, lambda: True if name not in watcher.objects else None))
 
 
-# Foreground deletion keeps the TrainJob object (and so its name) until the JobSet, Jobs, pods and
-# the MPI SSH secret are gone: once close() sees it disappear, reconnecting under the same name
-# cannot collide with leftovers of the old job.
-DELETE_BODY = {"propagationPolicy": "Foreground"}
+# Background deletion: the TrainJob goes at once and the garbage collector removes its JobSet,
+# Jobs, pods and MPI secret after it; close() then waits until no pod of it is left. Not
+# Foreground: Trainer (v2.1-v2.3 and master, pkg/controller/trainjob_controller.go Reconcile)
+# does not skip a TrainJob that carries a deletionTimestamp, so while the garbage collector holds
+# the TrainJob for its dependents, Trainer applies the JobSet again after each deletion: new
+# JobSets, Jobs and pods, several rounds, and one more JobSet can even appear after the TrainJob
+# is gone (seen on the real stack: 50 s and 5 rounds of pods to close a deepspeed session).
+DELETE_BODY = {"propagationPolicy": "Background"}
 
 
 def delete_trainjob(api: ApiClient, namespace: str, name: str) -> bool:
-    """Delete a TrainJob (foreground cascade); False when it was already gone."""
+    """Delete a TrainJob (background cascade); False when it was already gone."""
     try:
         request(
             api,

@@ -187,9 +187,9 @@ def close_trainjob(
             )
         deadline = time.monotonic() + timeout
         delete_trainjob(api, ns, name)
-        # Foreground deletion: a real garbage collector removes the TrainJob itself only after
-        # its JobSet, Jobs and pods (seen on the real stack: listed for a moment after its pods)
-        if wait_pods_gone(api, ns, name, deadline) and wait_trainjob_gone(api, ns, name, deadline):
+        # the TrainJob first (background deletion: at once), then its pods, which the garbage
+        # collector deletes after it (lifecycle.DELETE_BODY says why not foreground)
+        if wait_trainjob_gone(api, ns, name, deadline) and wait_pods_gone(api, ns, name, deadline):
             return f"Closed TrainJob {name} in namespace {ns} (deleted, its pods are gone)."
         return (
             f"TrainJob {name} in namespace {ns} is being deleted; its pods were still there "
