@@ -10,26 +10,31 @@ import re
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from devtools.realstack import gobuild, stack
 from devtools.realstack.context import NodeShape
 from devtools.realstack.procs import StackError
-from devtools.realstack.versions import MATRIX, Versions, normalise
+from devtools.realstack.versions import MATRIX, NOT_SERVED, Versions, normalise
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "real-cluster.md"
 BEGIN, END = "<!-- matrix -->", "<!-- /matrix -->"
-SUITES = ("tests/realcluster",)
+# tests/realcluster decides the result; tests/differential (when the checkout has it) reads the
+# stack the same way and gets a column of its own
+SUITES = {"realcluster": "tests/realcluster", "differential": "tests/differential"}
 
 
 def _pairs(spec: str) -> list[tuple[str, str | None, str]]:
     if not spec:
         return list(MATRIX)
+    notes = {(t, k): note for t, k, note in MATRIX}
     out: list[tuple[str, str | None, str]] = []
     for item in spec.split(","):
         trainer, _, kueue = item.partition(":")
-        out.append((normalise(trainer), normalise(kueue) if kueue else None, "given"))
+        pair = (normalise(trainer), normalise(kueue) if kueue else None)
+        out.append((*pair, notes.get(pair, "given")))
     return out
 
 
@@ -41,10 +46,68 @@ def _counts(text: str) -> dict[str, int]:
     return found
 
 
+def _junit_counts(xml: Path, runtimes: list[str]) -> tuple[dict[str, int], dict[str, list[int]]]:
+    """Totals, and per runtime [passed, run] (a test's runtime is its ``[param]``)."""
+    found = dict.fromkeys(("passed", "failed", "skipped", "error"), 0)
+    per: dict[str, list[int]] = {r: [0, 0] for r in runtimes}
+    if not xml.exists():
+        return found, per
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        tags = {child.tag for child in case}
+        outcome = (
+            "failed"
+            if tags & {"failure", "error"}
+            else "skipped"
+            if "skipped" in tags
+            else "passed"
+        )
+        found[outcome] += 1
+        param = re.search(r"\[([^\]]+)\]$", case.get("name", ""))
+        runtime = param.group(1) if param else ""
+        if runtime in per and outcome != "skipped":
+            per[runtime][1] += 1
+            per[runtime][0] += outcome == "passed"
+    return found, per
+
+
+def run_suite(suite: str, env: dict[str, str], out: Path, args: list[str]) -> dict:
+    """``pytest SUITE`` with ``env``: its counts, per-runtime counts, seconds and exit code; the
+    output in ``OUT.log``."""
+    runtimes = [r for r in env.get("TRAINJOB_MAGICS_E2E_RUNTIMES", "").split(",") if r]
+    xml = out.with_suffix(".xml")
+    t = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rs",
+            f"--junitxml={xml}",
+            suite,
+            *args,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    row: dict = {"seconds": round(time.monotonic() - t, 1), "rc": proc.returncode}
+    out.with_suffix(".log").write_text(proc.stdout + proc.stderr)
+    counts, per = _junit_counts(xml, runtimes)
+    if not any(counts.values()):  # no report (collection error): the summary line
+        counts = _counts(proc.stdout)
+    row.update(counts, runtimes=per)
+    return row
+
+
 def run_pair(parent: Path, trainer: str, kueue: str | None, pytest_args: list[str]) -> dict:
     versions = Versions(trainer=trainer, kueue=kueue).resolved()
     row: dict = {"trainer": trainer, "kueue": kueue, "jobset": versions.jobset}
-    run = parent / f"matrix-{trainer}-{kueue or 'none'}"
+    name = f"matrix-{trainer}-{kueue or 'none'}"
+    run = parent / name
     t0 = time.monotonic()
     try:
         row["build_s"] = round(sum(stack.build_all(versions, run / "build.log").values()), 1)
@@ -57,47 +120,57 @@ def run_pair(parent: Path, trainer: str, kueue: str | None, pytest_args: list[st
         return row
     try:
         env = {**os.environ, **stack.test_env(ctx), "TRAINJOB_MAGICS_E2E_TIMEOUT": "300"}
-        t1 = time.monotonic()
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-p",
-                "no:cacheprovider",
-                "-q",
-                "-rs",
-                *SUITES,
-                *pytest_args,
-            ],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        row["test_s"] = round(time.monotonic() - t1, 1)
-        row.update(_counts(proc.stdout))
-        row["result"] = "pass" if proc.returncode == 0 else "fail"
-        (run.parent / f"matrix-{trainer}-{kueue or 'none'}.log").write_text(
-            proc.stdout + proc.stderr
-        )
+        for key, suite in SUITES.items():
+            if key != "realcluster" and not (REPO / suite).is_dir():
+                continue
+            args = pytest_args if key == "realcluster" else []
+            got = run_suite(suite, env, parent / f"{name}-{key}", args)
+            row[key] = got
+            if key == "realcluster":
+                row["test_s"] = got["seconds"]
+                row.update({k: got[k] for k in ("passed", "failed", "skipped", "error")})
+                row["result"] = "pass" if got["rc"] == 0 else "fail"
     finally:
         stack.down(run)
     return row
 
 
+def _per_runtime(r: dict) -> str:
+    per = (r.get("realcluster") or {}).get("runtimes") or {}
+    return ", ".join(f"{rt} {p}/{n}" for rt, (p, n) in per.items()) or "—"
+
+
+def _differential(r: dict) -> str:
+    d = r.get("differential")
+    if not d:
+        return "not run (no tests/differential)"
+    return (
+        f"{d['passed']} passed, {d['failed'] + d['error']} failed, {d['skipped']} skipped "
+        f"({d['seconds']} s)"
+    )
+
+
 def _table(rows: list[dict]) -> str:
     head = (
         "| Trainer | JobSet | Kueue | result | passed | failed | skipped "
-        "| build s | up s | tests s |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+        "| per runtime (passed/run) | tests/differential | build s | up s | tests s |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     )
     lines = []
     for r in rows:
         if r["result"] in ("pass", "fail"):
-            cells = [r[k] for k in ("passed", "failed", "skipped", "build_s", "up_s", "test_s")]
+            cells = [
+                r["passed"],
+                r["failed"] + r.get("error", 0),
+                r["skipped"],
+                _per_runtime(r),
+                _differential(r),
+                r["build_s"],
+                r["up_s"],
+                r["test_s"],
+            ]
         else:
-            cells = [r.get("why", ""), "", "", "", "", ""]
+            cells = [r.get("why", ""), "", "", "", "", "", "", ""]
         lines.append(
             "| "
             + " | ".join(
@@ -106,12 +179,11 @@ def _table(rows: list[dict]) -> str:
             )
             + " |"
         )
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    dates = sorted(r["date"] for r in rows if r.get("date"))
+    stamp = f"{dates[0]} to {dates[-1]}" if dates else "?"
     return (
-        f"Run {stamp}, Kubernetes {Versions().kubernetes}, {os.cpu_count()} cores.\n\n"
-        + head
-        + "\n".join(lines)
-        + "\n"
+        f"Run {stamp}, Kubernetes {Versions().kubernetes}, {os.cpu_count()} cores; build s is 0 "
+        "when the binaries were cached.\n\n" + head + "\n".join(lines) + "\n"
     )
 
 
@@ -125,31 +197,42 @@ def write_doc(rows: list[dict]) -> None:
     DOC.write_text(text)
 
 
+def _not_served(trainer: str, kueue: str, note: str, parent: Path) -> dict | None:
+    """The row of a pair whose Kueue the module proxy does not serve (None if it does now)."""
+    try:
+        gobuild.module_dir("sigs.k8s.io/kueue", kueue, parent / "matrix-build.log")
+    except StackError as exc:
+        return {
+            "trainer": trainer,
+            "kueue": kueue,
+            "jobset": Versions(trainer=trainer, kueue=kueue).resolved().jobset,
+            "result": "not buildable",
+            "why": f"{note}: {str(exc).splitlines()[0]}",
+        }
+    return None
+
+
 def run(parent: Path, pairs: str, pytest_args: list[str]) -> int:
+    """Every pair (or those of ``pairs``); rows of pairs not run this time are kept from the last
+    ``matrix.json`` in ``parent``, so the table can be filled a few pairs at a time."""
+    parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for trainer, kueue, note in _pairs(pairs):
-        if kueue and not re.match(r"v\d+\.\d+\.\d+", kueue):
-            why = f"Kueue {kueue}: no version of it is served by the Go module proxy here ({note})"
-            try:
-                gobuild.module_dir("sigs.k8s.io/kueue", kueue, parent / "matrix-build.log")
-            except StackError as exc:
-                why = f"{why}: {str(exc).splitlines()[0]}"
-            versions = Versions(trainer=trainer, kueue=kueue).resolved()
-            rows.append(
-                {
-                    "trainer": trainer,
-                    "kueue": kueue,
-                    "jobset": versions.jobset,
-                    "result": "not buildable",
-                    "why": why,
-                }
-            )
-            continue
-        print(f"matrix: Trainer {trainer} + Kueue {kueue} ...", file=sys.stderr, flush=True)
-        rows.append(run_pair(parent, trainer, kueue, pytest_args))
-        print(f"matrix: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
-    parent.mkdir(parents=True, exist_ok=True)
-    (parent / "matrix.json").write_text(json.dumps(rows, indent=2))
+        row = _not_served(trainer, kueue, note, parent) if kueue in NOT_SERVED else None
+        if row is None:
+            print(f"matrix: Trainer {trainer} + Kueue {kueue} ...", file=sys.stderr, flush=True)
+            row = run_pair(parent, trainer, kueue, pytest_args)
+        row["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        rows.append(row)
+        print(f"matrix: {json.dumps(row)}", file=sys.stderr, flush=True)
+    saved = parent / "matrix.json"
+    done = {(r["trainer"], r["kueue"]) for r in rows}
+    if saved.exists():
+        old = json.loads(saved.read_text())
+        rows += [r for r in old if (r["trainer"], r["kueue"]) not in done]
+    order = {(t, k): i for i, (t, k, _) in enumerate(MATRIX)}
+    rows.sort(key=lambda r: order.get((r["trainer"], r["kueue"]), len(order)))
+    saved.write_text(json.dumps(rows, indent=2))
     write_doc(rows)
     print(_table(rows))
     return 0 if all(r["result"] in ("pass", "not buildable") for r in rows) else 1

@@ -14,6 +14,11 @@ from devtools.realstack import control_plane, controllers, fixtures, gobuild, no
 from devtools.realstack.context import NodeShape, StackContext
 from devtools.realstack.versions import Versions
 
+# the ClusterTrainingRuntimes of Trainer's release manifests (v2.1.0-v2.3.0) that tests/realcluster
+# runs every capability on: torch, and the two MPI layouts' representatives (deepspeed and mlx,
+# both OpenMPI with runLauncherAsNode: the launcher is the trainer, the node pods run sshd)
+RUNTIMES = ("torch-distributed", "deepspeed-distributed", "mlx-distributed")
+
 # what `logs COMPONENT` accepts, beside the controller names procs knows
 COMPONENTS = (*control_plane.COMPONENTS, "kwok", "podrunner", "jobset", "trainer", "kueue")
 
@@ -126,7 +131,8 @@ def test_env(ctx: StackContext) -> dict[str, str]:
         "TRAINJOB_MAGICS_E2E_NAMESPACE": fixtures.NAMESPACE,
         "TRAINJOB_MAGICS_E2E_QUEUE_NAMESPACE": fixtures.QUEUED_NAMESPACE,
         "TRAINJOB_MAGICS_E2E_QUEUE": fixtures.LOCAL_QUEUES[0],
-        "TRAINJOB_MAGICS_E2E_RUNTIME": "torch-distributed",
+        "TRAINJOB_MAGICS_E2E_RUNTIME": RUNTIMES[0],
+        "TRAINJOB_MAGICS_E2E_RUNTIMES": ",".join(RUNTIMES),
         "TRAINJOB_MAGICS_E2E_PRIORITIES": ",".join(fixtures.PRIORITIES),
         "TRAINJOB_MAGICS_REALSTACK_DIR": str(ctx.run),
     }

@@ -2,8 +2,12 @@
 
 Each pair follows the go.mod of the newer project: Kueue v0.19.2 requires Trainer v2.2.1 and
 Kueue v0.14.8 requires Trainer v2.1.0; JobSet is the version that Trainer's go.mod requires.
-Kueue 0.20 needs Trainer 2.3 (kueue#14504); no 0.20 tag or release candidate is served by the Go
-module proxy here (403 "This module version is not available"), so that pair is not buildable.
+Kueue 0.20 needs Trainer 2.3 (kueue#14504); no 0.20 tag, release candidate or main pseudo-version
+is served by the Go module proxy here (403 "This module version is not available"), so that pair
+is not buildable. The closest buildable Trainer 2.3 pair is Trainer v2.3.0 (JobSet v0.12.0) with
+Kueue v0.19.2, which people run; its known upstream bugs are kueue#15161 (the flavor's
+tolerations replace the runtime's) and trainer#3888 (Kueue's full-object admission update is
+refused for runtimePatches carrying CEL-immutable pod fields), both fixed only with Kueue 0.20.
 """
 
 from __future__ import annotations
@@ -50,8 +54,12 @@ MATRIX: tuple[tuple[str, str | None, str], ...] = (
     ("v2.1.0", "v0.14.8", "Kueue v0.14.8's go.mod requires Trainer v2.1.0"),
     ("v2.2.1", "v0.17.0", "Kueue v0.17 is built against Trainer v2.2"),
     ("v2.2.1", "v0.19.2", "Kueue v0.19.2's go.mod requires Trainer v2.2.1 (the CI pair)"),
-    ("v2.3.0", "v0.20", "Kueue 0.20 requires Trainer 2.3; no 0.20 version is served here"),
+    ("v2.3.0", "v0.19.2", "the closest buildable Trainer 2.3 pair (Kueue 0.20 is not served)"),
+    ("v2.3.0", "v0.20.0", "Kueue 0.20 requires Trainer 2.3 (kueue#14504)"),
 )
+# Kueue versions of the matrix that the Go module proxy does not serve here: the matrix asks for
+# them anyway and puts the proxy's answer in the table
+NOT_SERVED = ("v0.20.0",)
 
 
 def normalise(version: str) -> str:

@@ -16,8 +16,9 @@ a LocalQueue. Optional:
   a suite user allowed to), missing priority classes and the ``default`` LocalQueue are created
   for the test and deleted after it.
 
-The real stack (``python -m devtools.realstack env``) sets all of them. Each test deletes what
-it created and checks that none of its TrainJobs is left.
+``TRAINJOB_MAGICS_E2E_RUNTIMES`` (a comma list) runs every test on each runtime, as
+test_e2e_real.py does. The real stack (``python -m devtools.realstack env``) sets all of them.
+Each test deletes what it created and checks that none of its TrainJobs is left.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ from trainjob_magics.engine import errors as E
 KUBECONFIG = os.environ.get("TRAINJOB_MAGICS_E2E_KUBECONFIG", "")
 ADMIN = os.environ.get("TRAINJOB_MAGICS_E2E_ADMIN_KUBECONFIG") or KUBECONFIG
 RUNTIME = os.environ.get("TRAINJOB_MAGICS_E2E_RUNTIME", "mpi-interactive")
+RUNTIMES = [
+    r.strip() for r in os.environ.get("TRAINJOB_MAGICS_E2E_RUNTIMES", RUNTIME).split(",") if r
+]
 NAMESPACE = (
     os.environ.get("TRAINJOB_MAGICS_E2E_QUEUE_NAMESPACE")
     or os.environ.get("TRAINJOB_MAGICS_E2E_NAMESPACE")
@@ -137,7 +141,8 @@ def big_cpu() -> str:
 class Made:
     """Every TrainJob name a test asked for; all deleted, and checked gone, at its end."""
 
-    def __init__(self) -> None:
+    def __init__(self, runtime: str) -> None:
+        self.runtime = runtime
         self.names: list[str] = []
         self.sessions: list[Any] = []
         self.objects: list[tuple[str, ...]] = []  # kubectl delete args, for created fixtures
@@ -151,7 +156,7 @@ class Made:
         kw.setdefault("queue", QUEUE)
         kw.setdefault("timeout", WAIT)
         s = connect(
-            RUNTIME,
+            self.runtime,
             name=self.name(what),
             config_file=KUBECONFIG,
             namespace=NAMESPACE,
@@ -179,9 +184,14 @@ class Made:
             kubectl("delete", "--ignore-not-found", *args, config=ADMIN)
 
 
+@pytest.fixture(scope="module", params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 @pytest.fixture
-def made() -> Iterator[Made]:
-    m = Made()
+def made(runtime: str) -> Iterator[Made]:
+    m = Made(runtime)
     try:
         yield m
     finally:
@@ -284,7 +294,7 @@ def test_waiting_for_quota_with_a_position(made: Made) -> None:
     waiter_name = made.name("waiter")
     waiting = Background(
         lambda: connect(
-            RUNTIME,
+            made.runtime,
             name=waiter_name,
             queue=QUEUE,
             config_file=KUBECONFIG,

@@ -14,10 +14,10 @@ from devtools.realstack import controllers, fixtures
 from devtools.realstack.context import StackContext
 from devtools.realstack.manifests import WEBHOOK_KINDS
 from devtools.realstack.procs import StackError
-from devtools.realstack.versions import MATRIX, Versions
+from devtools.realstack.versions import MATRIX, NOT_SERVED, Versions
 
 REQUIRE = os.environ.get("TRAINJOB_MAGICS_REQUIRE_REALSTACK") == "1"
-PAIRS = [(t, k) for t, k, _ in MATRIX if k != "v0.20"]  # 0.20 is not served by the proxy
+PAIRS = [(t, k) for t, k, _ in MATRIX if k not in NOT_SERVED]
 CA = "Q0E="
 
 
