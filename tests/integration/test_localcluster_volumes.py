@@ -383,6 +383,9 @@ def test_service_account_token(
     )
     r = kubectl("exec", pod.metadata.name, "--", "python3", "-c", check)
     assert r.returncode == 0 and r.stdout.strip() == "200", r.stderr
+    # on this machine the token lives in the pod's kubelet directory, for this user only
+    state = kube.cluster.pod_dir(NS, pod.metadata.name).parent / f".{pod.metadata.name}.kubelet"
+    assert state.stat().st_mode & 0o777 == 0o700
     kube.delete_tj(name)
     refused = client.Configuration()
     refused.host = kube.api.configuration.host

@@ -276,10 +276,13 @@ class PodLifecycle:
             )
             if not spec.get("volumes") or not needs_mount_namespace(pod, container):
                 return True
+            state = sandbox.workdir.parent / f".{name}.kubelet"
+            # the pod's volumes (its service-account token among them) for this user only
+            state.mkdir(mode=0o700, exist_ok=True)
             volumes = PodVolumes(
                 self.store,
                 pod,
-                sandbox.workdir.parent / f".{name}.kubelet",
+                state,
                 self.identity,
                 self.node.memory,
             )
@@ -291,7 +294,6 @@ class PodLifecycle:
                         host, _, port = self.identity.address().rpartition(":")
                         sandbox.env["KUBERNETES_SERVICE_HOST"] = host
                         sandbox.env["KUBERNETES_SERVICE_PORT"] = port
-                state = sandbox.workdir.parent / f".{name}.kubelet"
                 sandbox.mount_ns = await mount_namespace.create(mounts, state, sandbox.workdir)
                 owner = self._jobs.get(self._pod_owner.get((ns, name), ""))
                 if owner is not None and owner.hostfile is not None:
