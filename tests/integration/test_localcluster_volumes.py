@@ -22,6 +22,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.helpers.polling import wait_until
 from trainjob_magics.localcluster import LocalCluster
+from trainjob_magics.localcluster.core.resources import SERVICE_ACCOUNTS
 from trainjob_magics.localcluster.kubelet import mount_namespace
 
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
@@ -734,6 +735,11 @@ def test_without_mount_namespaces_a_pod_with_volumes_says_so(
         plain = unique_name("plain")
         kube.create_tj(plain, {}, ["sleep", "3600"])
         kube.running_pod(plain)
+        # a named service account alone asks for no volume: the pod runs, without the token
+        c.store.create(SERVICE_ACCOUNTS, {"metadata": {"name": "runner"}}, NS)
+        named = unique_name("named")
+        kube.create_tj(named, {"serviceAccountName": "runner"}, ["sleep", "3600"])
+        assert kube.running_pod(named).spec.service_account_name == "runner"
         kube.api.close()
 
 

@@ -21,7 +21,13 @@ from ..kubelet.container_status import container_image, image_id, image_ref, wai
 from ..kubelet.image_pull import ImageService
 from ..kubelet.node import NodeResources
 from ..kubelet.pod_env import ContainerConfigError, container_env, uses_references
-from ..kubelet.volumes import PodIdentity, PodVolumes, VolumeError, needs_mount_namespace
+from ..kubelet.volumes import (
+    PodIdentity,
+    PodVolumes,
+    VolumeError,
+    is_token_mount,
+    needs_mount_namespace,
+)
 from ..runtimes.loader import is_trainer_rjob
 from .job_state import JobState
 from .podspec import (
@@ -302,7 +308,19 @@ class PodLifecycle:
             except VolumeError as exc:
                 message = str(exc)
             except mount_namespace.MountNamespaceError as exc:
-                first = next((m.get("name", "") for m in container.get("volumeMounts") or []), "")
+                mounts_asked = [
+                    m for m in container.get("volumeMounts") or [] if not is_token_mount(pod, m)
+                ]
+                if not mounts_asked:
+                    # only the token of a named service account: run as pods without
+                    # volumes do (no token file at the well-known path) rather than not at all
+                    token = self._pod_tokens.pop((ns, name), None)
+                    if token is not None and self.identity is not None:
+                        self.identity.revoke_token(token)
+                    sandbox.env.pop("KUBERNETES_SERVICE_HOST", None)
+                    sandbox.env.pop("KUBERNETES_SERVICE_PORT", None)
+                    return True
+                first = mounts_asked[0].get("name", "")
                 message = f'MountVolume.SetUp failed for volume "{first}" : {exc}'
             # a token written for this try is refused again (the next try writes a new one)
             token = self._pod_tokens.pop((ns, name), None) or volumes.token

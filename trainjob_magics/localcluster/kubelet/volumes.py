@@ -381,6 +381,16 @@ def field_value(pod: dict[str, Any], field_path: str) -> str:
     return str(simple.get(field_path) or "")
 
 
+def is_token_mount(pod: dict[str, Any], mount: dict[str, Any]) -> bool:
+    """Whether ``mount`` is of the token volume the ServiceAccount admission plugin adds."""
+    return any(
+        v.get("name") == mount.get("name")
+        and str(v.get("name", "")).startswith("kube-api-access-")
+        and v.get("projected")
+        for v in (pod.get("spec") or {}).get("volumes") or []
+    )
+
+
 def needs_mount_namespace(pod: dict[str, Any], container: dict[str, Any]) -> bool:
     """Whether ``container`` needs mounts of its own: a volume mount other than the token the
     ServiceAccount plugin adds, or a service account other than ``default`` (so its token is at
@@ -403,6 +413,7 @@ __all__ = [
     "PodVolumes",
     "VolumeError",
     "field_value",
+    "is_token_mount",
     "needs_mount_namespace",
     "write_atomic",
 ]
