@@ -1,28 +1,31 @@
-"""The stack's nodes: kwok as the node agent, and the pod runner that runs the pods' commands.
+"""The stack's nodes: kwok keeps the Node objects, our node agent serves their kubelet API, and
+the pod runner runs the pods' commands.
 
 ``start(ctx)``:
 - builds kwok (``sigs.k8s.io/kwok`` at ``ctx.versions.kwok``) and reads its CRDs
   (``kustomize/crd/bases``) and node Stages (``kustomize/stage/node/fast/node-initialize.yaml``,
   ``kustomize/stage/node/heartbeat-with-lease/...``) from the module cache, and applies them;
-- starts kwok (name ``kwok`` in procs) managing the Nodes annotated ``kwok.x-k8s.io/node=fake``,
-  with its kubelet server (exec, attach, logs, port-forward: the kubelet's own streaming code,
-  SPDY and WebSocket) on ``127.0.0.1:ctx.port("kwok")`` over TLS (a serving cert from
-  ``ctx.pki``), node leases of 40 s, and the CRDs Stage, Exec, Logs, Attach, PortForward and
-  their Cluster* forms watched;
+- starts the node agent (``nodeagent.py``: exec, attach, logs and port-forward through the
+  kubelet's own streaming code, SPDY and WebSocket, over TLS with a serving cert from
+  ``ctx.pki``) and kwok (name ``kwok`` in procs) managing the Nodes annotated
+  ``kwok.x-k8s.io/node=fake`` with node leases of 40 s; the nodes advertise the agent's port as
+  ``daemonEndpoints.kubeletEndpoint`` (kwok's ``--node-port``). kwok's own kubelet server still
+  listens on ``127.0.0.1:ctx.port("kwok")`` but nothing points at it: kwok v0.8.0's exec loses
+  exit codes (nodeagent/main.go);
 - creates ``ctx.nodes.count`` Nodes ``node-0``, ``node-1``, ... with capacity and allocatable
-  cpu, memory, pods and ``nvidia.com/gpu``, InternalIP 127.0.0.1 and the kwok port as
-  ``daemonEndpoints.kubeletEndpoint``;
+  cpu, memory, pods and ``nvidia.com/gpu``, InternalIP 127.0.0.1;
 - starts the pod runner (``python -m devtools.realstack.podrunner --run RUN``, name
   ``podrunner``), which runs the pods' commands and sets their status (see podrunner.py).
 
 No pod Stage is applied: kwok never touches a pod here; the pod runner is the pods' kubelet
 (kwok's shipped ``pod-complete`` would turn every running Job pod Succeeded at once).
 
-kwok runs with a minimal environment (``env -i``), because an exec'd command gets kwok's own
-environment under the ``Exec`` envs: nothing of the caller's environment leaks into pods.
+kwok runs with a minimal environment (``env -i``), so nothing of the caller's environment leaks
+into it.
 
 ``stop(ctx)`` stops the pod runner, ends every process of every pod of this run (they carry
-``TRAINJOB_REALSTACK_RUN=<run>``), then stops kwok. Node objects stay in the apiserver.
+``TRAINJOB_REALSTACK_RUN=<run>``), then stops kwok and the node agent. Node objects stay in the
+apiserver.
 """
 
 from __future__ import annotations
