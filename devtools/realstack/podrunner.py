@@ -67,9 +67,10 @@ Known limits (none of these is a kubelet):
   honoured: every container and exec of a pod shares its ``work/`` directory.
 - Mounts: one mount namespace per pod, not per container (every container sees the mounts of
   all; for one path the first container's mount wins); mount points missing on the host are
-  created there (empty directories or files); ConfigMap/Secret volumes and tokens are written
-  once (no update on change, no token refresh: the apiserver's extended expiry keeps the
-  token valid); emptyDir ``sizeLimit`` on disk is not enforced (a Memory one is a tmpfs of
+  created there (empty directories or files); a changed ConfigMap or Secret reaches its
+  volume within ``VOLUME_SYNC`` (15 s) and a projected token is renewed at 80% of its life
+  (``volumeSync`` in ``state.json``), but a ``subPath`` mount keeps its first content, as
+  with a kubelet; emptyDir ``sizeLimit`` on disk is not enforced (a Memory one is a tmpfs of
   that size); only hostPath and local PVs, no CSI, NFS or image volumes (a FailedMount says
   so); no ``fsGroup``, SELinux or ``mountPropagation``.
 - Host network: every pod has podIP = hostIP = 127.0.0.1, so two pods cannot listen on the same
@@ -138,6 +139,9 @@ BACKOFF_MAX = 300.0
 # operation executor goes up to 2m2s; shorter here, so that a test does not wait minutes)
 MOUNT_BACKOFF_INITIAL = 0.5
 MOUNT_BACKOFF_MAX = 8.0
+# ConfigMap/Secret/projected volumes are checked for changes this often (the kubelet: at its
+# pod sync, about a minute, plus its cache's TTL); a token is renewed at 80% of its lifetime
+VOLUME_SYNC = 15.0
 CLONE_NEWNS = 0x00020000
 KWOK_GROUP = "kwok.x-k8s.io/v1alpha1"
 
@@ -900,6 +904,8 @@ class PodState:
     mounted: bool = False  # its volumes are set up (the kubelet's WaitForAttachAndMount)
     mount_next: float = 0.0
     mount_delay: float = 0.0
+    volume_sync: dict[str, dict] = field(default_factory=dict)  # Resolver.sync_state()
+    next_volume_sync: float = 0.0
 
     @property
     def spec(self) -> dict:
@@ -918,6 +924,7 @@ class PodState:
             "failedInit": self.failed_init,
             "finished": self.finished,
             "mounted": self.mounted,
+            "volumeSync": self.volume_sync,
         }
         _atomic_write(self.dir / "state.json", json.dumps(data, indent=1))
 
@@ -1109,6 +1116,7 @@ class Runner:
         st.finished = data.get("finished", False)
         # a pod directory of an older runner: its containers ran without mounts
         st.mounted = data.get("mounted", bool(st.containers))
+        st.volume_sync = data.get("volumeSync", {})
 
     # --- the pod's directory and kwok objects -----------------------------------------------
 
@@ -1284,10 +1292,58 @@ class Runner:
             st.mount_next = time.time() + 2.0
             return
         st.mounted = True
+        if holder:
+            st.volume_sync = resolver.sync_state(time.time())
+            st.next_volume_sync = time.time() + VOLUME_SYNC
         self._cond(st, "PodReadyToStartContainers", "True")
         st.save()
         if holder:
             log(f"{st.namespace}/{st.name}: {len(plan.binds)} mounts in its namespace")
+
+    def _sync_volumes(self, st: PodState) -> None:
+        """Rewrite the file volumes whose ConfigMap/Secret changed or whose token is due, in
+        the pod's namespace (the kubelet's AtomicWriter swap: readers never see half)."""
+        now = time.time()
+        st.next_volume_sync = now + VOLUME_SYNC
+        holder = podvolumes.holder_alive(st.dir)
+        if holder is None:
+            return
+        seen: dict[str, str] = {}
+        due = set()
+        for vol, info in st.volume_sync.items():
+            if info.get("ttl") and now - info["at"] > 0.8 * info["ttl"]:
+                due.add(vol)
+                continue
+            for ref, rv in info.get("refs", {}).items():
+                if ref not in seen:
+                    obj = self.api.get(f"/api/v1/namespaces/{st.namespace}/{ref}", ok404=True)
+                    seen[ref] = ((obj or {}).get("metadata") or {}).get("resourceVersion", "")
+                if seen[ref] != rv:
+                    due.add(vol)
+        if not due:
+            return
+        node = self.nodes.get(st.spec.get("nodeName"), {})
+        resolver = podvolumes.Resolver(
+            self.api,
+            st.pod,
+            st.dir,
+            allocatable=(node.get("status") or {}).get("allocatable") or {},
+            env_of=lambda c: self._env(st, c),
+        )
+        try:
+            podvolumes.apply(holder, resolver.refresh_plan(due))
+        except podvolumes.MountFailures as e:  # the old files stay, as with the kubelet
+            for volume, message in e.failures:
+                self._pod_event(
+                    st,
+                    "Warning",
+                    "FailedMount",
+                    f'MountVolume.SetUp failed for volume "{volume}" : {message}',
+                )
+            return
+        st.volume_sync.update(resolver.sync_state(now))
+        st.save()
+        log(f"{st.namespace}/{st.name}: volumes updated: {', '.join(sorted(due))}")
 
     def _drop_ns(self, st: PodState) -> None:
         holder = podvolumes.holder_alive(st.dir)
@@ -1480,6 +1536,11 @@ class Runner:
             if not st.mounted:
                 self._publish(st)
                 return
+        if st.volume_sync and time.time() >= st.next_volume_sync and not st.terminating:
+            try:
+                self._sync_volumes(st)
+            except (ApiError, OSError, subprocess.SubprocessError) as e:
+                log(f"{st.namespace}/{st.name}: volume sync: {e}")
         now = time.time()
         # init containers, in order
         inits = [cs for cs in st.containers.values() if cs.init]

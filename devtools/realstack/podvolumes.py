@@ -14,7 +14,8 @@ Volumes live where a kubelet keeps them, ``POD_DIR/volumes/kubernetes.io~<plugin
 - ``configMap`` (a directory), ``secret``, ``projected`` and ``downwardAPI`` (a tmpfs): files
   in the kubelet's atomic-writer layout (``..data`` -> ``..<timestamp>``, one symlink per
   key), ``items``, ``defaultMode`` and per-item modes honoured; ``serviceAccountToken``
-  sources are TokenRequests bound to the pod.
+  sources are TokenRequests bound to the pod. The runner writes them again when an object
+  changes or a token nears its expiry (``refresh_plan``, ``sync_state``).
 
 Then each container's ``volumeMounts`` (``subPath``, ``subPathExpr``, ``readOnly``) become
 bind mounts at their paths inside the namespace. The mount points are created on the host's
@@ -179,6 +180,12 @@ class Resolver:
         self.allocatable = allocatable
         self.env_of = env_of
         self._cache: dict[tuple[str, str], dict | None] = {}
+        self._current = ""  # the volume being resolved
+        # per file volume: the objects it was made from ("plural/name" -> resourceVersion,
+        # "" when missing) and its token's lifetime: what sync_state() hands the runner
+        self.refs: dict[str, dict[str, str]] = {}
+        self.ttls: dict[str, int] = {}
+        self.file_volumes: list[str] = []
 
     def _get(self, plural: str, name: str) -> dict | None:
         key = (plural, name)
@@ -186,7 +193,10 @@ class Resolver:
             self._cache[key] = self.api.get(
                 f"/api/v1/namespaces/{self.ns}/{plural}/{name}", ok404=True
             )
-        return self._cache[key]
+        obj = self._cache[key]
+        rv = ((obj or {}).get("metadata") or {}).get("resourceVersion", "")
+        self.refs.setdefault(self._current, {})[f"{plural}/{name}"] = rv
+        return obj
 
     def _token(self, source: dict) -> bytes:
         meta = self.pod["metadata"]
@@ -204,6 +214,7 @@ class Resolver:
         }
         if source.get("audience"):
             spec["audiences"] = [source["audience"]]
+        self.ttls[self._current] = spec["expirationSeconds"]
         from devtools.realstack.podrunner import ApiError
 
         try:
@@ -298,7 +309,9 @@ class Resolver:
 
     def _volume(self, plan: Plan, vol: dict) -> str:
         """Set up one volume in the plan; returns its directory (or file) inside the pod."""
-        name = vol["name"]
+        name = self._current = vol["name"]
+        if any(k in vol for k in ("configMap", "secret", "projected", "downwardAPI")):
+            self.file_volumes.append(name)
         if "emptyDir" in vol:
             d = _plugin_dir(self.dir, "empty-dir", name)
             if (vol["emptyDir"] or {}).get("medium") == "Memory":
@@ -397,6 +410,24 @@ class Resolver:
         binds.sort(key=lambda b: b["target"].count("/"))
         plan.binds = binds
         return plan
+
+    def refresh_plan(self, names: set[str]) -> Plan:
+        """The files of the named (already mounted) volumes, written anew: what the kubelet
+        does when a ConfigMap or Secret changes or a token nears its expiry."""
+        full, plan = Plan(), Plan()
+        for vol in self.pod["spec"].get("volumes") or []:
+            if vol["name"] in names:
+                self._volume(full, vol)
+        plan.files = full.files
+        return plan
+
+    def sync_state(self, now: float) -> dict[str, dict]:
+        """What tells a later sync that a file volume is due: its objects' versions, its
+        token's lifetime and when it was written."""
+        return {
+            v: {"refs": self.refs.get(v, {}), "ttl": self.ttls.get(v, 0), "at": now}
+            for v in self.file_volumes
+        }
 
 
 def _encode(payload: dict[str, tuple[bytes, int]]) -> list[list]:

@@ -254,6 +254,37 @@ def test_the_service_account_token_is_mounted_and_works(
     assert not (pod_dir(stack, q) / "ns.json").exists()  # nothing mounted: no namespace
 
 
+def test_a_changed_configmap_reaches_the_mounted_files(
+    stack: StackContext,  # noqa: F811
+    ns: str,
+) -> None:
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "live", "namespace": ns},
+        "data": {"setting": "one"},
+    }
+    kubectl_apply(stack, cm)
+    vols = [{"name": "live", "configMap": {"name": "live"}}]
+    p = pod("watcher", ns, ["sleep", "3600"])
+    kubectl_apply(stack, with_volumes(p, vols, [{"name": "live", "mountPath": "/etc/tjm-live"}]))
+    ready(stack, ns, "watcher")
+    assert exec_out(stack, ns, "watcher", "cat", "/etc/tjm-live/setting") == "one"
+    cm["data"] = {"setting": "two", "added": "yes"}
+    kubectl_apply(stack, cm)
+
+    def updated() -> Any:
+        out = exec_out(
+            stack, ns, "watcher", "sh", "-c", "cat /etc/tjm-live/setting; ls /etc/tjm-live"
+        )
+        return out if out.startswith("two") else None
+
+    assert until("the new content in the pod", updated, timeout=90).split() == [
+        "twoadded",
+        "setting",
+    ]
+
+
 def test_a_missing_secret_is_a_failed_mount_until_it_appears(
     stack: StackContext,  # noqa: F811
     ns: str,

@@ -151,6 +151,34 @@ def test_service_account_token_and_shm_size(tmp_path: Path) -> None:
     assert sizes["api"] is None
 
 
+def test_refresh_plan_and_sync_state(tmp_path: Path) -> None:
+    objs = {
+        CM + "cm": {"metadata": {"resourceVersion": "7"}, "data": {"a": "1"}},
+        CM + "kube-root-ca.crt": {"metadata": {"resourceVersion": "3"}, "data": {"ca.crt": "CA"}},
+    }
+    vols = [
+        {"name": "c", "configMap": {"name": "cm"}},
+        {"name": "e", "emptyDir": {"medium": "Memory"}},
+        {
+            "name": "api",
+            "projected": {
+                "sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 600, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt"}},
+                ]
+            },
+        },
+    ]
+    r = resolver(objs, vols, [{"name": "c", "mountPath": "/etc/c"}], tmp_path)
+    r.plan()
+    assert r.sync_state(5.0) == {
+        "c": {"refs": {"configmaps/cm": "7"}, "ttl": 0, "at": 5.0},
+        "api": {"refs": {"configmaps/kube-root-ca.crt": "3"}, "ttl": 600, "at": 5.0},
+    }
+    again = resolver(objs, vols, [], tmp_path).refresh_plan({"c"})
+    assert not again.tmpfs and not again.binds and [f["volume"] for f in again.files] == ["c"]
+
+
 def test_atomic_writer_swaps_data(tmp_path: Path) -> None:
     enc = pv._encode
     pv.write_payload(tmp_path, enc({"a": (b"1", 0o644), "d/b": (b"2", 0o600)}))
