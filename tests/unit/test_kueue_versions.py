@@ -20,6 +20,7 @@ from trainjob_magics.localcluster.core.resources import (
 from trainjob_magics.localcluster.core.store import Store
 from trainjob_magics.localcluster.kueue import KueueConfig, KueueSimulation
 from trainjob_magics.localcluster.kueue.kinds import (
+    CLUSTER_QUEUES,
     LOCAL_QUEUES,
     RESOURCE_FLAVORS,
     WORKLOAD_PRIORITY_CLASSES,
@@ -32,6 +33,7 @@ from trainjob_magics.localcluster.kueue.simulation_config import (
 from trainjob_magics.localcluster.runtimes import load_builtin_runtimes
 
 pytestmark = pytest.mark.timeout(30)
+PC = "kueue.x-k8s.io/priority-class"
 SKELETON = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {"spec": {}}}}
 
 
@@ -149,7 +151,11 @@ def test_which_field_each_kueue_patches(
     [override] = tj["spec"][field]
     assert override["targetJobs"] == [{"name": "node"}]
     if field == "podTemplateOverrides":
-        assert override["metadata"] == {"labels": {"kueue.x-k8s.io/podset": "node"}}
+        assert override["metadata"]["labels"] == {"kueue.x-k8s.io/podset": "node"}
+        [wl] = sim.store.list(WORKLOADS, "default")[0]
+        assert override["metadata"]["annotations"] == {
+            "kueue.x-k8s.io/workload": wl["metadata"]["name"]
+        }
     notes = tj["metadata"].get("annotations") or {}
     assert ("kueue.x-k8s.io/trainjob-override-idx" in notes) is annotated
 
@@ -218,3 +224,44 @@ def test_unsuspend_with_volumes_under_trainer_2_3(tmp_path, version: str, starts
         c["type"] == "Admitted" and c["status"] == "True" for c in wl["status"]["conditions"]
     )
     assert (tj["spec"]["suspend"] is False) is starts
+
+
+def test_a_higher_priority_workload_preempts_a_lower_one(tmp_path) -> None:
+    """withinClusterQueue: LowerPriority (pkg/scheduler/preemption/preemption.go): the lower
+    Workload is evicted with Kueue's message; the higher one waits for its quota."""
+    sim = make_sim(tmp_path, "0.19", "2.2")
+    for name, value in (("low", 100), ("high", 1000)):
+        sim.store.create(WORKLOAD_PRIORITY_CLASSES, {"metadata": {"name": name}, "value": value})
+    sim.store.mutate(
+        CLUSTER_QUEUES,
+        None,
+        sim.config.cluster_queue,
+        lambda o: o["spec"].update(preemption={"withinClusterQueue": "LowerPriority"}),
+    )
+
+    def job(name: str, pc: str) -> dict[str, Any]:
+        body = created(sim, **{"kueue.x-k8s.io/queue-name": "user-queue", PC: pc})
+        body["metadata"]["name"] = name
+        body["spec"]["trainer"]["resourcesPerNode"] = {"requests": {"cpu": "6"}}
+        return sim.store.create(TRAINJOBS, body, "default")
+
+    job("low", "low")
+    for _ in range(3):
+        sim.sync()
+    low = sim.workload_for("low", "default")
+    assert any(
+        c["type"] == "Admitted" and c["status"] == "True" for c in low["status"]["conditions"]
+    )
+    job("high", "high")
+    sim.sync()  # the pass that preempts (the low one's quota is released on a later pass)
+    low = sim.workload_for("low", "default")
+    conds = {c["type"]: c for c in low["status"]["conditions"]}
+    assert conds["Evicted"]["reason"] == "Preempted" and conds["Preempted"]["status"] == "True"
+    assert conds["Evicted"]["message"].startswith("Preempted to accommodate a workload (UID: ")
+    high = sim.workload_for("high", "default")
+    qr = {c["type"]: c for c in high["status"]["conditions"]}["QuotaReserved"]
+    assert qr["status"] == "False" and "Pending the preemption of 1 workload(s)" in qr["message"]
+    for _ in range(3):
+        sim.sync()
+    high = sim.workload_for("high", "default")
+    assert {c["type"]: c["status"] for c in high["status"]["conditions"]}["Admitted"] == "True"

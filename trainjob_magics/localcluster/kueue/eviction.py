@@ -32,13 +32,18 @@ class Eviction(SimulationState):
         if since is not None:
             past = int(status.get("accumulatedPastExecutionTimeSeconds") or 0)
             status["accumulatedPastExecutionTimeSeconds"] = past + int(now - since)
+        # schedulingStats: a deactivation counts as reason "Deactivated" with its cause
+        # (pkg/workload/workload.go ReportEvictedWorkload; measured on v0.19.2)
+        stat_reason, cause = reason, ""
+        if reason.startswith("DeactivatedDueTo"):
+            stat_reason, cause = "Deactivated", reason[len("DeactivatedDueTo") :]
         stats = status.setdefault("schedulingStats", {}).setdefault("evictions", [])
         for row in stats:
-            if row.get("reason") == reason:
+            if row.get("reason") == stat_reason and row.get("underlyingCause", "") == cause:
                 row["count"] = int(row.get("count", 0)) + 1
                 break
         else:
-            stats.append({"reason": reason, "underlyingCause": "", "count": 1})
+            stats.append({"reason": stat_reason, "underlyingCause": cause, "count": 1})
 
     def _finish_eviction(self, wl: dict[str, Any], now: float) -> None:
         """Phase 2 (pods gone): release the quota and requeue (after the backoff, if any)."""

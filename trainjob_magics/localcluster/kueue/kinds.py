@@ -160,3 +160,8 @@ def register_kinds(registry: Registry, versions: tuple[str, ...] = ("v1beta2", "
             registry.register(dataclasses.replace(kind, version=version))
         for kind in visibility_kinds(version):
             registry.register(kind)
+
+
+# the job reconciler's event source for TrainJobs (jobframework.NewReconciler: the recorder of
+# "<framework>-kueue-controller"; seen on the real stack as below)
+JOB_CONTROLLER = "trainer.kubeflow.org/trainjob-kueue-controller"

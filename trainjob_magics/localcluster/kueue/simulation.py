@@ -27,6 +27,7 @@ from .controls import QueueControls
 from .eviction import JOBSET_NAME_LABEL, Eviction
 from .kinds import (
     CLUSTER_QUEUES,
+    JOB_CONTROLLER,
     JOB_UID_LABEL,
     KUEUE_KINDS,
     LOCAL_QUEUES,
@@ -107,6 +108,7 @@ class KueueSimulation(Scheduling, QueueStatus, Eviction, TrainJobSync, QueueCont
         self._admitted_at: dict[str, float] = {}  # workload uid -> epoch seconds
         self._max_exec: dict[str, int] = {}
         self._reserved_at: dict[str, float] = {}  # waiting for (simulated) admission checks
+        self._running: dict[str, list[dict[str, Any]]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._main: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Event | None = None
@@ -232,6 +234,7 @@ class KueueSimulation(Scheduling, QueueStatus, Eviction, TrainJobSync, QueueCont
             flavors = {o["metadata"]["name"] for o in self.store.list(RESOURCE_FLAVORS)[0]}
             pending: dict[str, list[dict[str, Any]]] = {}
             used: dict[str, Any] = {}
+            self._running = {}
             for wl in workloads:
                 wl = self._lifecycle(wl, now)
                 if wl is None or C.is_true(wl, C.FINISHED):
@@ -240,6 +243,8 @@ class KueueSimulation(Scheduling, QueueStatus, Eviction, TrainJobSync, QueueCont
                 if C.is_true(wl, C.QUOTA_RESERVED):
                     cq_name = (wl["status"].get("admission") or {}).get("clusterQueue", "")
                     used[cq_name] = add(used.get(cq_name, {}), usage_of(wl["status"]["admission"]))
+                    if not C.is_true(wl, C.EVICTED):
+                        self._running.setdefault(cq_name, []).append(wl)
                     continue
                 if (wl.get("spec") or {}).get("active") is False:
                     continue
@@ -280,13 +285,21 @@ class KueueSimulation(Scheduling, QueueStatus, Eviction, TrainJobSync, QueueCont
                     reason="WorkloadPriorityClassNotFound",
                     message=f"WorkloadPriorityClass {pclass!r} not found".replace("'", '"'),
                     type="Warning",
-                    component="kueue-trainjob-controller",
+                    component=JOB_CONTROLLER,
                 )
                 continue
             try:
                 runtime = self.resolve_runtime(tj["metadata"]["namespace"], tj)
                 body = build_workload(tj, runtime, classes)
                 by_uid[uid] = self.store.create(WORKLOADS, body, tj["metadata"]["namespace"])
+                record_event(  # jobframework/reconciler.go handleJobWithNoWorkload
+                    self.store,
+                    tj,
+                    reason="CreatedWorkload",
+                    message=f"Created Workload: {tj['metadata']['namespace']}/"
+                    f"{body['metadata']['name']}",
+                    component=JOB_CONTROLLER,
+                )
             except ApiError as exc:
                 log.debug("no workload for %s: %s", tj["metadata"]["name"], exc)
         out = []
@@ -348,7 +361,7 @@ class KueueSimulation(Scheduling, QueueStatus, Eviction, TrainJobSync, QueueCont
                         C.DEACTIVATION_TARGET,
                         True,
                         "MaximumExecutionTimeExceeded",
-                        "The workload is deactivated due to exceeding the maximum execution time",
+                        "exceeding the maximum execution time",  # measured on v0.19.2
                     )
                     self._evict(
                         wl,

@@ -27,6 +27,7 @@ class SimulationState:
     _admitted_at: dict[str, float]  # workload uid -> epoch seconds
     _max_exec: dict[str, int]
     _reserved_at: dict[str, float]  # waiting for (simulated) admission checks
+    _running: dict[str, list[dict[str, Any]]]  # ClusterQueue -> admitted, not evicted (a pass)
     _loop: asyncio.AbstractEventLoop | None
     _wakeup: asyncio.Event | None
 

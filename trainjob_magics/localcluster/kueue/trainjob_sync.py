@@ -13,9 +13,12 @@ from ..controller.versions import (
     kueue_patch_field,
 )
 from ..core.apierror import ApiError
+from ..core.events import record_event
 from ..core.resources import TRAINJOBS
 from ..core.store import now_rfc3339
+from . import workload_conditions as C
 from .kinds import (
+    JOB_CONTROLLER,
     MANAGER,
     MULTIKUEUE_CONTROLLER,
     PODSET_LABEL,
@@ -25,6 +28,9 @@ from .state import SimulationState
 from .webhook import skeleton_patch
 
 OVERRIDE_IDX = "kueue.x-k8s.io/trainjob-override-idx"
+WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
+LOCAL_QUEUE_LABEL = "kueue.x-k8s.io/local-queue-name"
+CLUSTER_QUEUE_LABEL = "kueue.x-k8s.io/cluster-queue-name"
 # PodSpecPatch fields Trainer 2.3 guards with CEL ``self == oldSelf``
 # (kubeflow/trainer pkg/apis/trainer/v1alpha1/trainjob_types.go at v2.3.0; removed by #3890)
 CEL_IMMUTABLE = (
@@ -81,6 +87,10 @@ class TrainJobSync(SimulationState):
         patches = list(spec.get("runtimePatches") or [])
         new_patches = [p for p in patches if p.get("manager") != MANAGER]
         old = next((p for p in patches if p.get("manager") == MANAGER), None)
+        if not admitted and old is not None and (not spec.get("suspend") or self._active(tj)):
+            # Stop (trainjob_controller.go): suspend first; the patch's replicatedJobs are
+            # cleared (RestorePodSetsInfo) only once no pod is active ("jobs are still active")
+            patch = old
         if (
             old is not None
             and admitted
@@ -106,6 +116,34 @@ class TrainJobSync(SimulationState):
             o["spec"]["runtimePatches"] = new_patches
 
         self._write_trainjob(tj, apply)
+        self._start_stop_event(tj, wl, bool(spec.get("suspend")), suspend)
+
+    def _start_stop_event(
+        self, tj: dict[str, Any], wl: dict[str, Any], was_suspended: bool, suspend: bool
+    ) -> None:
+        """jobframework/reconciler.go startJob / stopJob: ``Started`` ("Admitted by
+        clusterQueue X") when Kueue unsuspends the job, ``Stopped`` (the eviction's message)
+        when it suspends a running one."""
+        if was_suspended and not suspend:
+            cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue", "")
+            record_event(
+                self.store,
+                tj,
+                reason="Started",
+                message=f"Admitted by clusterQueue {cq}",
+                component=JOB_CONTROLLER,
+            )
+        elif suspend and not was_suspended:
+            evicted = C.get_cond(wl, C.EVICTED) or {}
+            message = evicted.get("message") or "No matching Workload"
+            record_event(
+                self.store, tj, reason="Stopped", message=message, component=JOB_CONTROLLER
+            )
+
+    def _active(self, tj: dict[str, Any]) -> bool:
+        """Whether pods of ``tj`` still exist (Eviction._pods_left, when mixed in)."""
+        pods_left = getattr(self, "_pods_left", None)
+        return bool(pods_left(tj)) if pods_left is not None else False
 
     def _write_trainjob(self, tj: dict[str, Any], apply: Any) -> None:
         with contextlib.suppress(ApiError):
@@ -157,6 +195,7 @@ class TrainJobSync(SimulationState):
             o.setdefault("metadata", {})["annotations"] = want_notes
 
         self._write_trainjob(tj, apply)
+        self._start_stop_event(tj, wl, bool(spec.get("suspend")), suspend)
 
     def _overrides(self, wl: dict[str, Any], field: str) -> list[dict[str, Any]]:
         """One override per admitted pod set: its flavors' node labels and tolerations; a
@@ -167,7 +206,8 @@ class TrainJobSync(SimulationState):
             entry: dict[str, Any] = {"targetJobs": [{"name": psa["name"]}]}
             pod: dict[str, Any] = entry
             if field != PODSPEC_OVERRIDES:
-                entry["metadata"] = {"labels": {PODSET_LABEL: psa["name"]}}
+                labels, notes = self._podset_meta(wl, psa)
+                entry["metadata"] = {"labels": labels, "annotations": notes}
                 pod = entry.setdefault("spec", {})
             if node_selector:
                 pod["nodeSelector"] = node_selector
@@ -184,6 +224,21 @@ class TrainJobSync(SimulationState):
             node_selector.update((rf.get("spec") or {}).get("nodeLabels") or {})
             tolerations += (rf.get("spec") or {}).get("tolerations") or []
         return node_selector, tolerations
+
+    def _podset_meta(
+        self, wl: dict[str, Any], psa: dict[str, Any]
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """Pod labels and annotations of an admitted pod set (jobframework/reconciler.go
+        getPodSetsInfoFromStatus): the podset label; the Workload's name as an annotation
+        (TopologyAwareScheduling, beta and on since 0.14); the LocalQueue and ClusterQueue
+        labels (AssignQueueLabelsForPods, beta and on since 0.17)."""
+        labels = {PODSET_LABEL: psa["name"]}
+        if self.config.minor >= 17:
+            labels[LOCAL_QUEUE_LABEL] = str((wl.get("spec") or {}).get("queueName", ""))
+            cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue", "")
+            if cq:
+                labels[CLUSTER_QUEUE_LABEL] = cq
+        return labels, {WORKLOAD_ANNOTATION: wl["metadata"]["name"]}
 
     def _runtime_patch(self, wl: dict[str, Any]) -> dict[str, Any]:
         """Kueue's patch on admission: podset labels, flavor node labels and tolerations. From
@@ -205,9 +260,11 @@ class TrainJobSync(SimulationState):
                 pod_spec["nodeSelector"] = node_selector
             if tolerations:
                 pod_spec["tolerations"] = tolerations
-            pod_tpl: dict[str, Any] = {"metadata": {"labels": {PODSET_LABEL: psa["name"]}}}
-            if pod_spec:
-                pod_tpl["spec"] = pod_spec
+            labels, notes = self._podset_meta(wl, psa)
+            pod_tpl: dict[str, Any] = {
+                "metadata": {"labels": labels, "annotations": notes},
+                "spec": pod_spec,
+            }
             rjobs.append({"name": psa["name"], "template": {"spec": {"template": pod_tpl}}})
         return {
             "manager": MANAGER,

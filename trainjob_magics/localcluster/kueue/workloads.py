@@ -26,7 +26,8 @@ _POD_SPEC_KEYS = (
     "nodeSelector",
     "tolerations",
     "affinity",
-    "restartPolicy",
+    # no restartPolicy: Kueue builds the JobSet in memory (trainjob_controller.go
+    # getChildJobSet), without the JobSet webhook that defaults it (measured on v0.19.2)
     "serviceAccountName",
     "volumes",
     "subdomain",
@@ -69,10 +70,15 @@ def _pod_set(rjob: dict[str, Any]) -> dict[str, Any]:
         c.pop("env", None)  # keep the Workload small: env does not matter for quota
     count = int(rjob.get("replicas", 1)) * int(job_spec.get("parallelism") or 1)
     labels = dict((pod_tpl.get("metadata") or {}).get("labels") or {})
-    template: dict[str, Any] = {"spec": spec}
-    if labels:
-        template["metadata"] = {"labels": labels}
-    return {"name": rjob["name"], "count": count, "template": template}
+    template: dict[str, Any] = {"metadata": {"labels": labels} if labels else {}, "spec": spec}
+    # TopologyAwareScheduling (beta and on since 0.14): every JobSet pod set carries its index
+    # labels (pkg/controller/jobs/jobset/jobset_controller.go PodSets, NewPodSetTopologyRequest)
+    topology = {
+        "podIndexLabel": "batch.kubernetes.io/job-completion-index",
+        "subGroupIndexLabel": "jobset.sigs.k8s.io/job-index",
+        "subGroupCount": int(rjob.get("replicas", 1)),
+    }
+    return {"name": rjob["name"], "count": count, "template": template, "topologyRequest": topology}
 
 
 def build_workload(
