@@ -223,6 +223,10 @@ def wait_for_admission(
     """
     visibility = Visibility(api)
     admitted_at: float | None = None
+    deleted = PodNotRunningError(
+        f"TrainJob {name} was deleted in namespace {namespace} while it waited in "
+        f"LocalQueue {local_queue}; create it again with connect(...)"
+    )
     while True:
         qs = queue_status(api, namespace, job_uid, local_queue, visibility)
         if qs.workload is None:
@@ -232,10 +236,7 @@ def wait_for_admission(
             except NotFoundError:
                 gone = True
             if gone:
-                raise PodNotRunningError(
-                    f"TrainJob {name} was deleted in namespace {namespace} while it waited in "
-                    f"LocalQueue {local_queue}; create it again with connect(...)"
-                )
+                raise deleted
             refused = workload_refused(api, namespace, name, local_queue)
             if refused is not None:
                 report(refused)
@@ -244,7 +245,11 @@ def wait_for_admission(
         if qs.state in ("Inactive", "Deactivated"):
             raise QueueUnavailableError(qs.message or qs.state, reason=qs.reason)
         if qs.state in ("Admitted", "Finished", "Unknown"):
-            trainjob = fetch_trainjob()
+            try:
+                trainjob = fetch_trainjob()
+            except NotFoundError:
+                # real Kueue marks the Workload of a deleted job Finished before it goes
+                raise deleted from None
             if qs.state != "Admitted" or not (trainjob.get("spec") or {}).get("suspend"):
                 return qs
             admitted_at = time.monotonic() if admitted_at is None else admitted_at
