@@ -123,7 +123,7 @@ class Kube:
 
     def delete_tj(self, name: str) -> None:
         self.co.delete_namespaced_custom_object(GROUP, VERSION, NS, "trainjobs", name)
-        wait_until(lambda: not self.pods(name), timeout=30)
+        wait_until(lambda: not self.pods(name), timeout=90)
 
     def pods(self, job: str) -> list[Any]:
         sel = f"jobset.sigs.k8s.io/jobset-name={job}"
@@ -134,7 +134,7 @@ class Kube:
             pods = [p for p in self.pods(job) if p.status.phase == "Running"]
             return pods[0] if pods else None
 
-        return wait_until(check, timeout=30)
+        return wait_until(check, timeout=90)
 
     def events(self, name_prefix: str, reason: str) -> list[Any]:
         return [
@@ -144,7 +144,7 @@ class Kube:
         ]
 
     def wait_event(self, name_prefix: str, reason: str) -> Any:
-        return wait_until(lambda: (self.events(name_prefix, reason) or [None])[0], timeout=20)
+        return wait_until(lambda: (self.events(name_prefix, reason) or [None])[0], timeout=60)
 
 
 @pytest.fixture
@@ -198,7 +198,7 @@ def test_objects_served(kube: Kube, unique_name: Callable[[str], str]) -> None:
     }
     ns = unique_name("ns")
     kube.core.create_namespace({"metadata": {"name": ns}})
-    wait_until(lambda: kube.core.list_namespaced_service_account(ns).items)
+    wait_until(lambda: kube.core.list_namespaced_service_account(ns).items, timeout=60)
     name = unique_name("claim")
     kube.core.create_namespaced_persistent_volume_claim(NS, pvc(name, "2Gi"))
     claim = wait_until(
@@ -206,7 +206,8 @@ def test_objects_served(kube: Kube, unique_name: Callable[[str], str]) -> None:
             (c := kube.core.read_namespaced_persistent_volume_claim(name, NS)).status.phase
             == "Bound"
             and c
-        )
+        ),
+        timeout=60,
     )
     assert claim.spec.volume_name.startswith("pvc-")
     assert claim.spec.storage_class_name == "standard"
@@ -217,7 +218,7 @@ def test_objects_served(kube: Kube, unique_name: Callable[[str], str]) -> None:
     assert Path(pv.spec.host_path.path).is_dir()
     # deleting the claim deletes its volume and data (reclaim policy Delete)
     kube.core.delete_namespaced_persistent_volume_claim(name, NS)
-    wait_until(lambda: not Path(pv.spec.host_path.path).exists())
+    wait_until(lambda: not Path(pv.spec.host_path.path).exists(), timeout=60)
     with pytest.raises(ApiException) as info:
         kube.core.create_namespaced_persistent_volume_claim(
             NS, {"metadata": {"name": "x"}, "spec": {}}
@@ -276,7 +277,7 @@ def test_pvc_outlives_the_pod(
             return exc.status == 404
         return False
 
-    wait_until(gone)
+    wait_until(gone, timeout=90)
 
 
 def test_shm_size_and_empty_dir(
@@ -476,7 +477,7 @@ def _pending_reason(kube: Kube, job: str) -> tuple[str, str]:
                     return c.state.waiting.reason, c.state.waiting.message or ""
         return None
 
-    return wait_until(check, timeout=20)
+    return wait_until(check, timeout=60)
 
 
 def test_missing_claim_fails_scheduling(kube: Kube, unique_name: Callable[[str], str]) -> None:
@@ -678,7 +679,7 @@ def test_mpi_ranks_see_their_pods_mounts(
     try:
         wait_until(
             lambda: len([p for p in kube.pods(name) if p.status.phase == "Running"]) == 2,
-            timeout=30,
+            timeout=90,
         )
     except AssertionError:
         states = [(p.metadata.name, p.status.phase) for p in kube.pods(name)]
@@ -766,7 +767,10 @@ def test_kubectl_creates_and_lists_them(
     )
     kube.core.create_namespaced_persistent_volume_claim(NS, pvc(claim, "5Gi"))
     wait_until(
-        lambda: kube.core.read_namespaced_persistent_volume_claim(claim, NS).status.phase == "Bound"
+        lambda: (
+            kube.core.read_namespaced_persistent_volume_claim(claim, NS).status.phase == "Bound"
+        ),
+        timeout=60,
     )
     r = kubectl("get", "pvc", claim)
     header, row = r.stdout.splitlines()
@@ -778,3 +782,20 @@ def test_kubectl_creates_and_lists_them(
     r = kubectl("get", "secret", secret)
     assert r.stdout.splitlines()[1].split()[:3] == [secret, "Opaque", "2"]
     kube.core.delete_namespaced_persistent_volume_claim(claim, NS)
+
+
+def test_working_dir_on_a_volume(
+    kube: Kube, kubectl: Callable[..., Any], unique_name: Callable[[str], str]
+) -> None:
+    """A container whose workingDir is a mounted volume starts there, and so do its execs."""
+    runtime = kube.runtime_with(unique_name("rt-wd"), {"workingDir": "/work"})
+    name = unique_name("wd")
+    spec = {
+        "volumes": [{"name": "w", "emptyDir": {}}],
+        "containers": [{"name": "node", "volumeMounts": [{"name": "w", "mountPath": "/work"}]}],
+    }
+    kube.create_tj(name, spec, ["sh", "-c", "pwd > started-in; sleep 3600"], runtime=runtime)
+    pod = kube.running_pod(name)
+    script = "while [ ! -s /work/started-in ]; do sleep 0.05; done; pwd; cat /work/started-in"
+    assert sh(kubectl, pod, script) == "/work\n/work\n"
+    kube.delete_tj(name)

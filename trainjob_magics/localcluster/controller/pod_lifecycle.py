@@ -300,7 +300,9 @@ class PodLifecycle:
                         host, _, port = self.identity.address().rpartition(":")
                         sandbox.env["KUBERNETES_SERVICE_HOST"] = host
                         sandbox.env["KUBERNETES_SERVICE_PORT"] = port
-                sandbox.mount_ns = await mount_namespace.create(mounts, state, sandbox.workdir)
+                sandbox.mount_ns = await mount_namespace.create(
+                    mounts, state, sandbox.workdir, str(container.get("workingDir") or "")
+                )
                 owner = self._jobs.get(self._pod_owner.get((ns, name), ""))
                 if owner is not None and owner.hostfile is not None:
                     self._write_hostfile(owner)  # MPI ranks started in this pod join it

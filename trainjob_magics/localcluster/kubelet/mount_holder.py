@@ -14,8 +14,9 @@ a bind mount of each of the directory's entries (symlinks copied), plus the new 
 
 Its working directory is then the pod's (``workdir``), which the pod's processes take with
 its root (``nsenter -r -w``). It prints ``ready root`` or ``ready userns`` (or
-``error: <text>`` and exits 1) on stdout, then waits until its stdin closes: the pod's
-processes join the namespace with ``nsenter -t PID`` meanwhile. Nothing here imports the
+``error: <text>`` and exits 1) on stdout, then waits until it is killed (by the kubelet when
+the pod goes, or with the thread that started it: ``PR_SET_PDEATHSIG``); the pod's processes
+join the namespace with ``nsenter -t PID`` meanwhile. Nothing here imports the
 rest of the package (``-I``, a single thread).
 """
 
@@ -26,6 +27,7 @@ import ctypes.util
 import errno
 import json
 import os
+import signal
 import stat
 import sys
 
@@ -40,6 +42,7 @@ MS_BIND = 4096
 MS_MOVE = 8192
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+PR_SET_PDEATHSIG = 1
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.mount.argtypes = [
@@ -211,8 +214,16 @@ def apply(plan: list[dict]) -> None:
                 mount(None, target, None, flags)
 
 
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL when the thread that started this process ends (the local cluster stops)."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it ended before the line above
+        os._exit(1)
+
+
 def main() -> int:
     global _staging
+    _die_with_parent(int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid())
     with open(sys.argv[1]) as fh:
         doc = json.load(fh)
     plan, _staging = doc["mounts"], doc["staging"]
@@ -220,17 +231,15 @@ def main() -> int:
         mode = enter_namespace()
         apply(plan)
         # the pod's processes take this process's root and working directory (nsenter -r -w)
-        os.chdir(doc["workdir"])
+        # the container's workingDir when it names a directory of the namespace (a volume)
+        working_dir = doc.get("working_dir") or ""
+        os.chdir(working_dir if working_dir and os.path.isdir(working_dir) else doc["workdir"])
     except OSError as exc:
         print(f"error: {exc.strerror or exc}", flush=True)
         return 1
     print(f"ready {mode}", flush=True)
-    try:
-        while os.read(0, 4096):
-            pass
-    except OSError:
-        pass
-    return 0
+    while True:  # until the kubelet kills it (or its thread ends: PR_SET_PDEATHSIG)
+        signal.pause()
 
 
 if __name__ == "__main__":

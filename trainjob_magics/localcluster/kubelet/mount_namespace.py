@@ -58,18 +58,18 @@ class MountNamespace:
 
     async def close(self) -> None:
         """End the holder (the namespace goes with the pod's last process)."""
-        if self.proc.stdin is not None:
-            with contextlib.suppress(Exception):
-                self.proc.stdin.close()
         with contextlib.suppress(ProcessLookupError):
             self.proc.send_signal(signal.SIGKILL)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.proc.wait(), 5)
 
 
-async def create(mounts: list[Mount], state_dir: Path, workdir: Path) -> MountNamespace:
-    """Start the holder with ``mounts`` (parents first) in ``workdir``; MountNamespaceError
-    on failure."""
+async def create(
+    mounts: list[Mount], state_dir: Path, workdir: Path, working_dir: str = ""
+) -> MountNamespace:
+    """Start the holder with ``mounts`` (parents first) in ``workdir``, or in the container's
+    ``working_dir`` when that is a directory inside the namespace (e.g. a volume's);
+    MountNamespaceError on failure."""
     state_dir.mkdir(parents=True, exist_ok=True)
     staging = state_dir / "root-staging"
     staging.mkdir(exist_ok=True)
@@ -79,6 +79,7 @@ async def create(mounts: list[Mount], state_dir: Path, workdir: Path) -> MountNa
             {
                 "staging": str(staging),
                 "workdir": str(workdir),
+                "working_dir": working_dir,
                 "mounts": [m.as_json() for m in mounts],
             }
         )
@@ -91,7 +92,8 @@ async def create(mounts: list[Mount], state_dir: Path, workdir: Path) -> MountNa
             "-I",
             str(HOLDER),
             str(plan),
-            stdin=asyncio.subprocess.PIPE,
+            str(os.getpid()),
+            stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
