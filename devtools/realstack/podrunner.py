@@ -906,6 +906,7 @@ class PodState:
     mount_delay: float = 0.0
     volume_sync: dict[str, dict] = field(default_factory=dict)  # Resolver.sync_state()
     next_volume_sync: float = 0.0
+    mount_job: Any = None  # a Future of Runner._mount_work while it runs
 
     @property
     def spec(self) -> dict:
@@ -926,6 +927,8 @@ class PodState:
             "mounted": self.mounted,
             "volumeSync": self.volume_sync,
         }
+        # a pod deleted before it was prepared has no directory yet
+        self.dir.mkdir(parents=True, exist_ok=True)
         _atomic_write(self.dir / "state.json", json.dumps(data, indent=1))
 
 
@@ -946,6 +949,9 @@ class Runner:
         self.apiserver_port = self.api.port
         self.event_names: dict[tuple[str, str, str], tuple[str, int]] = {}
         self.provisioner = Provisioner(self.api, run, self._event, log)
+        from concurrent.futures import ThreadPoolExecutor  # not for the shims: imported here
+
+        self.mounter = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mount")
         self._adopt_dirs()
 
     # --- watches ----------------------------------------------------------------------------
@@ -1253,27 +1259,18 @@ class Runner:
         self._event(involved, typ, reason, message, host=st.spec.get("nodeName", ""))
 
     def _mount(self, st: PodState) -> None:
-        """Set up the pod's volumes in a mount namespace of its own (podvolumes.py); a volume
-        that cannot be set up yet is a FailedMount Event and a retry with back-off."""
-        node = self.nodes.get(st.spec.get("nodeName"), {})
-        alloc = (node.get("status") or {}).get("allocatable") or {}
-        resolver = podvolumes.Resolver(
-            self.api, st.pod, st.dir, allocatable=alloc, env_of=lambda c: self._env(st, c)
-        )
-        holder: int | None = None
+        """Set up the pod's volumes in a mount namespace of its own (podvolumes.py), on a worker
+        thread (API reads, a holder and a helper process: ~0.1 s) so that other pods go on; a
+        volume that cannot be set up yet is a FailedMount Event and a retry with back-off."""
+        if st.mount_job is None:
+            if time.time() >= st.mount_next:
+                st.mount_job = self.mounter.submit(self._mount_work, st)
+            return
+        if not st.mount_job.done():
+            return
+        job, st.mount_job = st.mount_job, None
         try:
-            plan = resolver.plan()
-            if plan.binds:
-                # not mounted yet: whatever namespace an earlier try left is dropped
-                self._drop_ns(st)
-                markers = {ENV_RUN: str(self.run), ENV_POD: st.uid}
-                proc = podvolumes.start_holder(st.dir, markers)
-                self._children.append(proc)
-                holder = proc.pid
-                podvolumes.apply(holder, plan)
-            else:
-                for d in plan.dirs:
-                    Path(d).mkdir(mode=0o777, parents=True, exist_ok=True)
+            resolver, plan, proc = job.result()
         except podvolumes.MountFailures as e:
             self._drop_ns(st)
             for volume, message in e.failures:
@@ -1286,19 +1283,51 @@ class Runner:
             st.mount_delay = min(max(st.mount_delay * 2, MOUNT_BACKOFF_INITIAL), MOUNT_BACKOFF_MAX)
             st.mount_next = time.time() + st.mount_delay
             return
-        except (ApiError, OSError, subprocess.SubprocessError) as e:
+        except Exception as e:
             self._drop_ns(st)
-            log(f"{st.namespace}/{st.name}: volumes: {e}")
+            log(f"{st.namespace}/{st.name}: volumes: {type(e).__name__}: {e}")
             st.mount_next = time.time() + 2.0
             return
+        if proc is not None:
+            self._children.append(proc)
+        if st.finished or st.terminating or st.deleted_api:
+            self._drop_ns(st)  # the pod went while its volumes were being set up
+            return
         st.mounted = True
-        if holder:
+        if proc is not None:
             st.volume_sync = resolver.sync_state(time.time())
             st.next_volume_sync = time.time() + VOLUME_SYNC
         self._cond(st, "PodReadyToStartContainers", "True")
         st.save()
-        if holder:
+        if proc is not None:
             log(f"{st.namespace}/{st.name}: {len(plan.binds)} mounts in its namespace")
+
+    def _mount_work(self, st: PodState) -> tuple[podvolumes.Resolver, podvolumes.Plan, Any]:
+        """The mounting itself (a worker thread): returns the holder process, if any."""
+        node = self.nodes.get(st.spec.get("nodeName"), {})
+        resolver = podvolumes.Resolver(
+            self.api,
+            st.pod,
+            st.dir,
+            allocatable=(node.get("status") or {}).get("allocatable") or {},
+            env_of=lambda c: self._env(st, c),
+        )
+        plan = resolver.plan()
+        if not plan.binds:
+            for d in plan.dirs:
+                Path(d).mkdir(mode=0o777, parents=True, exist_ok=True)
+            return resolver, plan, None
+        # not mounted yet: whatever namespace an earlier try left is dropped
+        self._drop_ns(st)
+        proc = podvolumes.start_holder(st.dir, {ENV_RUN: str(self.run), ENV_POD: st.uid})
+        try:
+            podvolumes.apply(proc.pid, plan)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            (st.dir / podvolumes.NS_FILE).unlink(missing_ok=True)
+            raise
+        return resolver, plan, proc
 
     def _sync_volumes(self, st: PodState) -> None:
         """Rewrite the file volumes whose ConfigMap/Secret changed or whose token is due, in
@@ -1509,6 +1538,8 @@ class Runner:
 
     def step(self, st: PodState) -> None:
         if st.finished:
+            if st.mount_job is not None:
+                self._mount(st)  # collects it and drops the namespace it made
             return
         for cs in st.containers.values():
             if cs.run is not None:
@@ -1531,8 +1562,7 @@ class Runner:
         if not st.containers:
             self._prepare(st)
         if not st.mounted:
-            if time.time() >= st.mount_next:
-                self._mount(st)
+            self._mount(st)
             if not st.mounted:
                 self._publish(st)
                 return
@@ -1863,7 +1893,7 @@ class Runner:
                     self.step(st)
                 except Exception:
                     log(f"{st.namespace}/{st.name}: {traceback.format_exc()}")
-                if st.finished and uid not in self.all_pods:
+                if st.finished and uid not in self.all_pods and st.mount_job is None:
                     del self.pods[uid]
             self._children = [p for p in self._children if p.poll() is None]
 
