@@ -46,8 +46,11 @@ def _counts(text: str) -> dict[str, int]:
     return found
 
 
-def _junit_counts(xml: Path, runtimes: list[str]) -> tuple[dict[str, int], dict[str, list[int]]]:
-    """Totals, and per runtime [passed, run] (a test's runtime is its ``[param]``)."""
+def _junit_counts(
+    xml: Path, runtimes: list[str], failures: list[str] | None = None
+) -> tuple[dict[str, int], dict[str, list[int]]]:
+    """Totals, and per runtime [passed, run] (a test's runtime is its ``[param]``); the names of
+    failed tests are appended to ``failures``."""
     found = dict.fromkeys(("passed", "failed", "skipped", "error"), 0)
     per: dict[str, list[int]] = {r: [0, 0] for r in runtimes}
     if not xml.exists():
@@ -62,6 +65,8 @@ def _junit_counts(xml: Path, runtimes: list[str]) -> tuple[dict[str, int], dict[
             else "passed"
         )
         found[outcome] += 1
+        if outcome == "failed" and failures is not None:
+            failures.append(case.get("name", "?"))
         param = re.search(r"\[([^\]]+)\]$", case.get("name", ""))
         runtime = param.group(1) if param else ""
         if runtime in per and outcome != "skipped":
@@ -96,10 +101,11 @@ def run_suite(suite: str, env: dict[str, str], out: Path, args: list[str]) -> di
     )
     row: dict = {"seconds": round(time.monotonic() - t, 1), "rc": proc.returncode}
     out.with_suffix(".log").write_text(proc.stdout + proc.stderr)
-    counts, per = _junit_counts(xml, runtimes)
+    failures: list[str] = []
+    counts, per = _junit_counts(xml, runtimes, failures)
     if not any(counts.values()):  # no report (collection error): the summary line
         counts = _counts(proc.stdout)
-    row.update(counts, runtimes=per)
+    row.update(counts, runtimes=per, failures=sorted(set(failures)))
     return row
 
 
@@ -159,6 +165,8 @@ def _table(rows: list[dict]) -> str:
     lines = []
     for r in rows:
         if r["result"] in ("pass", "fail"):
+            failed = (r.get("realcluster") or {}).get("failures") or []
+            result = r["result"] + (f" ({', '.join(failed)})" if failed else "")
             cells = [
                 r["passed"],
                 r["failed"] + r.get("error", 0),
@@ -170,12 +178,19 @@ def _table(rows: list[dict]) -> str:
                 r["test_s"],
             ]
         else:
+            result = r["result"]
             cells = [r.get("why", ""), "", "", "", "", "", "", ""]
         lines.append(
             "| "
             + " | ".join(
                 str(c)
-                for c in [r["trainer"], r["jobset"], r["kueue"] or "none", r["result"], *cells]
+                for c in [
+                    r["trainer"],
+                    r["jobset"],
+                    r["kueue"] or "none",
+                    result,
+                    *cells,
+                ]
             )
             + " |"
         )
