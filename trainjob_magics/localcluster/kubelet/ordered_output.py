@@ -112,9 +112,12 @@ class OrderedOutput:
     def _close_fds(self) -> None:
         for fd in list(self._channel):
             self._forget(fd)
-        for fd in (self._stop_r, self._stop_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        # once only: a second close would close whatever now has these numbers
+        stop_fds, self._stop_r, self._stop_w = (self._stop_r, self._stop_w), -1, -1
+        for fd in stop_fds:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         with contextlib.suppress(OSError, ValueError):
             self._epoll.close()
 
@@ -246,7 +249,8 @@ class OrderedOutput:
                 self._large[fd] = True
 
     def _forget(self, fd: int) -> None:
-        self._channel.pop(fd, None)
+        if self._channel.pop(fd, None) is None:
+            return  # already closed (by the reader thread or by close()): never twice
         self._large.pop(fd, None)
         with contextlib.suppress(OSError, ValueError):
             self._epoll.unregister(fd)
