@@ -355,6 +355,9 @@ def test_configmap_and_secret_files(
     assert out.splitlines() == ["lr: 0.1", "cfg", "s3cr3t", "400", "644", "..data/token"]
     r = kubectl("exec", pod.metadata.name, "--", "sh", "-c", "echo > /etc/creds/new")
     assert r.returncode != 0  # mounted read-only, as the kubelet mounts them
+    # a changed ConfigMap reaches the running pod's files (the kubelet's sync)
+    kube.core.patch_namespaced_config_map(cm, NS, {"data": {"app.yaml": "lr: 0.2\n"}})
+    wait_until(lambda: sh(kubectl, pod, "cat /etc/app/cfg/app.yaml") == "lr: 0.2\n", timeout=60)
     kube.delete_tj(name)
 
 

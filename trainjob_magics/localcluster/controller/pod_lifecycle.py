@@ -69,6 +69,7 @@ class PodLifecycle:
     _volume_wake: asyncio.Event | None
     _pod_tokens: dict[tuple[str, str], str]
     _releases: set[asyncio.Task[None]]
+    _pod_volumes: dict[tuple[str, str], PodVolumes]
 
     def _rjobs(self, st: JobState) -> list[dict[str, Any]]:
         return list(st.jobset_spec.get("replicatedJobs") or [])
@@ -303,6 +304,7 @@ class PodLifecycle:
                 sandbox.mount_ns = await mount_namespace.create(
                     mounts, state, sandbox.workdir, str(container.get("workingDir") or "")
                 )
+                self._pod_volumes[(ns, name)] = volumes
                 owner = self._jobs.get(self._pod_owner.get((ns, name), ""))
                 if owner is not None and owner.hostfile is not None:
                     self._write_hostfile(owner)  # MPI ranks started in this pod join it
@@ -483,8 +485,17 @@ class PodLifecycle:
             processes.kill_all(sb)
             await self._release_mounts(key, sb)
 
+    def refresh_volumes(self, kind_key: str, namespace: str, name: str) -> None:
+        """A ConfigMap or Secret changed: the volumes of running pods that show it are written
+        again (the kubelet syncs them about once a minute; ``subPath`` mounts and env stay)."""
+        kind = "configmap" if kind_key == "configmaps" else "secret"
+        for (ns, _pod), volumes in list(self._pod_volumes.items()):
+            if ns == namespace:
+                volumes.refresh(kind, name)
+
     async def _release_mounts(self, key: tuple[str, str], sb: processes.PodSandbox) -> None:
         """The pod's mount namespace ends with its processes; its token is refused from now."""
+        self._pod_volumes.pop(key, None)
         ns = sb.mount_ns
         sb.mount_ns = None
         if ns is not None:

@@ -44,7 +44,7 @@ from ..kubelet import processes
 from ..kubelet.container_status import pod_ready
 from ..kubelet.image_pull import ImageService
 from ..kubelet.node import NodeResources, node_resources
-from ..kubelet.volumes import PodIdentity
+from ..kubelet.volumes import PodIdentity, PodVolumes
 from .core_objects import CoreObjects
 from .job_state import JobState
 from .job_status import JobStatusUpdater
@@ -110,6 +110,7 @@ class Controller(PodLifecycle, JobStatusUpdater):
         self._volume_wake: asyncio.Event | None = None
         self._pod_tokens: dict[tuple[str, str], str] = {}
         self._releases: set[asyncio.Task[None]] = set()
+        self._pod_volumes: dict[tuple[str, str], PodVolumes] = {}
         self._jobs: dict[str, JobState] = {}
         self._pod_owner: dict[tuple[str, str], str] = {}
         self._pod_tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -210,6 +211,8 @@ class Controller(PodLifecycle, JobStatusUpdater):
             # a pod creation or a volume waited for this object (FailedCreate, FailedMount,
             # FailedScheduling): try again, as the informers of those components do
             self._on_dependency(ev.kind_key, ns)
+            if ev.kind_key in (CONFIGMAPS.key, SECRETS.key):
+                self.refresh_volumes(ev.kind_key, ns, name)
         if ev.kind_key == TRAINJOBS.key:
             if ev.type == "DELETED":
                 self._cascade(meta.get("uid", ""))

@@ -211,6 +211,17 @@ class PodVolumes:
             mounts.append(Mount(vm["mountPath"], source, read_only))
         return sorted(mounts, key=lambda m: m.target.rstrip("/").count("/"))
 
+    def refresh(self, kind: str, name: str) -> None:
+        """Write again the ConfigMap (``kind`` "configmap") or Secret ("secret") volumes and
+        projections of ``name``, as the kubelet's periodic sync does; a source that is gone or
+        broken leaves what was written (the kubelet keeps the last payload)."""
+        for volume in (self.pod.get("spec") or {}).get("volumes") or []:
+            if _uses(volume, kind, name):
+                try:
+                    self._set_up(volume)
+                except (ValueError, OSError):
+                    continue
+
     def _shm_size(self, name: str) -> int | None:
         volume = next(
             v for v in (self.pod.get("spec") or {}).get("volumes") or [] if v.get("name") == name
@@ -355,6 +366,18 @@ class PodVolumes:
             sa = (self.pod.get("spec") or {}).get("serviceAccountName") or "default"
             self._token = self.identity.mint_token(self.namespace, sa)
         return self._token
+
+
+def _uses(volume: dict[str, Any], kind: str, name: str) -> bool:
+    if kind == "configmap" and (volume.get("configMap") or {}).get("name") == name:
+        return True
+    if kind == "secret" and (volume.get("secret") or {}).get("secretName") == name:
+        return True
+    for source in (volume.get("projected") or {}).get("sources") or []:
+        key = "configMap" if kind == "configmap" else "secret"
+        if (source.get(key) or {}).get("name") == name:
+            return True
+    return False
 
 
 def field_value(pod: dict[str, Any], field_path: str) -> str:
