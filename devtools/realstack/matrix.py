@@ -79,7 +79,7 @@ def run_suite(suite: str, env: dict[str, str], out: Path, args: list[str]) -> di
     """``pytest SUITE`` with ``env``: its counts, per-runtime counts, seconds and exit code; the
     output in ``OUT.log``."""
     runtimes = [r for r in env.get("TRAINJOB_MAGICS_E2E_RUNTIMES", "").split(",") if r]
-    xml = out.with_suffix(".xml")
+    xml = out.parent / f"{out.name}.xml"  # not with_suffix: versions have dots
     t = time.monotonic()
     proc = subprocess.run(
         [
@@ -100,7 +100,7 @@ def run_suite(suite: str, env: dict[str, str], out: Path, args: list[str]) -> di
         text=True,
     )
     row: dict = {"seconds": round(time.monotonic() - t, 1), "rc": proc.returncode}
-    out.with_suffix(".log").write_text(proc.stdout + proc.stderr)
+    (out.parent / f"{out.name}.log").write_text(proc.stdout + proc.stderr)
     failures: list[str] = []
     counts, per = _junit_counts(xml, runtimes, failures)
     if not any(counts.values()):  # no report (collection error): the summary line
