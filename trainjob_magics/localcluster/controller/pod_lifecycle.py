@@ -102,7 +102,8 @@ class PodLifecycle:
                 envs[sb.hostname] = {
                     k: v for k, v in sb.env.items() if k not in ("PATH", "HOME", "HOSTNAME")
                 }
-                if sb.mount_ns is not None:
+                # as root only: a process in one pod's user namespace cannot enter another's
+                if sb.mount_ns is not None and sb.mount_ns.mode == "root":
                     enter[sb.hostname] = sb.mount_ns.enter_argv([])
         processes.write_hostfile(st.hostfile, names, dirs, envs, enter)
 
