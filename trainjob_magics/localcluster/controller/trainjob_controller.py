@@ -177,6 +177,8 @@ class Controller(PodLifecycle, JobStatusUpdater):
         for key, sb in list(self.sandboxes.items()):
             processes.kill_all(sb)
             await self._release_mounts(key, sb)
+        # mount namespaces of pods forgotten just before (their holders reaped on this loop)
+        await asyncio.gather(*list(self._releases), return_exceptions=True)
         self.faults.set_pod_failer(None)
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
