@@ -24,6 +24,7 @@ BEGIN, END = "<!-- matrix -->", "<!-- /matrix -->"
 # tests/realcluster decides the result; tests/differential (when the checkout has it) reads the
 # stack the same way and gets a column of its own
 SUITES = {"realcluster": "tests/realcluster", "differential": "tests/differential"}
+SUITE_TIMEOUT = 2400  # seconds per suite and pair
 
 
 def _pairs(spec: str) -> list[tuple[str, str | None, str]]:
@@ -81,30 +82,27 @@ def run_suite(suite: str, env: dict[str, str], out: Path, args: list[str]) -> di
     runtimes = [r for r in env.get("TRAINJOB_MAGICS_E2E_RUNTIMES", "").split(",") if r]
     xml = out.parent / f"{out.name}.xml"  # not with_suffix: versions have dots
     t = time.monotonic()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "-rs",
-            f"--junitxml={xml}",
-            suite,
-            *args,
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    row: dict = {"seconds": round(time.monotonic() - t, 1), "rc": proc.returncode}
-    (out.parent / f"{out.name}.log").write_text(proc.stdout + proc.stderr)
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs"]
+    try:
+        proc = subprocess.run(
+            [*argv, f"--junitxml={xml}", suite, *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=SUITE_TIMEOUT,
+        )
+        rc, text = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as exc:  # a hung suite must not hold the whole matrix
+        rc = -1
+        out_b = (exc.stdout or b"") + (exc.stderr or b"")  # bytes, even with text=True
+        text = f"{out_b.decode(errors='replace')}\n{suite}: timed out after {SUITE_TIMEOUT} s"
+    row: dict = {"seconds": round(time.monotonic() - t, 1), "rc": rc}
+    (out.parent / f"{out.name}.log").write_text(text)
     failures: list[str] = []
     counts, per = _junit_counts(xml, runtimes, failures)
     if not any(counts.values()):  # no report (collection error): the summary line
-        counts = _counts(proc.stdout)
+        counts = _counts(text)
     row.update(counts, runtimes=per, failures=sorted(set(failures)))
     return row
 
