@@ -265,3 +265,20 @@ def test_a_higher_priority_workload_preempts_a_lower_one(tmp_path) -> None:
         sim.sync()
     high = sim.workload_for("high", "default")
     assert {c["type"]: c["status"] for c in high["status"]["conditions"]}["Admitted"] == "True"
+
+
+@pytest.mark.parametrize(
+    ("version", "labelled"), [("0.17.0", True), ("0.17.1", True), ("0.17", False)]
+)
+def test_kueue_0_17_0_labels_the_jobset_with_the_queue(
+    tmp_path, version: str, labelled: bool
+) -> None:
+    """trainjob_webhook.go at v0.17.0/v0.17.1 (gone in v0.17.2): the patch's template.metadata
+    carries the queue label (found by tests/differential on the v0.17.0 stack)."""
+    sim = make_sim(tmp_path, version, "2.2")
+    tj = created(sim, **{"kueue.x-k8s.io/queue-name": "user-queue"})
+    [patch] = tj["spec"]["runtimePatches"]
+    meta = patch["trainingRuntimeSpec"]["template"].get("metadata")
+    assert (meta == {"labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}) is labelled
+    plain = created(sim)
+    assert plain["spec"]["runtimePatches"] == [SKELETON]

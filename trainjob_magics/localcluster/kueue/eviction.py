@@ -63,9 +63,13 @@ class Eviction(SimulationState):
         C.put(wl, C.ADMITTED, False, "NoReservation", C.NO_RESERVATION_MSG)
         if (wl.get("spec") or {}).get("active") is False:
             return
-        count = int((status.get("requeueState") or {}).get("count") or 0) + 1
-        status["requeueState"] = {"count": count}
         backoff = self.config.requeue_backoff
+        # requeueState counts the backoff requeues of waitForPodsReady and admission checks
+        # (pkg/controller/core/workload_controller.go); a preemption leaves it unset (measured
+        # on v0.19.2)
+        if backoff > 0 or reason in ("PodsReadyTimeout", "AdmissionCheck"):
+            count = int((status.get("requeueState") or {}).get("count") or 0) + 1
+            status["requeueState"] = {"count": count}
         if backoff > 0:
             at = now + backoff
             self._requeue_at[uid] = at

@@ -108,7 +108,10 @@ class Scheduling(SimulationState):
                 victims = self._preemption_targets(wl, cq, used)
                 if victims:
                     self._preempt_for(wl, victims, now, cq["metadata"]["name"])
-                    result.message += f". Pending the preemption of {len(victims)} workload(s)"
+                    self._preempting[uid] = len(victims)
+                if uid in self._preempting:  # until the victims' quota is free
+                    n = self._preempting[uid]
+                    result.message += f". Pending the preemption of {n} workload(s)"
             if not result.ok or blocked:
                 if result.ok:  # StrictFIFO: the head blocks everyone behind it
                     result.reason, result.message = C.WAITING_FOR_QUOTA, self._head_message(wl)
@@ -116,6 +119,7 @@ class Scheduling(SimulationState):
                 blocked = blocked or strict
                 continue
             used = add(used, result.usage)
+            self._preempting.pop(uid, None)
             self._admit(wl, cq, result.pod_sets, now)
 
     def _preemption_targets(

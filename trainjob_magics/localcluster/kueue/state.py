@@ -28,6 +28,7 @@ class SimulationState:
     _max_exec: dict[str, int]
     _reserved_at: dict[str, float]  # waiting for (simulated) admission checks
     _running: dict[str, list[dict[str, Any]]]  # ClusterQueue -> admitted, not evicted (a pass)
+    _preempting: dict[str, int]  # preemptor workload uid -> workloads it waits to preempt
     _loop: asyncio.AbstractEventLoop | None
     _wakeup: asyncio.Event | None
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..controller.versions import kueue_release
 from ..core.resources import TRAINJOBS, Kind
 from ..core.store import Store
 from .kinds import (
@@ -112,7 +113,14 @@ class TrainJobWebhook:
         if self.config.patches_runtime:
             # appended unconditionally (trainjob_webhook.go Default: ``append`` after the
             # suspend decision; a second webhook call could duplicate it before 0.20, #15213)
-            spec.setdefault("runtimePatches", []).append(skeleton_patch())
+            patch = skeleton_patch()
+            if queue is not None and kueue_release(self.config.version) <= (17, 1):
+                # v0.17.0 and v0.17.1 also label the JobSet with the queue through the patch
+                # (trainjob_webhook.go at v0.17.0: Template.Metadata; gone in v0.17.2)
+                patch["trainingRuntimeSpec"]["template"]["metadata"] = {
+                    "labels": {QUEUE_NAME_LABEL: queue}
+                }
+            spec.setdefault("runtimePatches", []).append(patch)
         return []
 
     def covers(self, namespace: str) -> bool:
