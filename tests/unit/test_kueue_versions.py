@@ -193,6 +193,7 @@ def test_unsuspend_with_volumes_under_trainer_2_3(tmp_path, version: str, starts
     whose runtime patch carries CEL-immutable fields (trainer#3888); 0.20 merge-patches
     (kueue#14836). The Workload is admitted either way."""
     sim = make_sim(tmp_path, version)
+    sim.config.unsuspend_update_fails = True  # the failure mode of trainer#3888
     body = created(sim, **{"kueue.x-k8s.io/queue-name": "user-queue"})
     body["spec"]["runtimePatches"].insert(
         0,
@@ -282,3 +283,18 @@ def test_kueue_0_17_0_labels_the_jobset_with_the_queue(
     assert (meta == {"labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}) is labelled
     plain = created(sim)
     assert plain["spec"]["runtimePatches"] == [SKELETON]
+
+
+def test_kueue_0_14_to_0_16_label_the_jobset_through_spec_labels(tmp_path) -> None:
+    """trainjob_webhook.go at v0.14.8/v0.16.9: a queued TrainJob's spec.labels gets the queue
+    (found by tests/differential on the Trainer 2.1 + Kueue 0.14.8 stack)."""
+    sim = make_sim(tmp_path, "0.14", "2.1")
+    tj = created(sim, **{"kueue.x-k8s.io/queue-name": "user-queue"})
+    assert tj["spec"]["labels"] == {"kueue.x-k8s.io/queue-name": "user-queue"}
+    assert "labels" not in created(sim)["spec"]
+    assert (
+        "labels"
+        not in created(make_sim(tmp_path, "0.17", "2.2"), **{"kueue.x-k8s.io/queue-name": "q"})[
+            "spec"
+        ]
+    )

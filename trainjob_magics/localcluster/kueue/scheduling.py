@@ -168,9 +168,10 @@ class Scheduling(SimulationState):
             theirs = int((victim.get("spec") or {}).get("priority") or 0)
             message = (
                 f"Preempted to accommodate a workload (UID: {preemptor['metadata']['uid']}, "
-                f"JobUID: {job_uid}) due to prioritization in the ClusterQueue; preemptor path: "
-                f"/{cq}; preemptee path: /{cq}"
+                f"JobUID: {job_uid}) due to prioritization in the ClusterQueue"
             )
+            if self.config.minor >= 15:  # the paths: pkg/scheduler/preemption at v0.15+
+                message += f"; preemptor path: /{cq}; preemptee path: /{cq}"
             priorities = (
                 f"preemptor effective priority: {mine} (base: {mine}, boost: 0); "
                 f"preemptee effective priority: {theirs} (base: {theirs}, boost: 0)"
@@ -178,16 +179,23 @@ class Scheduling(SimulationState):
             self._evict(victim, "Preempted", message, now)
             victim = self._write(victim)
             meta = victim["metadata"]
-            for obj, reason, text in (
-                (
-                    preemptor,
-                    "PreemptedWorkload",
-                    f"Preempted workload {meta['namespace']}/{meta['name']} (UID: {meta['uid']}) "
-                    f"in ClusterQueue {cq}; {priorities}",
-                ),
-                (victim, "Preempted", f"{message}; {priorities}"),
+            events = [
+                (victim, "Preempted", message),
                 (victim, "EvictedDueToPreempted", message),
-            ):
+            ]
+            if self.config.minor >= 17:
+                # measured: v0.19.2 adds the priorities and a PreemptedWorkload Event on the
+                # preemptor; v0.14.8 does neither (versions in between not measured)
+                events[0] = (victim, "Preempted", f"{message}; {priorities}")
+                events.append(
+                    (
+                        preemptor,
+                        "PreemptedWorkload",
+                        f"Preempted workload {meta['namespace']}/{meta['name']} (UID: "
+                        f"{meta['uid']}) in ClusterQueue {cq}; {priorities}",
+                    )
+                )
+            for obj, reason, text in events:
                 record_event(
                     self.store, obj, reason=reason, message=text, component="kueue-admission"
                 )

@@ -87,6 +87,11 @@ class KueueConfig:
     kueue_namespace: str = "kueue-system"
     # the Trainer version Kueue drives (set by LocalCluster): 2.3's CEL rules and merge matter
     trainer_version: str = ""
+    # kubeflow/trainer#3888: Kueue <= 0.19's full Update on unsuspend rejected by Trainer 2.3's
+    # CEL rules when another runtime patch has volumes/containers. Off by default: measured on
+    # Trainer v2.3.0 + Kueue v0.19.2 (tests/differential), an emptyDir volume and its mount
+    # start fine; the rejection needs a patch the round trip changes. True imitates it.
+    unsuspend_update_fails: bool = False
 
     def __post_init__(self) -> None:
         self.version = check_kueue_version(self.version)

@@ -76,6 +76,7 @@ class TrainJobSync(SimulationState):
             return
         if (
             admitted
+            and self.config.unsuspend_update_fails
             and self.config.trainer_version == "2.3"
             and not self.config.merge_patches_admission
             and update_refused_on_unsuspend(tj)

@@ -110,6 +110,10 @@ class TrainJobWebhook:
             if self._multikueue(namespace, queue):
                 spec["managedBy"] = MULTIKUEUE_CONTROLLER
             spec["suspend"] = True
+            if self.config.minor <= 16:
+                # v0.14-v0.16 also label the JobSet through Trainer 2.0/2.1's spec.labels
+                # (trainjob_webhook.go at v0.14.8 and v0.16.9)
+                spec.setdefault("labels", {})[QUEUE_NAME_LABEL] = queue
         if self.config.patches_runtime:
             # appended unconditionally (trainjob_webhook.go Default: ``append`` after the
             # suspend decision; a second webhook call could duplicate it before 0.20, #15213)
