@@ -99,7 +99,8 @@ class SessionRegistry:
             self._entries.pop(alias, None)
             entry = Entry(alias, session, dict(settings or {}))
             self._entries[alias] = entry
-            return entry
+        _close_first_at_exit()
+        return entry
 
     def find(self, alias: str | None = None) -> Entry | None:
         """The entry for ``alias`` (default session when None), or None."""
@@ -223,6 +224,15 @@ def _at_exit() -> None:
         close_all_registries(report=lambda line: print(line, file=sys.stderr))
     finally:
         session_log.removeFilter(quiet)
+
+
+def _close_first_at_exit() -> None:
+    """Move our exit hook to the front: atexit runs hooks last-registered first, and the
+    kubernetes client registers the removal of its kubeconfig temp files (the CA and client
+    certificate data the session's TLS reads) when it first loads a kubeconfig, after this
+    module was imported. Run after that, the close found no CA file and left the TrainJob."""
+    atexit.unregister(_at_exit)
+    atexit.register(_at_exit)
 
 
 atexit.register(_at_exit)
