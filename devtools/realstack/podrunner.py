@@ -130,6 +130,7 @@ ENV_SHIM = "TRAINJOB_REALSTACK_SHIM"
 POD_IP = "127.0.0.1"
 STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NO_COMMAND = ["sleep", "infinity"]
+STOP_FILE = "stop.sent"  # in a container run's directory: the stop signal was sent
 # An MPI worker's sshd (the deepspeed and MPI runtimes' node pods): a keep-alive instead.
 SSHD_COMMANDS = frozenset({"sshd"})
 FIELD_MANAGER = "trainjob-magics-realstack"
@@ -781,6 +782,22 @@ class Run:
     started_at: str = ""
     pid: int = 0
     result: dict | None = None
+    stopped: bool = False  # the stop signal was sent to its main process (``stop``)
+
+    def __post_init__(self) -> None:
+        # a runner restarted during a pod's grace period does not signal it a second time
+        self.stopped = (self.dir / STOP_FILE).exists()
+
+    def stop(self, sig: int) -> None:
+        """Send the stop signal to the main process, once. A run whose pid is not known yet
+        (its supervisor has not started it) is signalled by a later call, after ``refresh``."""
+        if self.stopped or not self.pid or self.result is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.pid, sig)
+        self.stopped = True
+        with contextlib.suppress(OSError):
+            (self.dir / STOP_FILE).write_text(str(sig))
 
     def refresh(self) -> None:
         if self.result is not None:
@@ -893,7 +910,6 @@ class PodState:
     )  # type -> (status, time, reason, msg)
     kwok_objects: bool = False
     terminating: bool = False
-    term_signalled: bool = False
     killed: bool = False
     deleted_api: bool = False
     finished: bool = False
@@ -1411,6 +1427,8 @@ class Runner:
         raise KeyError(name)
 
     def _start(self, st: PodState, cs: CState) -> None:
+        if st.terminating or st.pod["metadata"].get("deletionTimestamp"):
+            return  # the kubelet starts no container of a terminating pod
         c = self._spec_of(st, cs.name)
         try:
             env = self._env(st, c)
@@ -1541,11 +1559,11 @@ class Runner:
             if st.mount_job is not None:
                 self._mount(st)  # collects it and drops the namespace it made
             return
-        for cs in st.containers.values():
-            if cs.run is not None:
-                cs.run.refresh()
-                if cs.run.result is not None:
-                    self._on_exit(st, cs)
+        if st.pod["metadata"].get("deletionTimestamp") and not st.terminating:
+            # before the exits below are recorded: no restart for a terminating pod
+            st.terminating = True
+            log(f"{st.namespace}/{st.name}: deletion requested: stopping its containers")
+        self._refresh_runs(st)
         if st.deleted_api:
             self._kill_now(st)
             st.finished = True
@@ -1680,15 +1698,27 @@ class Runner:
             st._term_start = time.time()  # type: ignore[attr-defined]
         return min(ts if ts is not None else math.inf, st._term_start + grace)  # type: ignore[attr-defined]
 
+    def _refresh_runs(self, st: PodState) -> None:
+        """Read what the supervisors wrote (pids, exits); record the exits."""
+        for cs in st.containers.values():
+            if cs.run is not None:
+                cs.run.refresh()
+                if cs.run.result is not None:
+                    self._on_exit(st, cs)
+
     def _terminate(self, st: PodState) -> None:
-        if not st.terminating:
-            st.terminating = True
-            log(f"{st.namespace}/{st.name}: deletion requested: stopping its containers")
+        """The kubelet's killPod for a pod with a deletionTimestamp. No container starts any
+        more (pod_workers.go: a terminating pod goes to SyncTerminatingPod, never SyncPod
+        again). Each container's main process gets the stop signal as soon as its pid is known,
+        also one whose start was in flight when the deletion came (its supervisor spawned, the
+        pid not yet written): called every loop, this signals it the moment the pid appears
+        (kuberuntime_container.go killContainer: StopContainer with the grace period). At the
+        end of the grace period, SIGKILL to every process of the pod."""
+        st.terminating = True
+        self._refresh_runs(st)
         running = [cs for cs in st.containers.values() if cs.run is not None]
-        if not st.term_signalled:
-            st.term_signalled = True
-            for cs in running:
-                self._signal_main(cs, signal.SIGTERM)
+        for cs in running:
+            cs.run.stop(signal.SIGTERM)
         if running and time.time() < self._grace_deadline(st):
             self._publish(st)
             return
@@ -1706,6 +1736,10 @@ class Runner:
                 if cs.run is not None:
                     cs.run.refresh()
                     if cs.run.result is None:
+                        # its supervisor recorded no exit (it may not have started the process
+                        # yet): it goes too, so that it cannot start one after the sweep below
+                        with contextlib.suppress(OSError, ValueError):
+                            os.kill(int((cs.run.dir / "shim.pid").read_text()), signal.SIGKILL)
                         cs.run.result = {
                             "exitCode": 137,
                             "reason": "Error",
@@ -1865,23 +1899,29 @@ class Runner:
 
     # --- main loop ----------------------------------------------------------------------------
 
+    def _handle_events(self, wait: float) -> None:
+        """Handle the queued watch events, waiting up to ``wait`` seconds for more."""
+        deadline = time.time() + wait
+        queued = self.events.qsize()  # without a wait: those only (a flood cannot hold it)
+        while True:
+            timeout = deadline - time.time()
+            if timeout <= 0 and queued <= 0:
+                return
+            queued -= 1
+            try:
+                kind, typ, obj = self.events.get(timeout=max(timeout, 0.0))
+            except queue.Empty:
+                return
+            try:
+                self.handle(kind, typ, obj)
+            except Exception:
+                log(f"event {kind} {typ}: {traceback.format_exc()}")
+
     def serve(self, ready_file: Path | None) -> None:
         self.start_watches()
         announced = False
         while not self.stop.is_set():
-            deadline = time.time() + 0.1
-            while True:
-                timeout = deadline - time.time()
-                if timeout <= 0:
-                    break
-                try:
-                    kind, typ, obj = self.events.get(timeout=timeout)
-                except queue.Empty:
-                    break
-                try:
-                    self.handle(kind, typ, obj)
-                except Exception:
-                    log(f"event {kind} {typ}: {traceback.format_exc()}")
+            self._handle_events(0.1)
             if not announced and all(self.synced.values()):
                 announced = True
                 self._orphans()
@@ -1889,6 +1929,9 @@ class Runner:
                     _atomic_write(ready_file, str(os.getpid()))
                 log(f"synced: {len(self.nodes)} nodes, {len(self.pods)} pods here")
             for uid, st in list(self.pods.items()):
+                # what came while the pods before it were stepped: a deletion is seen before
+                # the step would start a container of the pod
+                self._handle_events(0.0)
                 try:
                     self.step(st)
                 except Exception:

@@ -23,6 +23,7 @@ import pytest
 
 from devtools.realstack import paths, procs
 from devtools.realstack.context import StackContext
+from devtools.realstack.podrunner import KubeApi, pod_path
 
 REQUIRE = os.environ.get("TRAINJOB_MAGICS_REQUIRE_REALSTACK") == "1"
 TIMEOUT = 60.0
@@ -318,3 +319,39 @@ def test_a_job_replaces_its_failed_pod(stack: StackContext, ns: str) -> None:
     pods = get(stack, "pods", "-n", ns, "-l", "job-name=flaky")["items"]
     assert len({p["metadata"]["uid"] for p in pods}) >= 2
     assert all(p["status"]["phase"] == "Failed" for p in pods)
+
+
+def test_a_pod_deleted_as_its_container_starts_is_gone_before_its_grace_ends(
+    stack: StackContext, ns: str
+) -> None:
+    """A deletion that reaches the runner while a container's start is in flight (its
+    supervisor spawned, the main process's pid not yet known) still sends the stop signal as
+    soon as the pid is known, as the kubelet's killContainer does: the pod ends long before its
+    60 s grace period. Several pods at once, each deleted the moment its status first says
+    ``running`` (the runner publishes that right after spawning the supervisor)."""
+    api = KubeApi(stack.admin_kubeconfig)
+    names = [f"early-stop-{i}" for i in range(4)]
+    path = f"/api/v1/namespaces/{ns}/pods"
+    rv = api.get(path)["metadata"]["resourceVersion"]
+    for name in names:
+        api.request("POST", path, pod(name, ns, ["sleep", "3600"], grace=60))
+    deleted: set[str] = set()
+    for ev in api.watch(path, rv, timeout=int(TIMEOUT)):
+        obj = ev["object"]
+        name = obj.get("metadata", {}).get("name")
+        if ev["type"] == "BOOKMARK" or name not in names or name in deleted:
+            continue
+        statuses = (obj.get("status") or {}).get("containerStatuses") or []
+        if any("running" in (cs.get("state") or {}) for cs in statuses):
+            api.request("DELETE", pod_path(ns, name), ok404=True)  # the pod's grace: 60 s
+            deleted.add(name)
+            if len(deleted) == len(names):
+                break
+    assert deleted == set(names), f"never seen running: {sorted(set(names) - deleted)}"
+
+    def all_gone() -> bool:
+        left = {p["metadata"]["name"] for p in get(stack, "pods", "-n", ns)["items"]}
+        return not left & set(names)
+
+    # a stop signal that never came would keep them until SIGKILL at the end of the 60 s
+    until("pods deleted as they started to be gone well within their grace", all_gone, 20)
