@@ -45,8 +45,9 @@ stack manages:
   the kubelet's back-off (0 s, 10 s, 20 s, ... 300 s) and ``restartCount + 1``.
 - An exec into the pod (the node agent) runs the container's ``spec.json``: the same ``work/``
   directory, the same env and, when the pod has one, its mount namespace.
-- Deleting or evicting a pod ends every process of it, as its cgroup would: SIGTERM to each
-  container's main process, SIGKILL at the end of the grace period (the pod's
+- Deleting or evicting a pod ends every process of it, as its cgroup would: no container of it
+  starts any more, SIGTERM to each container's main process as soon as its pid is known (one
+  whose start was in flight too), SIGKILL at the end of the grace period (the pod's
   ``deletionTimestamp``) to every process whose environment carries the pod's
   ``TRAINJOB_REALSTACK_POD_UID`` (exec'd processes included: the agent starts them with the
   container's env), that is in the pod's mount namespace, or that is in the session of one of
