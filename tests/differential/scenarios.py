@@ -20,6 +20,7 @@ from tests.differential.targets import Target
 from trainjob_magics import attach, close_trainjob, connect
 from trainjob_magics.engine import errors as E
 
+KUEUE = "kueue.x-k8s.io"
 WAIT = float(os.environ.get("TRAINJOB_MAGICS_DIFF_TIMEOUT", "240"))
 MPI_RUNTIME = "deepspeed-distributed"  # mlPolicy.mpi: launcher + nodes over Open MPI
 RUNTIMES = ("torch-distributed", MPI_RUNTIME)
@@ -277,6 +278,88 @@ def unknown_priority_class(run: Run) -> list[str]:
     return [ns]
 
 
+def multikueue_refusal(run: Run) -> list[str]:
+    """A LocalQueue whose ClusterQueue has a MultiKueue AdmissionCheck: Kueue's webhook sets
+    ``spec.managedBy: kueue.x-k8s.io/multikueue`` (jobframework.ApplyDefaultForManagedBy at
+    v0.19.2: the MultiKueue gate, beta and on since 0.9, and an AdmissionCheck of that
+    controllerName in the cache, Active or not), the engine refuses at once and deletes the
+    job. No MultiKueueConfig or worker cluster is needed for the webhook's decision."""
+    t, rec = run.t, run.rec
+    ns = t.queued_namespace
+    tag = uuid.uuid4().hex[:6]
+    check, cq, lq = f"dmk-{tag}-check", f"dmk-{tag}-cq", f"dmk-{tag}-lq"
+    rec.norm.name(check, "<mk-check>")
+    rec.norm.name(cq, "<mk-cq>")
+    rec.norm.name(lq, "<mk-lq>")
+    api = json.loads(t.kubectl("get", "--raw", "/apis/kueue.x-k8s.io").stdout or "{}")
+    version = api["preferredVersion"]["groupVersion"]
+    objs = [
+        {
+            "apiVersion": version,
+            "kind": "AdmissionCheck",
+            "metadata": {"name": check},
+            "spec": {"controllerName": "kueue.x-k8s.io/multikueue"},
+        },
+        {
+            "apiVersion": version,
+            "kind": "ClusterQueue",
+            "metadata": {"name": cq},
+            "spec": {
+                "namespaceSelector": {},
+                **(
+                    {"admissionChecks": [check]}
+                    if version.endswith("v1beta1")
+                    else {"admissionChecksStrategy": {"admissionChecks": [{"name": check}]}}
+                ),
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory"],
+                        "flavors": [
+                            {
+                                "name": "default-flavor",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": "4"},
+                                    {"name": "memory", "nominalQuota": "8Gi"},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": version,
+            "kind": "LocalQueue",
+            "metadata": {"name": lq, "namespace": ns},
+            "spec": {"clusterQueue": cq},
+        },
+    ]
+    made: list[tuple[str, ...]] = []
+    try:
+        for obj in objs:
+            kind = f"{obj['kind'].lower()}s.kueue.x-k8s.io"
+            t.kubectl("create", "-f", "-", stdin=json.dumps(obj), check=True)
+            made.append(
+                (kind, obj["metadata"]["name"])
+                + (("-n", ns) if obj["kind"] == "LocalQueue" else ())
+            )
+        # the webhook reads Kueue's caches: the LocalQueue must be known there first
+        wait_for(lambda: t.get_json(f"localqueues.{KUEUE}", lq, "-n", ns) is not None, 30)
+        s = run.connect("mk", ns, queue=lq, timeout=60)
+        name = run.names[-1][0]
+        rec.put("left", {"trainjob_gone": run.gone(name, ns, 30)})
+        if s is not None:
+            rec.job_status("connected", s.status())
+            rec.snapshot("connected", name, ns)
+    finally:
+        run.cleanup()
+        for made_obj in reversed(made):
+            t.kubectl("delete", *made_obj, "--wait=false")
+        for made_obj in made:
+            wait_for(lambda made_obj=made_obj: t.get_json(*made_obj) is None, 60)
+    return [ns]
+
+
 def default_local_queue(run: Run) -> list[str]:
     t, rec = run.t, run.rec
     ns = t.queued_namespace
@@ -437,6 +520,7 @@ SCENARIOS: dict[str, Callable[[Run], list[str]]] = {
     "preemption": preemption,
     "unknown-priority-class": unknown_priority_class,
     "default-local-queue": default_local_queue,
+    "multikueue-refusal": multikueue_refusal,
     "queued-with-volumes": queued_with_volumes,
     "max-runtime": max_runtime,
     "pod-deleted": lambda run: pod_disrupted(run, "deleted"),

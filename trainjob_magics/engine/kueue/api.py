@@ -78,9 +78,12 @@ def multikueue_check(
     """(ClusterQueue, its MultiKueue AdmissionCheck) behind a LocalQueue; None where unreadable."""
     try:
         lq = fetch_local_queue(api, namespace, local_queue)
-        cq_name = (lq.get("spec") or {}).get("clusterQueue")
-        if not cq_name:
-            return None, None
+    except TrainJobError:
+        return None, None
+    cq_name = (lq.get("spec") or {}).get("clusterQueue")
+    if not cq_name:
+        return None, None
+    try:
         cq = request(
             api,
             "GET",
@@ -90,7 +93,8 @@ def multikueue_check(
             name=cq_name,
         )
     except TrainJobError:
-        return None, None
+        # a user may read the LocalQueue but not the cluster-scoped ClusterQueue (RBAC)
+        return cq_name, None
     spec = cq.get("spec") or {}
     names = list(spec.get("admissionChecks") or [])
     names += [
