@@ -12,16 +12,13 @@ means the queue manager has not seen that queue yet.
 
 from __future__ import annotations
 
-import threading
-import time
-import weakref
 from dataclasses import dataclass
-from typing import Any
 
 from kubernetes.client import ApiClient
 
 from ..errors import NotFoundError, PermissionDeniedError, TrainJobError
 from ..kube.requests import request
+from ..kube.server_cache import ServerCache
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
@@ -44,15 +41,8 @@ class KueueAPI:
 
 ASSUMED = KueueAPI("v1beta2", PREFERENCE, known=False)
 
-_CACHE: weakref.WeakKeyDictionary[Any, KueueAPI] = weakref.WeakKeyDictionary()
-_BY_SERVER: dict[tuple[str, str], tuple[float, KueueAPI]] = {}
-_LOCK = threading.Lock()
 SERVER_TTL = 300.0
-
-
-def _server_key(api: ApiClient) -> tuple[str, str]:
-    cfg = api.configuration
-    return str(cfg.host), str(cfg.ssl_ca_cert or getattr(cfg, "ca_cert_data", "") or "")
+_CACHE: ServerCache[KueueAPI] = ServerCache(SERVER_TTL)
 
 
 def _served(api: ApiClient, group: str) -> list[str] | None:
@@ -70,12 +60,7 @@ def _pick(served: list[str]) -> list[str]:
 
 def kueue_api(api: ApiClient) -> KueueAPI:
     """The Kueue APIs ``api``'s cluster serves (cached; assumed v1beta2 when unreadable)."""
-    key = _server_key(api)
-    with _LOCK:
-        found = _CACHE.get(api)
-        shared = _BY_SERVER.get(key)
-        if found is None and shared is not None and time.monotonic() - shared[0] < SERVER_TTL:
-            found = _CACHE[api] = shared[1]
+    found = _CACHE.get(api)
     if found is not None:
         return found
     try:
@@ -92,9 +77,7 @@ def kueue_api(api: ApiClient) -> KueueAPI:
             tuple(_pick(visibility or [])),
             serves_v1beta1="v1beta1" in core,
         )
-    with _LOCK:
-        _CACHE[api] = found
-        _BY_SERVER[key] = (time.monotonic(), found)
+    _CACHE.put(api, found)
     return found
 
 

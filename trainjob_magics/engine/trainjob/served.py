@@ -11,9 +11,6 @@ user), read once per API server for ``SERVER_TTL`` seconds (as ``kueue/discovery
 
 from __future__ import annotations
 
-import threading
-import time
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +20,7 @@ from kubernetes.client import ApiClient
 from ..errors import TrainJobError
 from ..kube.names import GROUP, VERSION
 from ..kube.requests import request
+from ..kube.server_cache import ServerCache
 
 SPEC_OVERRIDES = "podSpecOverrides"  # Trainer 2.0
 TEMPLATE_OVERRIDES = "podTemplateOverrides"  # Trainer 2.1
@@ -50,14 +48,7 @@ class TrainerAPI:
 
 ASSUMED = TrainerAPI(RUNTIME_PATCHES, "2.2+", known=False)
 
-_CACHE: weakref.WeakKeyDictionary[Any, TrainerAPI] = weakref.WeakKeyDictionary()
-_BY_SERVER: dict[tuple[str, str], tuple[float, TrainerAPI]] = {}
-_LOCK = threading.Lock()
-
-
-def _server_key(api: ApiClient) -> tuple[str, str]:
-    cfg = api.configuration
-    return str(cfg.host), str(cfg.ssl_ca_cert or getattr(cfg, "ca_cert_data", "") or "")
+_CACHE: ServerCache[TrainerAPI] = ServerCache(SERVER_TTL)
 
 
 def _dig(schema: Mapping[str, Any] | None, *keys: str) -> Mapping[str, Any]:
@@ -131,12 +122,7 @@ def _from_crd(api: ApiClient) -> TrainerAPI | None:
 
 def trainer_api(api: ApiClient) -> TrainerAPI:
     """The TrainJob API of ``api``'s cluster (cached per server; ASSUMED when unreadable)."""
-    key = _server_key(api)
-    with _LOCK:
-        found = _CACHE.get(api)
-        shared = _BY_SERVER.get(key)
-        if found is None and shared is not None and time.monotonic() - shared[0] < SERVER_TTL:
-            found = _CACHE[api] = shared[1]
+    found = _CACHE.get(api)
     if found is not None:
         return found
     for reader in (_from_openapi, _from_crd):
@@ -148,17 +134,13 @@ def trainer_api(api: ApiClient) -> TrainerAPI:
             break
     if found is None:
         return ASSUMED  # not cached: a later call may read it
-    with _LOCK:
-        _CACHE[api] = found
-        _BY_SERVER[key] = (time.monotonic(), found)
+    _CACHE.put(api, found)
     return found
 
 
 def reset() -> None:
     """Forget every cached answer (tests that switch clusters on one URL)."""
-    with _LOCK:
-        _CACHE.clear()
-        _BY_SERVER.clear()
+    _CACHE.clear()
 
 
 __all__ = [
