@@ -92,30 +92,28 @@ def container_env(store: Store, pod: dict[str, Any], container: dict[str, Any]) 
             env[name] = expand(str(value or ""), env)
             continue
         src = var["valueFrom"] or {}
-        if "configMapKeyRef" in src:
-            ref = src["configMapKeyRef"] or {}
-            optional = bool(ref.get("optional"))
-            data = look.configmap(ref.get("name", ""), optional)
-            if data is None:
-                continue
-            if ref.get("key") not in data:
-                if optional:
-                    continue
-                raise ContainerConfigError(
-                    f"couldn't find key {ref.get('key')} in ConfigMap {namespace}/{ref.get('name')}"
+        key_ref = next(
+            (
+                (src[field] or {}, kind, read)
+                for field, kind, read in (
+                    ("configMapKeyRef", "ConfigMap", look.configmap),
+                    ("secretKeyRef", "Secret", look.secret),
                 )
-            env[name] = data[ref["key"]]
-        elif "secretKeyRef" in src:
-            ref = src["secretKeyRef"] or {}
+                if field in src
+            ),
+            None,
+        )
+        if key_ref is not None:
+            ref, kind, read = key_ref
             optional = bool(ref.get("optional"))
-            data = look.secret(ref.get("name", ""), optional)
+            data = read(ref.get("name", ""), optional)
             if data is None:
                 continue
             if ref.get("key") not in data:
                 if optional:
                     continue
                 raise ContainerConfigError(
-                    f"couldn't find key {ref.get('key')} in Secret {namespace}/{ref.get('name')}"
+                    f"couldn't find key {ref.get('key')} in {kind} {namespace}/{ref.get('name')}"
                 )
             env[name] = data[ref["key"]]
         elif "fieldRef" in src:
