@@ -406,7 +406,13 @@ def max_runtime(run: Run) -> list[str]:
                 st.queue is not None and st.queue.state in ("Deactivated", "Finished", "Evicted")
             )
 
-        wait_for(over, 90, every=1)
+        def settled(s: Any = s) -> bool:
+            return s.status().state in ("Failed", "Suspended", "Deleted")
+
+        # Kueue deactivates the Workload first and suspends the TrainJob in a later reconcile:
+        # on a loaded real stack the two can be seconds apart, so record once the job settled.
+        if wait_for(over, 90, every=1):
+            wait_for(settled, 60, every=1)
         rec.job_status(f"{label}-over", s.status())
         rec.snapshot(f"{label}-over", s.name, ns)
         _exec(rec, f"{label}-after", s, "echo after")
