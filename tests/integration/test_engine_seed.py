@@ -222,8 +222,11 @@ def test_connect_fails_when_the_trainer_pod_fails_before_running(cluster, api, u
     cluster.faults.fail_pod("default", pod.metadata.name, exit_code=2, reason="Error")
     thread.join(20)
     assert not thread.is_alive()
+    # the pod's failure or the TrainJob's (JobSet failed) may be seen first: both name the pod
     assert len(outcome) == 1 and isinstance(outcome[0], E.PodNotRunningError)
-    assert isinstance(outcome[0], RuntimeError) and "finished (Failed)" in str(outcome[0])
+    assert isinstance(outcome[0], RuntimeError)
+    assert f"{pod.metadata.name} " in str(outcome[0])
+    assert "finished (Failed) with exit code 2 (Error)" in str(outcome[0])
     TrainJobSession(name, "default", "torch-distributed", _api(cluster), "x").close(timeout=30)
 
 

@@ -14,7 +14,11 @@ from trainjob_magics.engine.kube.names import (
 from trainjob_magics.engine.kube.objects import pod_name
 from trainjob_magics.engine.trainjob.runtime import target_from_runtime
 from trainjob_magics.engine.trainjob.status import job_status, pod_infos, trainjob_failure
-from trainjob_magics.engine.trainjob.trainer_pod import TrainerTarget, select_trainer_pod
+from trainjob_magics.engine.trainjob.trainer_pod import (
+    TrainerTarget,
+    select_trainer_pod,
+    termination,
+)
 
 ANC = {ANCESTOR_LABEL: "trainer"}
 
@@ -163,3 +167,21 @@ def test_job_status_states() -> None:
     assert st.state == "Deleted"
     susp = {"status": {"conditions": [{"type": "Suspended", "status": "True", "reason": "Q"}]}}
     assert job_status("job", "ns", "mpi", susp, [], target, start).state == "Suspended"
+
+
+def test_termination_names_the_trainer_containers_exit() -> None:
+    def ended(name: str, **state: object) -> dict:
+        return {"name": name, "state": {"terminated": state}}
+
+    sidecar = ended("sidecar", exitCode=0, reason="Completed")
+    trainer = ended("node", exitCode=2, reason="Error", message="CUDA out of memory")
+    assert (
+        termination({"status": {"containerStatuses": [sidecar, trainer]}})
+        == "exit code 2 (Error: CUDA out of memory)"
+    )
+    assert termination({"status": {"containerStatuses": [ended("node", exitCode=137)]}}) == (
+        "exit code 137"
+    )
+    running = {"name": "node", "state": {"running": {}}}
+    assert termination({"status": {"containerStatuses": [running]}}) == ""
+    assert termination({}) == ""

@@ -37,8 +37,8 @@ from .lifecycle import delete_hint, delete_trainjob, fetch_trainjob
 from .pending import DEFAULT_IMAGE_PULL_RETRIES, PodProblem, job_problem, pod_problem, user_error
 from .shaping import PodShaping
 from .status import job_status, trainjob_failure
-from .targets import job_pods_watcher
-from .trainer_pod import TrainerTarget, select_trainer_pod
+from .targets import job_pods_watcher, list_job_pods
+from .trainer_pod import TrainerTarget, select_trainer_pod, termination
 
 log = logging.getLogger(__name__)
 
@@ -126,10 +126,27 @@ def wait_for_trainer_pod(
                     name, namespace, runtime, trainjob, watcher.objects.values(), target, started
                 )
             )
+            ended = finished_trainer(list(watcher.objects.values()))
             raise TrainJobFailedError(
-                f"TrainJob {name} failed: {failure}; delete it with {delete_hint(name, namespace)}"
-                " and connect again"
+                f"TrainJob {name} failed: {failure}{ended}; delete it with "
+                f"{delete_hint(name, namespace)} and connect again"
             )
+
+    def finished_trainer(pods: list[dict[str, Any]]) -> str:
+        """``; trainer pod P finished (Failed) with exit code 2 (Error)``, read again if the watch
+        has not seen the pod end yet (the TrainJob's failure can arrive first)."""
+        trainer = select_trainer_pod(pods, target)
+        if trainer is None or pod_phase(trainer) not in ("Succeeded", "Failed"):
+            try:
+                trainer = select_trainer_pod(list_job_pods(api, namespace, name), target)
+            except TrainJobError:
+                return ""
+        if trainer is None or pod_phase(trainer) not in ("Succeeded", "Failed"):
+            return ""
+        how = termination(trainer)
+        return f"; trainer pod {pod_name(trainer)} finished ({pod_phase(trainer)})" + (
+            f" with {how}" if how else ""
+        )
 
     problem: list[PodProblem | None] = [None]
     events_read = [0.0]
@@ -216,8 +233,10 @@ def wait_for_trainer_pod(
             return trainer
         phase = pod_phase(trainer)
         if phase in ("Succeeded", "Failed"):
+            how = termination(trainer)
             raise PodNotRunningError(
-                f"trainer pod {pod_name(trainer)} of TrainJob {name} already finished ({phase}) "
+                f"trainer pod {pod_name(trainer)} of TrainJob {name} already finished ({phase})"
+                f"{' with ' + how if how else ''} "
                 "and cannot run commands; use a command that keeps running (or the default), "
                 f"and delete the job with {delete_hint(name, namespace)}"
             )

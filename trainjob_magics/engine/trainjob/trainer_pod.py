@@ -80,3 +80,14 @@ def select_trainer_pod(pods: Iterable[Pod], target: TrainerTarget | None) -> Pod
             pod_name(p),
         ),
     )
+
+
+def termination(pod: Pod) -> str:
+    """How a finished pod's trainer container ended: ``exit code 2 (Error)``, or ''."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    for cs in sorted(statuses, key=lambda c: c.get("name") != TRAINER_CONTAINER):
+        ended = (cs.get("state") or {}).get("terminated")
+        if ended:
+            why = ": ".join(str(ended[k]) for k in ("reason", "message") if ended.get(k))
+            return f"exit code {ended.get('exitCode')}" + (f" ({why})" if why else "")
+    return ""
