@@ -1,6 +1,7 @@
 """``python -m devtools.realstack matrix``: tests/realcluster on a stack of each Trainer/Kueue
 pair of versions.MATRIX, one after another, and the results as a table in docs/real-cluster.md
-(between the ``<!-- matrix -->`` markers) and in ``matrix.json`` beside the stacks."""
+(between the ``<!-- matrix -->`` markers) and in docs/real-cluster-matrix.json, which keeps the
+rows of pairs not run this time (it is committed, so a partial run on any machine merges)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from devtools.realstack.versions import MATRIX, NOT_SERVED, Versions, normalise
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "real-cluster.md"
+SAVED = REPO / "docs" / "real-cluster-matrix.json"
 BEGIN, END = "<!-- matrix -->", "<!-- /matrix -->"
 # tests/realcluster decides the result; tests/differential (when the checkout has it) reads the
 # stack the same way and gets a column of its own
@@ -157,8 +159,8 @@ def _differential(r: dict) -> str:
 def _table(rows: list[dict]) -> str:
     head = (
         "| Trainer | JobSet | Kueue | result | passed | failed | skipped "
-        "| per runtime (passed/run) | tests/differential | build s | up s | tests s |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+        "| per runtime (passed/run) | tests/differential | build s | up s | tests s | run (UTC) |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     )
     lines = []
     for r in rows:
@@ -178,6 +180,7 @@ def _table(rows: list[dict]) -> str:
         else:
             result = r["result"]
             cells = [r.get("why", ""), "", "", "", "", "", "", ""]
+        cells.append(r.get("date") or "?")
         lines.append(
             "| "
             + " | ".join(
@@ -192,11 +195,9 @@ def _table(rows: list[dict]) -> str:
             )
             + " |"
         )
-    dates = sorted(r["date"] for r in rows if r.get("date"))
-    stamp = f"{dates[0]} to {dates[-1]}" if dates else "?"
     return (
-        f"Run {stamp}, Kubernetes {Versions().kubernetes}, {os.cpu_count()} cores; build s is 0 "
-        "when the binaries were cached.\n\n" + head + "\n".join(lines) + "\n"
+        f"Kubernetes {Versions().kubernetes}, {os.cpu_count()} cores; build s is 0 when the "
+        "binaries were cached; each row from its own run.\n\n" + head + "\n".join(lines) + "\n"
     )
 
 
@@ -225,9 +226,20 @@ def _not_served(trainer: str, kueue: str, note: str, parent: Path) -> dict | Non
     return None
 
 
+def merge(new: list[dict], saved: Path) -> list[dict]:
+    """``new`` rows, plus the saved rows of pairs not in it, in versions.MATRIX order."""
+    done = {(r["trainer"], r["kueue"]) for r in new}
+    rows = list(new)
+    if saved.exists():
+        rows += [r for r in json.loads(saved.read_text()) if (r["trainer"], r["kueue"]) not in done]
+    order = {(t, k): i for i, (t, k, _) in enumerate(MATRIX)}
+    rows.sort(key=lambda r: order.get((r["trainer"], r["kueue"]), len(order)))
+    return rows
+
+
 def run(parent: Path, pairs: str, pytest_args: list[str]) -> int:
-    """Every pair (or those of ``pairs``); rows of pairs not run this time are kept from the last
-    ``matrix.json`` in ``parent``, so the table can be filled a few pairs at a time."""
+    """Every pair (or those of ``pairs``); rows of pairs not run this time are kept from SAVED,
+    so the table can be filled a few pairs at a time."""
     parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for trainer, kueue, note in _pairs(pairs):
@@ -238,14 +250,8 @@ def run(parent: Path, pairs: str, pytest_args: list[str]) -> int:
         row["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         rows.append(row)
         print(f"matrix: {json.dumps(row)}", file=sys.stderr, flush=True)
-    saved = parent / "matrix.json"
-    done = {(r["trainer"], r["kueue"]) for r in rows}
-    if saved.exists():
-        old = json.loads(saved.read_text())
-        rows += [r for r in old if (r["trainer"], r["kueue"]) not in done]
-    order = {(t, k): i for i, (t, k, _) in enumerate(MATRIX)}
-    rows.sort(key=lambda r: order.get((r["trainer"], r["kueue"]), len(order)))
-    saved.write_text(json.dumps(rows, indent=2))
+    rows = merge(rows, SAVED)
+    SAVED.write_text(json.dumps(rows, indent=2) + "\n")
     write_doc(rows)
     print(_table(rows))
     return 0 if all(r["result"] in ("pass", "not buildable") for r in rows) else 1
