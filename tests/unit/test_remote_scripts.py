@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 
@@ -52,6 +53,16 @@ def test_watchdog_exits_without_heartbeat_and_stays_with_one(env) -> None:
         subprocess.run(R.heartbeat_argv(), env=env, check=True)
     assert p.poll() is None
     assert p.wait(8) == 0 and "no heartbeat" in p.stdout.read()
+
+
+def test_watchdog_ends_at_once_on_sigterm_as_a_killed_process(env) -> None:
+    """143, not 0: a deleted or evicted pod must end Failed, so its Job replaces it; a 0 would
+    complete the Job's index and the TrainJob with it."""
+    p = subprocess.Popen(R.keep_alive_command(600), env=env, stdout=subprocess.PIPE, text=True)
+    assert "idle watchdog" in (p.stdout.readline() if p.stdout else "")
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(5) == 143 and time.monotonic() - t0 < 3
 
 
 def test_idle_timeout_validation_and_off() -> None:

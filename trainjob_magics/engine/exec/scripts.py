@@ -129,10 +129,13 @@ mkdir -p "$d" 2>/dev/null && : >"$d/heartbeat"
 
 # The keep-alive watchdog ($1 idle seconds, $2 check interval). If the state dir is unusable it
 # never idles out (it must not end a session it cannot hear). SIGTERM/SIGINT end it at once
-# (as PID 1 of a container a shell otherwise ignores them until the grace period runs out).
+# (as PID 1 of a container a shell otherwise ignores them until the grace period runs out), with
+# 143 as a killed process: a deleted or evicted pod then ends Failed and its Job replaces it
+# (backoffLimit); exit 0 would make the kubelet mark it Succeeded, complete the Job's index and
+# so the whole TrainJob. Only the idle release exits 0: it is meant to end the job.
 WATCHDOG = f"""d={STATE_DIR}
 hb="$d/heartbeat"; t=$1; s=$2
-trap 'kill $! 2>/dev/null; exit 0' TERM INT
+trap 'kill $! 2>/dev/null; exit 143' TERM INT
 if ! {{ mkdir -p "$d" && : >"$hb"; }} 2>/dev/null; then
   echo "trainjob-magics: $d is not writable: idle release is off"
   while :; do sleep 3600 & wait $!; done
