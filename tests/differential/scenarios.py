@@ -22,8 +22,9 @@ from trainjob_magics.engine import errors as E
 
 KUEUE = "kueue.x-k8s.io"
 WAIT = float(os.environ.get("TRAINJOB_MAGICS_DIFF_TIMEOUT", "240"))
-MPI_RUNTIME = "deepspeed-distributed"  # mlPolicy.mpi: launcher + nodes over Open MPI
-RUNTIMES = ("torch-distributed", MPI_RUNTIME)
+# every scenario runs on each runtime the real stack's suite runs: torch (one node replicated
+# job) and the two MPI layouts Trainer ships (launcher + nodes over Open MPI)
+RUNTIMES = ("torch-distributed", "deepspeed-distributed", "mlx-distributed")
 
 
 class Background:
@@ -125,6 +126,10 @@ class Run:
         for name, ns in self.names:
             with contextlib.suppress(Exception):
                 close_trainjob(name, ns, config_file=self.t.admin_kubeconfig, timeout=120)
+        for name, ns in self.names:
+            # one the engine did not create (a raw TrainJob) it refuses to close
+            if self.t.get_json("trainjobs.trainer.kubeflow.org", name, "-n", ns) is not None:
+                self.t.kubectl("delete", "trainjob", name, "-n", ns, "--wait=false")
         for name, ns in self.names:
             self.gone(name, ns)
 
@@ -534,9 +539,6 @@ SCENARIOS: dict[str, Callable[[Run], list[str]]] = {
     "unschedulable": unschedulable,
     "close-and-exit": close_and_exit,
 }
-# the scenarios that run on the MPI runtime too (the others exercise Kueue or the engine,
-# not the runtime's shape; the CI budget keeps them to one runtime)
-ON_EVERY_RUNTIME = ("plain-connect", "queued-admitted", "pod-deleted", "close-and-exit")
 
 
 def record(target: Target, scenario: str, runtime: str) -> dict[str, Any]:

@@ -16,19 +16,14 @@ import pytest
 
 from tests.differential import known as K
 from tests.differential.normalise import diff
-from tests.differential.scenarios import ON_EVERY_RUNTIME, RUNTIMES, SCENARIOS, record
+from tests.differential.scenarios import RUNTIMES, SCENARIOS, record
 from tests.differential.targets import Target
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = Path(os.environ.get("TRAINJOB_MAGICS_DIFF_OUT", REPO / "artifacts" / "differential"))
 pytestmark = pytest.mark.timeout(900)
 
-CASES = [
-    (scenario, runtime)
-    for scenario in SCENARIOS
-    for runtime in RUNTIMES
-    if runtime == RUNTIMES[0] or scenario in ON_EVERY_RUNTIME
-]
+CASES = [(scenario, runtime) for scenario in SCENARIOS for runtime in RUNTIMES]
 
 
 @pytest.mark.parametrize(("scenario", "runtime"), CASES, ids=[f"{s}-{r}" for s, r in CASES])

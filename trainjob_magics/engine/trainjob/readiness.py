@@ -25,7 +25,7 @@ from ..errors import (
     TrainJobFailedError,
 )
 from ..kube.events import events_about
-from ..kube.objects import is_running, pod_name, pod_phase
+from ..kube.objects import is_running, is_terminating, pod_name, pod_phase
 from ..kube.retry import window_of
 from ..kueue.admission import QueueReporter, admit_or_raise
 from ..kueue.api import find_workload
@@ -192,6 +192,13 @@ def wait_for_trainer_pod(
             problem[0] = judged(trainer, found)
         return problem[0]
 
+    def blocking_pod(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """Without a trainer pod yet, the first of the job's pods that is not running: an MPI
+        launcher is created once its node pods are Ready (the runtime's dependsOn), so a node
+        pod that cannot start is why the launcher never comes."""
+        waiting = [p for p in pods if not is_running(p) and not is_terminating(p)]
+        return min(waiting, key=pod_name) if waiting else None
+
     def why_no_pod() -> PodProblem | None:
         """The Job controller's FailedCreate (a missing service account) on the trainer's Job
         ``<name>-<replicated job>-0``, else the JobSet's JobCreationFailed (an invalid pod
@@ -212,7 +219,7 @@ def wait_for_trainer_pod(
     def check() -> dict[str, Any] | None:
         pods = list(watcher.objects.values())
         trainer = select_trainer_pod(pods, target)
-        found = why_waiting(trainer)
+        found = why_waiting(trainer if trainer is not None else blocking_pod(pods))
         status = job_status(name, namespace, runtime, trainjob, pods, target, started)
         if found is not None:
             status = dataclasses.replace(status, problem=found.line())
@@ -224,7 +231,8 @@ def wait_for_trainer_pod(
             raise PodStartError(f"{found.fix}{hint}; the scheduler says: {found.message}")
         if found is not None and found.hopeless:
             raise PodStartError(
-                f"the trainer pod of TrainJob {name} cannot start: {found.line()}; fix the "
+                f"{'the trainer pod' if trainer is not None else 'a pod'} of TrainJob {name} "
+                f"cannot start: {found.line()}; fix the "
                 f"image (or what it needs) and connect again"
             )
         if trainer is None:

@@ -30,6 +30,8 @@ JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 RJOB_NAME = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+COMPLETION_INDEX_FIELD = f"metadata.annotations['{COMPLETION_INDEX}']"
+TRAINER_PORT = 29500  # constants.ContainerTrainerPort
 TRAINER_CONTAINER = "node"
 
 
@@ -299,7 +301,9 @@ def build_jobset_spec(
             if rjob.get("name") == "launcher":
                 count = 1
             else:
-                count = nodes - 1 if launcher_as_node else nodes
+                # the launcher is one of the nodes, and the node job keeps one pod even for a
+                # single node (mpi.go EnforceMLPolicy, v2.0-v2.3: max(numNodes-1, 1))
+                count = max(nodes - 1, 1) if launcher_as_node else nodes
         else:
             count = nodes if trainer_job else int(job_spec.get("parallelism") or 1)
         job_spec["parallelism"] = count
@@ -309,6 +313,9 @@ def build_jobset_spec(
         pod_spec = job_spec.setdefault("template", {}).setdefault("spec", {})
         pod_spec.setdefault("restartPolicy", "OnFailure" if not mpi else "Never")
         for c in pod_spec.get("containers") or []:
+            # Trainer applies the template as JSON of corev1.Container, whose resources struct
+            # is never omitted
+            c.setdefault("resources", {})
             if c.get("name") != TRAINER_CONTAINER:
                 continue
             openmpi = mpi and (mpi.get("mpiImplementation") or "OpenMPI") == "OpenMPI"
@@ -319,16 +326,25 @@ def build_jobset_spec(
             if _gets_resources(rjob, runtime, version):
                 apply_resources_per_node(c, trainer.get("resourcesPerNode"), version)
             if not mpi and trainer_job:
+                # the torch plugin (plugins/torch/torch.go, v2.0-v2.3): PET_* env with the node
+                # rank from the pod's completion index, and the trainer port 29500
                 extra = [
                     {"name": "PET_NNODES", "value": str(nodes)},
                     {
                         "name": "PET_NPROC_PER_NODE",
                         "value": str(trainer.get("numProcPerNode") or "auto"),
                     },
+                    {
+                        "name": "PET_NODE_RANK",
+                        "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD}},
+                    },
                     {"name": "PET_MASTER_ADDR", "value": f"{name}-{rjob['name']}-0-0.{name}"},
-                    {"name": "PET_MASTER_PORT", "value": "29400"},
+                    {"name": "PET_MASTER_PORT", "value": str(TRAINER_PORT)},
                 ]
                 c["env"] = _merge_env(c.get("env") or [], extra)
+                ports = [p for p in c.get("ports") or [] if p.get("containerPort") != TRAINER_PORT]
+                # protocol: the JobSet CRD's schema default
+                c["ports"] = [*ports, {"containerPort": TRAINER_PORT, "protocol": "TCP"}]
     spec.setdefault("network", {}).setdefault("subdomain", name)
     spec["network"].setdefault("enableDNSHostnames", True)
     return spec
