@@ -29,3 +29,11 @@ def html_of_cell(nb: Any, index: int) -> str:
         (output.get("data") or {}).get("text/html", "")
         for output in nb.cells[index].get("outputs", [])
     )
+
+
+def index_of(nb: Any, first_line: str) -> int:
+    """The index of the first code cell whose source starts with ``first_line``."""
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and cell.source.startswith(first_line):
+            return index
+    raise AssertionError(f"no code cell starting with {first_line!r}")

@@ -8,10 +8,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import re
-import signal
 import socket
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,7 +19,8 @@ from typing import Any
 import pytest
 
 from devtools.notebook_run import WIDGET_VIEW_MIME, cell_texts, run_notebook
-from tests.helpers.notebooks import html_of_cell
+from tests.helpers.cli_cluster import start_cli_cluster, stop_cli_cluster
+from tests.helpers.notebooks import html_of_cell, index_of
 from tests.helpers.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,38 +50,6 @@ class Executed:
 
     nb: Any
     seen: Seen
-
-
-def _cli_cluster(tmp: Path) -> subprocess.Popen[str]:
-    """``trainjob-magics local-cluster --kubeconfig KC`` (the venv's console script), started
-    and ready: its kubeconfig written and "press Ctrl-C to stop" said."""
-    script = Path(sys.executable).with_name("trainjob-magics")
-    argv = [str(script)] if script.is_file() else [sys.executable, "-m", "trainjob_magics.cli"]
-    argv += ["local-cluster", "--kubeconfig", str(tmp / "kubeconfig")]
-    argv += ["--root-dir", str(tmp / "root")]
-    log = (tmp / "cluster.log").open("w")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True)
-    try:
-        wait_until(lambda: proc.poll() is not None or "press Ctrl-C" in _log(tmp), timeout=90)
-    except AssertionError:
-        _stop(proc)
-        raise
-    assert proc.poll() is None, f"local-cluster exited:\n{_log(tmp)}"
-    return proc
-
-
-def _log(tmp: Path) -> str:
-    return (tmp / "cluster.log").read_text(errors="replace")
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    """Ctrl-C, as the README stops it (then SIGKILL if it hangs)."""
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 def fetch(url: str, timeout: float = 10) -> bytes:
@@ -133,7 +99,7 @@ def _hook(seen: Seen) -> Any:
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Executed]:
     tmp = tmp_path_factory.mktemp("dashboards")
-    proc = _cli_cluster(tmp)
+    proc = start_cli_cluster(tmp)
     seen = Seen()
     try:
         result = run_notebook(
@@ -144,18 +110,11 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Executed]:
             on_cell_executed=_hook(seen),
         )
     finally:
-        _stop(proc)
+        stop_cli_cluster(proc)
     assert result.error is None, f"cell {result.failed_cell} failed: {result.error}\n" + "\n".join(
         cell_texts(result.nb)
     )
     yield Executed(result.nb, seen)
-
-
-def index_of(nb: Any, first_line: str) -> int:
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type == "code" and cell.source.startswith(first_line):
-            return index
-    raise AssertionError(f"no code cell starting with {first_line!r}")
 
 
 def pod_port(nb: Any) -> int:

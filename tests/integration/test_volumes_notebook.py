@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from devtools.notebook_run import cell_texts, run_notebook
+from tests.helpers.cli_cluster import start_cli_cluster, stop_cli_cluster
 from tests.helpers.kube import trainjob_names
-from tests.integration.test_dashboards_notebook import _cli_cluster, _stop, index_of
+from tests.helpers.notebooks import index_of
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "volumes.ipynb"
@@ -26,14 +27,14 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, list[str]]]:
     tmp = tmp_path_factory.mktemp("volumes")
-    proc = _cli_cluster(tmp)
+    proc = start_cli_cluster(tmp)
     try:
         result = run_notebook(
             NOTEBOOK, tmp / "volumes.executed.ipynb", kubeconfig=tmp / "kubeconfig", timeout=180
         )
         names = trainjob_names(tmp / "kubeconfig", include_deleting=False)
     finally:
-        _stop(proc)
+        stop_cli_cluster(proc)
     texts = cell_texts(result.nb)
     assert result.error is None, f"cell {result.failed_cell} failed: {result.error}\n" + "\n".join(
         texts
