@@ -67,7 +67,10 @@ def _pod_set(rjob: dict[str, Any]) -> dict[str, Any]:
         k: copy.deepcopy(v) for k, v in (pod_tpl.get("spec") or {}).items() if k in _POD_SPEC_KEYS
     }
     for c in spec.get("containers") or []:
-        c.pop("env", None)  # keep the Workload small: env does not matter for quota
+        # as Kueue's TrainJob integration (v0.19.2) records them: without the env and the
+        # ports the torch plugin adds (neither matters for quota)
+        c.pop("env", None)
+        c.pop("ports", None)
     count = int(rjob.get("replicas", 1)) * int(job_spec.get("parallelism") or 1)
     labels = dict((pod_tpl.get("metadata") or {}).get("labels") or {})
     template: dict[str, Any] = {"metadata": {"labels": labels} if labels else {}, "spec": spec}
