@@ -240,6 +240,10 @@ def wait_for_trainer_pod(
         if is_running(trainer):
             return trainer
         phase = pod_phase(trainer)
+        if phase == "Failed" and is_terminating(trainer):
+            # deleted or evicted through the API: its Job creates a replacement (a Job that
+            # gives up fails the TrainJob, which refresh() reports)
+            return None
         if phase in ("Succeeded", "Failed"):
             how = termination(trainer)
             raise PodNotRunningError(
