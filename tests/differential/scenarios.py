@@ -411,11 +411,16 @@ def max_runtime(run: Run) -> list[str]:
                 st.queue is not None and st.queue.state in ("Deactivated", "Finished", "Evicted")
             )
 
-        def settled(s: Any = s) -> bool:
-            return s.status().state in ("Failed", "Suspended", "Deleted")
+        def settled(s: Any = s, ns: str = ns) -> bool:
+            if s.status().state not in ("Failed", "Suspended", "Deleted"):
+                return False
+            job = t.get_json("trainjobs.trainer.kubeflow.org", s.name, "-n", ns) or {}
+            # the admission's pod labels leave the job's patch once Kueue restored it
+            return "kueue.x-k8s.io/workload" not in json.dumps(job.get("spec") or {})
 
-        # Kueue deactivates the Workload first and suspends the TrainJob in a later reconcile:
-        # on a loaded real stack the two can be seconds apart, so record once the job settled.
+        # Kueue deactivates the Workload, suspends the TrainJob and restores its patch in
+        # separate steps: on a loaded real stack they can be seconds apart, so record once the
+        # job settled.
         if wait_for(over, 90, every=1):
             wait_for(settled, 60, every=1)
         rec.job_status(f"{label}-over", s.status())
