@@ -283,6 +283,14 @@ def test_kueue_0_17_0_labels_the_jobset_with_the_queue(
     assert (meta == {"labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}) is labelled
     plain = created(sim)
     assert plain["spec"]["runtimePatches"] == [SKELETON]
+    # admission adds the pod sets' info beside it and keeps the webhook's metadata
+    admitted = admit(sim, created(sim, **{"kueue.x-k8s.io/queue-name": "user-queue"}))
+    [patch] = [p for p in admitted["spec"]["runtimePatches"] if p["manager"] == SKELETON["manager"]]
+    template = patch["trainingRuntimeSpec"]["template"]
+    assert (template.get("metadata") is not None) is labelled
+    if labelled:
+        assert template["metadata"] == {"labels": {"kueue.x-k8s.io/queue-name": "user-queue"}}
+    assert template["spec"]["replicatedJobs"][0]["name"] == "node"
 
 
 def test_kueue_0_14_to_0_16_label_the_jobset_through_spec_labels(tmp_path) -> None:

@@ -5,6 +5,7 @@ and Stop, read at v0.14.0, v0.14.8, v0.16.5, v0.19.2 and main)."""
 from __future__ import annotations
 
 import contextlib
+import copy
 from typing import Any
 
 from ..controller.versions import (
@@ -88,6 +89,14 @@ class TrainJobSync(SimulationState):
         patches = list(spec.get("runtimePatches") or [])
         new_patches = [p for p in patches if p.get("manager") != MANAGER]
         old = next((p for p in patches if p.get("manager") == MANAGER), None)
+        kept_meta = (
+            ((old or {}).get("trainingRuntimeSpec") or {}).get("template", {}).get("metadata")
+        )
+        if kept_meta is not None:
+            # admission and restore touch only the pod sets: the JobSet metadata the webhook
+            # wrote (v0.17.0-v0.17.1's queue label) stays
+            patch = copy.deepcopy(patch)
+            patch["trainingRuntimeSpec"].setdefault("template", {})["metadata"] = kept_meta
         if not admitted and old is not None and (not spec.get("suspend") or self._active(tj)):
             # Stop (trainjob_controller.go): suspend first; the patch's replicatedJobs are
             # cleared (RestorePodSetsInfo) only once no pod is active ("jobs are still active")
