@@ -306,3 +306,21 @@ def test_kueue_0_14_to_0_16_label_the_jobset_through_spec_labels(tmp_path) -> No
             "spec"
         ]
     )
+
+
+@pytest.mark.parametrize("version", ["0.14", "0.19"])
+def test_the_workload_names_its_priority_class_in_its_api_version(tmp_path, version: str) -> None:
+    """v1beta1 (0.14) names the class by priorityClassName/Source, v1beta2 by
+    priorityClassRef (apis/kueue/*/workload_types.go; the v0.14.8 stack's Workload showed it)."""
+    sim = make_sim(tmp_path, version, "2.1" if version == "0.14" else "2.2")
+    sim.store.create(WORKLOAD_PRIORITY_CLASSES, {"metadata": {"name": "low"}, "value": 100})
+    body = created(sim, **{"kueue.x-k8s.io/queue-name": "user-queue", PC: "low"})
+    sim.store.create(TRAINJOBS, body, "default")
+    sim.sync()
+    spec = sim.workload_for("j", "default")["spec"]
+    assert spec["priority"] == 100
+    if version == "0.14":
+        assert spec["priorityClassName"] == "low" and "priorityClassRef" not in spec
+        assert spec["priorityClassSource"] == "kueue.x-k8s.io/workloadpriorityclass"
+    else:
+        assert spec["priorityClassRef"]["name"] == "low" and "priorityClassName" not in spec

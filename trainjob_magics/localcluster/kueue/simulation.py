@@ -294,7 +294,13 @@ class KueueSimulation(Scheduling, QueueStatus, Eviction, TrainJobSync, QueueCont
                 continue
             try:
                 runtime = self.resolve_runtime(tj["metadata"]["namespace"], tj)
-                body = build_workload(tj, runtime, classes)
+                body = build_workload(
+                    tj,
+                    runtime,
+                    classes,
+                    v1beta1=served_versions(self.config.version)[0] == "v1beta1",
+                    trainer_version=self.config.trainer_version,
+                )
                 by_uid[uid] = self.store.create(WORKLOADS, body, tj["metadata"]["namespace"])
                 record_event(  # jobframework/reconciler.go handleJobWithNoWorkload
                     self.store,

@@ -85,12 +85,22 @@ def _pod_set(rjob: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_workload(
-    trainjob: dict[str, Any], runtime: dict[str, Any], priority_classes: dict[str, int]
+    trainjob: dict[str, Any],
+    runtime: dict[str, Any],
+    priority_classes: dict[str, int],
+    *,
+    v1beta1: bool = False,
+    trainer_version: str = "",
 ) -> dict[str, Any]:
     """The Workload body for a TrainJob: podSets from the runtime with spec.trainer applied."""
     meta = trainjob["metadata"]
     labels = meta.get("labels") or {}
-    jobset_spec = build_jobset_spec(runtime, trainjob)
+    # the pod sets of the JobSet the Trainer in use builds (2.0/2.1 apply their overrides)
+    jobset_spec = (
+        build_jobset_spec(runtime, trainjob, trainer_version)
+        if trainer_version
+        else build_jobset_spec(runtime, trainjob)
+    )
     pod_sets = [_pod_set(rj) for rj in jobset_spec.get("replicatedJobs") or []]
     spec: dict[str, Any] = {
         "active": True,
@@ -98,7 +108,13 @@ def build_workload(
         "podSets": pod_sets,
     }
     pclass = labels.get(PRIORITY_CLASS_LABEL)
-    if pclass and pclass in priority_classes:
+    if pclass and pclass in priority_classes and v1beta1:
+        # Kueue 0.14 stores v1beta1: the class by name and source (apis/kueue/v1beta1
+        # workload_types.go); v1beta2 (0.15+) has priorityClassRef
+        spec["priorityClassSource"] = "kueue.x-k8s.io/workloadpriorityclass"
+        spec["priorityClassName"] = pclass
+        spec["priority"] = int(priority_classes[pclass])
+    elif pclass and pclass in priority_classes:
         spec["priorityClassRef"] = {
             "group": "kueue.x-k8s.io",
             "kind": "WorkloadPriorityClass",
