@@ -41,7 +41,7 @@ from .files.logs import OnLog, PodLogs, read_log, read_logs
 from .files.transfer import TransferProgress, TransferResult, download, upload, write_file
 from .forward.forward import Forward, OnProblem, PodChoice
 from .kube.names import jobset_selector
-from .kube.objects import is_running, is_terminating, pod_name, pod_phase
+from .kube.objects import is_running, pod_name, pod_phase
 from .kube.retry import OnNotice, validate_retry_seconds, window_of
 from .kueue.admission import detect_preemption, preempted_message, with_queue
 from .kueue.api import Visibility, queue_status
@@ -65,7 +65,12 @@ from .trainjob.targets import (
     resolve_pods,
     wants_multi,
 )
-from .trainjob.trainer_pod import TRAINER_CONTAINER, TrainerTarget, select_trainer_pod
+from .trainjob.trainer_pod import (
+    TRAINER_CONTAINER,
+    TrainerTarget,
+    replaced_by_its_job,
+    select_trainer_pod,
+)
 from .validation import (
     validate_address,
     validate_exec,
@@ -476,9 +481,12 @@ class TrainJobSession:
     def _await_replacement(self, found: dict[str, Any] | None) -> dict[str, Any] | None:
         """After a disruption: wait (bounded) for the trainer pod the job recreates; raises
         when the job ended instead (failed, deleted, finished)."""
-        ended = found is not None and pod_phase(found) in ("Succeeded", "Failed")
-        if ended and not (pod_phase(found) == "Failed" and is_terminating(found)):
-            return found  # a deleted pod that ended Failed is replaced by its Job: wait
+        if (
+            found is not None
+            and pod_phase(found) in ("Succeeded", "Failed")
+            and not replaced_by_its_job(found)
+        ):
+            return found
         return wait_ready(
             self.api_client,
             self.namespace,

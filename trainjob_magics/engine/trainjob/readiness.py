@@ -38,7 +38,7 @@ from .pending import DEFAULT_IMAGE_PULL_RETRIES, PodProblem, job_problem, pod_pr
 from .shaping import PodShaping
 from .status import job_status, trainjob_failure
 from .targets import job_pods_watcher, list_job_pods
-from .trainer_pod import TrainerTarget, select_trainer_pod, termination
+from .trainer_pod import TrainerTarget, replaced_by_its_job, select_trainer_pod, termination
 
 log = logging.getLogger(__name__)
 
@@ -240,10 +240,8 @@ def wait_for_trainer_pod(
         if is_running(trainer):
             return trainer
         phase = pod_phase(trainer)
-        if phase == "Failed" and is_terminating(trainer):
-            # deleted or evicted through the API: its Job creates a replacement (a Job that
-            # gives up fails the TrainJob, which refresh() reports)
-            return None
+        if replaced_by_its_job(trainer):
+            return None  # wait for the replacement; refresh() reports a Job that gave up
         if phase in ("Succeeded", "Failed"):
             how = termination(trainer)
             raise PodNotRunningError(

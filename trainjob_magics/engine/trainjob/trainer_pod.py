@@ -13,7 +13,15 @@ from ..kube.names import (
     JOB_INDEX_LABEL,
     RJOB_LABEL,
 )
-from ..kube.objects import Pod, created_ts, is_terminating, label_index, labels_of, pod_name
+from ..kube.objects import (
+    Pod,
+    created_ts,
+    is_terminating,
+    label_index,
+    labels_of,
+    pod_name,
+    pod_phase,
+)
 
 LAUNCHER = "launcher"
 
@@ -80,6 +88,12 @@ def select_trainer_pod(pods: Iterable[Pod], target: TrainerTarget | None) -> Pod
             pod_name(p),
         ),
     )
+
+
+def replaced_by_its_job(pod: Pod) -> bool:
+    """A pod deleted or evicted through the API that ended Failed: its Job creates another
+    (a Job that gives up fails the TrainJob instead)."""
+    return pod_phase(pod) == "Failed" and is_terminating(pod)
 
 
 def termination(pod: Pod) -> str:
