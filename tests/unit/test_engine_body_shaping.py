@@ -169,7 +169,11 @@ def test_every_option_is_valid_for_every_release(release: str, option: str) -> N
         vol = next(v for v in node_spec["volumes"] if v["name"] == mounts[path]["name"])
         if option.startswith("pvc"):
             assert vol["persistentVolumeClaim"]["claimName"] == "data"
-            assert mounts[path].get("readOnly", False) == (option == "pvc-ro")
+            # ro on both: the mount's flag, and the claim's, which attaches the volume
+            # read-only (a ReadOnlyMany claim needs it) and covers every container
+            ro = option == "pvc-ro"
+            assert mounts[path].get("readOnly", False) == ro
+            assert vol["persistentVolumeClaim"].get("readOnly", False) == ro
         elif option == "configmap":
             assert vol["configMap"] == {"name": "cfg"}
         elif option == "secret":
