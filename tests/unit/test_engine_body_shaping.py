@@ -275,6 +275,13 @@ def test_pod_patch_naming_a_container_no_pod_has_is_one_line() -> None:
         ({"volumes": "pvc:data:d"}, "must be absolute"),
         ({"volumes": "pvc:data"}, "--volume expects"),
         ({"volumes": "pvc:data:/d:rx"}, "must be ro or rw"),
+        (
+            {"volumes": "pvc:d:/a/../etc"},
+            "--volume pvc:d:/a/../etc: mount path '/a/../etc' has a '..' part: give the "
+            "absolute path it means, without '..' (e.g. /data)",
+        ),
+        ({"volumes": "emptydir:/x/.."}, "mount path '/x/..' has a '..' part"),
+        ({"volumes": "configmap:c:/../x:ro"}, "mount path '/../x' has a '..' part"),
         ({"volumes": "emptydir:/d:lots"}, "not a Kubernetes quantity"),
         ({"volumes": ["pvc:a:/d", "pvc:b:/d"]}, "two volumes are mounted at /d"),
         ({"shm_size": "8 GB"}, "not a Kubernetes quantity"),

@@ -175,8 +175,13 @@ def _object_name(name: str, option: str, what: str) -> str:
 def _mount_path(path: str, option: str) -> str:
     if not path.startswith("/"):
         raise InvalidInputError(f"{option}: mount path {path!r} must be absolute (start with /)")
-    if ":" in path or "\x00" in path or any(part == ".." for part in path.split("/")):
-        raise InvalidInputError(f"{option}: mount path {path!r} must not contain ':' or '..'")
+    if any(part == ".." for part in path.split("/")):
+        raise InvalidInputError(
+            f"{option}: mount path {path!r} has a '..' part: give the absolute path it means, "
+            "without '..' (e.g. /data)"
+        )
+    if ":" in path or "\x00" in path:
+        raise InvalidInputError(f"{option}: mount path {path!r} must not contain ':' or NUL")
     return path.rstrip("/") or "/"
 
 
