@@ -379,6 +379,17 @@ def test_frozen_html_of_a_long_multi_pod_cell_says_lines_were_hidden(
         assert note in text
         assert note in page, page
     assert "pod 0 line 7<" not in page and "pod 0 line 8<" in page
+    # in each kept group the note heads the box (where the lines start, above the first kept
+    # line) and closes the fold (where a reader of a finished cell looks)
+    folds = [f.split("</details>", 1)[0] for f in page.split("<details")[1:]]
+    assert len(folds) == 2, page
+    for fold in folds:
+        hidden = 7 if "pod 0 line" in fold else 8
+        note = f"[… {hidden} lines hidden; the full output is in _trainjob[pod].stdout]"
+        pre = fold.split("<pre", 1)[1].split(">", 1)[1]
+        assert pre.startswith('<span class="tjm-note"'), pre[:200]
+        assert pre.index(note) < pre.index(f"line {hidden + 1}<"), pre[:300]
+        assert fold.endswith(f"{note}</div>"), fold[-300:]
 
 
 FOUR = [("j-launcher-0-0-a", "launcher-0")] + [(f"j-node-0-{i}-b", f"node-{i}") for i in range(3)]
