@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -44,6 +46,45 @@ def test_stopper_escalates_to_sigterm_for_sigint_ignoring_children(env) -> None:
     r = subprocess.run(R.stop_argv(eid, 0.3, 0.3), env=env, capture_output=True, text=True)
     assert r.returncode == 0 and "SIGTERM" in r.stdout, r.stdout
     assert p.wait(5) != 0 and time.monotonic() - t0 < 3
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only its zombie left."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1].split()[0] in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def test_stopper_without_proc_kills_the_whole_process_group(env, tmp_path) -> None:
+    """On a host without /proc the stopper signals the wrapper's process group, not the wrapper
+    alone: the command's shell and its background child (which ignores SIGINT, as a
+    non-interactive shell's `&` children do) go too."""
+    eid = R.new_exec_id()
+    child = tmp_path / "child.pid"
+    cmd = f'sleep 1000 & echo $$ $! >"{child}"; wait'
+    p = subprocess.Popen(R.wrap(eid, ["sh", "-c", cmd]), env=env,
+                         start_new_session=True)  # fmt: skip
+    reaper = threading.Thread(target=p.wait, daemon=True)  # a pod's exec parent reaps it too
+    reaper.start()
+    deadline = time.monotonic() + 5
+    while not child.exists() or len(child.read_text().split()) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    pids = [p.pid, *map(int, child.read_text().split())]
+    try:
+        argv = R.stop_argv(eid, 0.3, 0.3, proc=str(tmp_path / "no-proc"))
+        r = subprocess.run(argv, env=env, capture_output=True, text=True)
+        assert r.returncode == 0 and "without /proc" in r.stdout, r.stdout
+        deadline = time.monotonic() + 3
+        while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [pid for pid in pids if not _gone(pid)] == [], "survived the stopper"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        reaper.join(5)
 
 
 def test_watchdog_exits_without_heartbeat_and_stays_with_one(env) -> None:

@@ -51,7 +51,8 @@ exit $s
 # Stops the process tree of the wrapper whose exec id is $1: SIGINT, wait $2 tenths of a second,
 # SIGTERM, wait $3 tenths, SIGKILL, wait 1 s. With /proc: the wrapper, every descendant (found
 # through PPid, remembered across reparenting) and every member of its process group when it is
-# a group leader. Without /proc: `kill -SIG -PGID` then `kill -SIG PID`.
+# a group leader. Without /proc: `kill -SIG -PGID` then `kill -SIG PID`. $4, when given, is
+# where procfs would be (tests pass a missing directory to run the branch of hosts without it).
 # Exit codes: 0 all gone, 3 nothing to stop (no pid file: the command already ended),
 # 4 some processes survived SIGKILL (listed on stdout).
 STOP = f"""d={STATE_DIR}
@@ -62,7 +63,7 @@ while [ ! -r "$f" ] && [ $n -lt 10 ]; do nap; n=$((n+1)); done
 if [ ! -r "$f" ]; then echo "nothing to stop: the command already ended"; exit 3; fi
 read -r root <"$f"
 case $root in ''|*[!0-9]*|1) echo "nothing to stop: unusable pid file"; exit 3;; esac
-if [ ! -r /proc/$me/stat ]; then
+if [ ! -r "${{4:-/proc}}/$me/stat" ]; then
   for sg in INT TERM KILL; do
     kill -$sg -$root 2>/dev/null || kill -$sg $root 2>/dev/null || break
     nap; nap; nap; nap; nap
@@ -170,10 +171,13 @@ def wrap(exec_id: str, argv: Sequence[str]) -> list[str]:
     return ["sh", "-c", WRAPPER, ARGV0, exec_id, *argv]
 
 
-def stop_argv(exec_id: str, int_grace: float = 1.0, term_grace: float = 1.0) -> list[str]:
-    """The stopper for ``exec_id``; graces in seconds (tenth-of-second resolution)."""
+def stop_argv(
+    exec_id: str, int_grace: float = 1.0, term_grace: float = 1.0, *, proc: str | None = None
+) -> list[str]:
+    """The stopper for ``exec_id``; graces in seconds (tenth-of-second resolution). ``proc``:
+    where procfs is (default ``/proc``); a missing directory runs the branch of hosts without it."""
     tenths = [str(max(1, round(g * 10))) for g in (int_grace, term_grace)]
-    return ["sh", "-c", STOP, ARGV0, exec_id, *tenths]
+    return ["sh", "-c", STOP, ARGV0, exec_id, *tenths, *([proc] if proc else [])]
 
 
 def heartbeat_argv() -> list[str]:
