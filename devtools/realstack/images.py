@@ -175,6 +175,8 @@ def runtime_images(trainer_version: str) -> dict[str, str]:
     Reads every YAML under the module's ``manifests/base/runtimes`` (nested folders too) and
     applies the tags of ``manifests/overlays/runtimes`` as kustomize would; keys are normalised.
     """
+    if shutil.which("go") is None:
+        raise StackError("the runtimes' images are read from Trainer's Go module: install Go")
     log = cache_root() / "images" / "build.log"
     manifests = module_dir(TRAINER_MODULE, trainer_version, log) / "manifests"
     rules = _overlay_images(manifests)
@@ -703,11 +705,21 @@ def build_images(trainer_versions: list[str], log: Path) -> list[Path]:
         for recipe, refs in sorted(by_recipe.items()):
             tag = hashlib.sha256(json.dumps([*key, sorted(refs)]).encode()).hexdigest()[:16]
             out = store / "oci" / f"{recipe}-{tag}.tar"
-            if not out.is_file():
+            if out.is_file():
+                out.touch()  # in use: _prune keeps it
+            else:
                 base = base or ensure_base(store, log)
                 write_oci_tar(store, build_recipe(store, recipe, base), refs, out)
             tars.append(out)
+        _prune(store / "oci", keep=tars)
     return tars
+
+
+def _prune(oci: Path, keep: list[Path], age: float = 86400) -> None:
+    """Drop OCI tars of other recipe versions or name sets unused for ``age`` seconds."""
+    for old in oci.glob("*.tar"):
+        if old not in keep and time.time() - old.stat().st_mtime > age:
+            old.unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------- import into containerd
