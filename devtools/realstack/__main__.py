@@ -39,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--cpus", default=NodeShape.cpus, help="per node")
         s.add_argument("--memory", default=NodeShape.memory, help="per node")
         s.add_argument("--gpus", type=int, default=NodeShape.gpus, help="nvidia.com/gpu per node")
+        s.add_argument(
+            "--node",
+            choices=("real", "kwok"),
+            default=NodeShape.kind,
+            help="real: kubelet + containerd (default); kwok: simulated nodes and the pod runner",
+        )
     sub.add_parser("status", help="what runs, and the kubeconfigs")
     logs = sub.add_parser("logs", help="a component's log")
     logs.add_argument("component", help=", ".join(stack.COMPONENTS))
@@ -56,7 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     run = args.run or run_dir()
     try:
         if args.command == "up":
-            shape = NodeShape(count=args.nodes, cpus=args.cpus, memory=args.memory, gpus=args.gpus)
+            shape = NodeShape(
+                count=args.nodes,
+                cpus=args.cpus,
+                memory=args.memory,
+                gpus=args.gpus,
+                kind=args.node,
+            )
             ctx = stack.up(run, _versions(args), shape)
             print(ctx.admin_kubeconfig)
         elif args.command == "build":

@@ -19,6 +19,7 @@ class NodeShape:
     memory: str = "128Gi"
     gpus: int = 4
     pods: int = 110
+    kind: str = "real"  # "real": kubelet + containerd; "kwok": simulated nodes and the pod runner
 
 
 @dataclass
@@ -39,6 +40,11 @@ class StackContext:
     @property
     def restricted_kubeconfig(self) -> Path:
         return self.run / "restricted.kubeconfig"
+
+    @property
+    def node_slot(self) -> int:
+        """The real node's slot on this host (its network namespace and addresses)."""
+        return self.ports.get("node-slot", 0)
 
     @property
     def apiserver_url(self) -> str:

@@ -24,8 +24,11 @@ def _log(ctx: StackContext) -> Path:
     return ctx.run / "logs" / "build.log"
 
 
-def kubeconfig(ctx: StackContext, path: Path, user: str, pair: KeyPair) -> Path:
-    """A kubeconfig for ``user`` with its client certificate embedded."""
+def kubeconfig(
+    ctx: StackContext, path: Path, user: str, pair: KeyPair, *, server: str = ""
+) -> Path:
+    """A kubeconfig for ``user`` with its client certificate embedded (``server``: another
+    address of the API server than 127.0.0.1)."""
 
     def b64(p: Path) -> str:
         return base64.b64encode(p.read_bytes()).decode()
@@ -37,7 +40,7 @@ def kubeconfig(ctx: StackContext, path: Path, user: str, pair: KeyPair) -> Path:
             {
                 "name": "realstack",
                 "cluster": {
-                    "server": ctx.apiserver_url,
+                    "server": server or ctx.apiserver_url,
                     "certificate-authority-data": b64(ctx.pki.ca.cert),
                 },
             }
@@ -73,7 +76,8 @@ def _certs(ctx: StackContext) -> dict[str, KeyPair]:
                 "kubernetes.default.svc",
                 "kubernetes.default.svc.cluster.local",
             ),
-            ips=("127.0.0.1", "10.96.0.1"),
+            # 10.250.N.1: the relay the real node reaches the API server through
+            ips=("127.0.0.1", "10.96.0.1", f"10.250.{ctx.node_slot}.1"),
             server=True,
         ),
         "kubelet-client": pki.issue(

@@ -20,7 +20,13 @@ from pathlib import Path
 from devtools.realstack.paths import bin_dir, src_dir
 from devtools.realstack.procs import StackError
 
-KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+KUBE_BINARIES = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "kube-proxy",
+)
 
 # component -> (module, package paths, binary names)
 GO_INSTALL = {
@@ -32,7 +38,18 @@ GO_INSTALL = {
         ("trainer-controller-manager",),
     ),
     "kueue": ("sigs.k8s.io/kueue", ("cmd/kueue",), ("kueue",)),
+    # the real node: the container runtime, its shim and CLI, the cluster DNS, the CRI CLI
+    "containerd": (
+        "github.com/containerd/containerd/v2",
+        ("cmd/containerd", "cmd/containerd-shim-runc-v2", "cmd/ctr"),
+        ("containerd", "containerd-shim-runc-v2", "ctr"),
+    ),
+    "coredns": ("github.com/coredns/coredns", ("",), ("coredns",)),
+    "crictl": ("sigs.k8s.io/cri-tools", ("cmd/crictl",), ("crictl",)),
 }
+
+# build tags per component (containerd's snapshotters that need C libraries stay out)
+GO_TAGS = {"containerd": "no_btrfs no_devmapper"}
 
 
 def go_env() -> dict[str, str]:
@@ -171,8 +188,13 @@ def build_go_install(component: str, version: str, log: Path) -> Path:
     (src / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n")
     go_run(["mod", "tidy"], src, log)
     out.mkdir(parents=True, exist_ok=True)
+    tags = ["-tags", GO_TAGS[component]] if component in GO_TAGS else []
     for pkg, binary in zip(pkgs, binaries, strict=True):
-        go_run(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / binary), pkg], src, log)
+        go_run(
+            ["build", "-trimpath", *tags, "-ldflags", "-s -w", "-o", str(out / binary), pkg],
+            src,
+            log,
+        )
     return out
 
 

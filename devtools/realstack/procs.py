@@ -171,3 +171,18 @@ def https_ok(url: str, *, ca: Path, cert: Path | None = None, key: Path | None =
         ctx.load_cert_chain(str(cert), str(key) if key else None)
     with urllib.request.urlopen(url, context=ctx, timeout=5) as resp:
         return resp.status == 200
+
+
+def quiet_ok(argv: Sequence[str | os.PathLike], timeout: float = 10.0) -> bool:
+    """True when ``argv`` exits 0 within ``timeout`` (its output is dropped)."""
+    try:
+        proc = subprocess.run(
+            [str(a) for a in argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=timeout,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0

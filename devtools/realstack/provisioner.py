@@ -119,3 +119,92 @@ class Provisioner:
             shutil.rmtree(path, ignore_errors=True)
         self.api.request("DELETE", f"/api/v1/persistentvolumes/{meta['name']}", ok404=True)
         self.log(f"provisioner: released {meta['name']} deleted with its directory")
+
+
+# --- a process of its own, beside the real node --------------------------------------------------
+
+
+def _post_event(api: Any, involved: dict, typ: str, reason: str, message: str, source: str) -> None:
+    ns = involved.get("namespace") or "default"
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{involved['name']}.", "namespace": ns},
+        "involvedObject": involved,
+        "type": typ,
+        "reason": reason,
+        "message": message,
+        "source": {"component": source},
+        "reportingComponent": source,
+    }
+    api.request("POST", f"/api/v1/namespaces/{ns}/events", event)
+
+
+def serve(run: Path, interval: float = 0.5) -> None:
+    """List claims and volumes every ``interval`` and act on them, until killed."""
+    from devtools.realstack.podrunner import KubeApi
+
+    api = KubeApi(run / "admin.kubeconfig")
+
+    def log(msg: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+    def event(*args: Any) -> None:
+        try:
+            _post_event(api, *args)
+        except Exception as e:  # an event is best effort
+            log(f"event: {e}")
+
+    prov = Provisioner(api, run, event, log)
+    (run / "provisioner.ready").write_text("")
+    while True:
+        for path, on in (
+            ("/api/v1/persistentvolumeclaims", prov.on_claim),
+            ("/api/v1/persistentvolumes", prov.on_volume),
+        ):
+            try:
+                items = api.get(path).get("items", [])
+            except Exception as e:
+                log(f"list {path}: {e}")
+                continue
+            for item in items:
+                try:
+                    on(item)
+                except Exception as e:
+                    log(f"provisioner: {item['metadata']['name']}: {e}")
+        time.sleep(interval)
+
+
+def start(ctx: Any) -> None:
+    """Run ``serve`` as the stack's process ``provisioner``."""
+    import os
+    import sys
+
+    from devtools.realstack import procs
+
+    root = Path(__file__).resolve().parents[2]
+    ready = ctx.run / "provisioner.ready"
+    ready.unlink(missing_ok=True)
+    env = {
+        "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+    }
+    procs.start(
+        ctx.run,
+        "provisioner",
+        [sys.executable, "-m", "devtools.realstack.provisioner", str(ctx.run)],
+        env=env,
+        cwd=root,
+    )
+    procs.wait_for("the provisioner", ready.exists, timeout=60, run=ctx.run, name="provisioner")
+
+
+def stop(ctx: Any) -> None:
+    from devtools.realstack import procs
+
+    procs.stop(ctx.run, "provisioner")
+
+
+if __name__ == "__main__":
+    import sys
+
+    serve(Path(sys.argv[1]))

@@ -10,7 +10,16 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from devtools.realstack import control_plane, controllers, fixtures, gobuild, nodes, procs
+from devtools.realstack import (
+    control_plane,
+    controllers,
+    fixtures,
+    gobuild,
+    nodes,
+    procs,
+    provisioner,
+    realnode,
+)
 from devtools.realstack.context import NodeShape, StackContext
 from devtools.realstack.versions import Versions
 
@@ -20,7 +29,16 @@ from devtools.realstack.versions import Versions
 RUNTIMES = ("torch-distributed", "deepspeed-distributed", "mlx-distributed")
 
 # what `logs COMPONENT` accepts, beside the controller names procs knows
-COMPONENTS = (*control_plane.COMPONENTS, "kwok", "podrunner", "jobset", "trainer", "kueue")
+COMPONENTS = (
+    *control_plane.COMPONENTS,
+    *realnode.COMPONENTS,
+    "provisioner",
+    "kwok",
+    "podrunner",
+    "jobset",
+    "trainer",
+    "kueue",
+)
 
 
 def build_all(versions: Versions, log: Path) -> dict[str, float]:
@@ -29,6 +47,8 @@ def build_all(versions: Versions, log: Path) -> dict[str, float]:
     plan = [
         ("kubernetes", versions.kubernetes),
         ("etcd", versions.etcd),
+        ("containerd", versions.containerd),
+        ("coredns", versions.coredns),
         ("kwok", versions.kwok),
         ("jobset", versions.jobset),
         ("trainer", versions.trainer),
@@ -47,21 +67,30 @@ def up(run: Path, versions: Versions, shape: NodeShape) -> StackContext:
     versions = versions.resolved()
     if (run / "state.json").exists():
         old = StackContext.load(run)
-        if procs.running(run) and old.versions == versions and old.nodes == shape:
+        # a real node's shape is what its kubelet measured: only its kind is asked for
+        same = old.nodes == shape or (old.nodes.kind == shape.kind == "real")
+        if procs.running(run) and old.versions == versions and same:
             with contextlib.suppress(Exception):
                 if _ready(old):
                     return old
         down(run)
     ctx = StackContext(run=run, versions=versions, nodes=shape)
     ctx.save()
+    if shape.kind == "real":
+        realnode.prepare(ctx)  # the node's slot: the API server's certificate names its relay
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     timings.update(
         {f"build {k}": v for k, v in build_all(versions, run / "logs" / "build.log").items()}
     )
+    node_steps = (
+        (("node", realnode.start), ("provisioner", provisioner.start))
+        if shape.kind == "real"
+        else (("nodes", nodes.start),)
+    )
     for name, step in (
         ("control plane", control_plane.start),
-        ("nodes", nodes.start),
+        *node_steps,
         ("controllers", controllers.start),
         ("fixtures", fixtures.apply),
     ):
@@ -88,7 +117,8 @@ def down(run: Path, *, keep_state: bool = False) -> list[str]:
     stopped: list[str] = []
     if (run / "state.json").exists():
         ctx = StackContext.load(run)
-        for step in (controllers.stop, nodes.stop, control_plane.stop):
+        node_stop = (provisioner.stop, realnode.stop) if ctx.nodes.kind == "real" else (nodes.stop,)
+        for step in (controllers.stop, *node_stop, control_plane.stop):
             with contextlib.suppress(Exception):
                 step(ctx)
     for name in procs.running(run):  # anything a step did not know about

@@ -1,0 +1,145 @@
+"""The real node's host bookkeeping (devtools/realstack/realnode/host.py) on this machine: a slot
+left behind by a killed run (its network namespace and veth, a process, a mount, a cgroup) is
+cleared by the next claim, and a clean slot leaves nothing behind. Needs root and iproute2, as
+the real node does."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from devtools.realstack.realnode import host
+
+REQUIRE = os.environ.get("TRAINJOB_MAGICS_REQUIRE_REALSTACK") == "1"
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(autouse=True)
+def _root_and_ip() -> None:
+    why = ""
+    if os.geteuid() != 0:
+        why = "the real node's host setup needs root"
+    elif shutil.which("ip") is None or shutil.which("nsenter") is None:
+        why = "iproute2 (ip) and util-linux (nsenter) are needed"
+    if why:
+        if REQUIRE:
+            pytest.fail(f"real stack required (TRAINJOB_MAGICS_REQUIRE_REALSTACK=1): {why}")
+        pytest.skip(why)
+
+
+def _free_slot() -> int:
+    for slot in range(host.SLOTS - 1, -1, -1):
+        if not host.marker(slot).exists() and not host.netns_path(slot).exists():
+            return slot
+    pytest.skip("no free real-node slot on this host")
+
+
+def test_a_killed_runs_leftovers_are_cleared_by_the_next_claim(tmp_path: Path) -> None:
+    slot = _free_slot()
+    before = host.snapshot()
+    run = tmp_path / "killed-run"
+    node = run / "node"
+    (node / "kubelet" / "root").mkdir(parents=True)
+    (run / "pids").mkdir()
+    host.record(slot, run)
+    # what a killed run leaves: its namespace and veth, a mount, a cgroup with a task, a process
+    host.make_netns(slot)
+    mnt = node / "kubelet" / "root"
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(mnt)], check=True)
+    root = host.cgroup_root(slot)
+    host.make_cgroup_root(root)
+    sleeper = subprocess.Popen(
+        host.in_node(slot, ["sh", "-c", "exec sleep 300", str(node / "kubelet")]),
+        start_new_session=True,
+    )
+    memory = Path("/sys/fs/cgroup/memory") / root.lstrip("/") / "pod-x"
+    memory.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            (memory / "cgroup.procs").write_text(str(sleeper.pid))
+            break
+        except OSError:
+            time.sleep(0.05)  # nsenter has not exec'd sleep yet
+    (run / "pids" / "relay.pid").write_text(str(sleeper.pid))
+    shutil.rmtree(run / "pids")  # the folder of a clone that is gone: only the marker knows
+    assert host.netns_path(slot).exists() and host.mounts_under([node])
+
+    # a new run claims the slot: the marker names a stack with no live process
+    state = json.loads(host.marker(slot).read_text())
+    assert state["run"] == str(run)
+    new_run = tmp_path / "new-run"
+    got = host.claim_slot(new_run)
+    try:
+        assert not host.marker(slot).exists() or got == slot
+        sleeper.wait(timeout=10)
+        assert sleeper.returncode is not None
+        assert not host.netns_path(slot).exists()
+        assert not Path(f"/sys/class/net/{host.host_link(slot)}").exists()
+        assert not host.mounts_under([node])
+        assert not (Path("/sys/fs/cgroup/memory") / root.lstrip("/")).exists()
+        after = host.snapshot()
+        for key in ("links", "sysctls", "iptables", "netns", "cgroups"):
+            assert after[key] == before[key], key
+    finally:
+        host.marker(got).unlink(missing_ok=True)
+        if sleeper.poll() is None:
+            sleeper.kill()
+
+
+def test_the_node_namespace_keeps_its_network_changes_to_itself(tmp_path: Path) -> None:
+    slot = _free_slot()
+    run = tmp_path / "run"
+    (run / "node").mkdir(parents=True)
+    before = host.snapshot()
+    host.record(slot, run)
+    try:
+        host.make_netns(slot)
+        # what the CNI bridge plugin and kube-proxy do, inside the node
+        for argv in (
+            ["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"],
+            ["iptables", "-t", "nat", "-N", "KUBE-SERVICES"],
+            ["ip", "link", "add", host.BRIDGE, "type", "bridge"],
+        ):
+            subprocess.run(host.in_node(slot, argv), check=True, capture_output=True)
+        inside = subprocess.run(
+            host.in_node(slot, ["cat", "/proc/sys/net/ipv4/ip_forward"]),
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        assert inside == "1"
+        during = host.snapshot()
+        assert during["sysctls"] == before["sysctls"]
+        assert during["iptables"] == before["iptables"]
+        assert host.BRIDGE not in during["links"] or host.BRIDGE in before["links"]
+        assert host.host_link(slot) in during["links"]
+        # the host reaches a port the node listens on, across the veth
+        listener = subprocess.Popen(
+            host.in_node(slot, ["socat", f"TCP-LISTEN:7000,bind={host.node_ip(slot)}", "STDOUT"]),
+            stdout=subprocess.PIPE,
+        )
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                sent = subprocess.run(
+                    ["socat", "-", f"TCP:{host.node_ip(slot)}:7000"],
+                    input=b"hello\n",
+                    capture_output=True,
+                )
+                if sent.returncode == 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            assert listener.communicate(timeout=10)[0] == b"hello\n"
+        finally:
+            listener.kill()
+    finally:
+        left = host.restore(slot)
+    assert left == []
+    assert host.snapshot() == before
