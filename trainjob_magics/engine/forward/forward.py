@@ -1,15 +1,20 @@
 """A local TCP port forwarded to a port of one of a session's pods (``session.forward()``).
 
-Like ``kubectl port-forward``, each accepted connection gets its own stream: here its own
-pods/portforward WebSocket, relayed by its own thread (``tunnel.py``). The pod is looked up per
-connection, so after the trainer pod is replaced new connections reach the new one. A connection
-the pod refuses (nothing listens) is reset and reported, and the forward keeps accepting.
+Like ``kubectl port-forward``, each accepted connection gets its own stream. The way is chosen
+once, at start, by the API server: the first upgrade offers both subprotocols, and the server
+picks. ``tunnel`` (kube-apiserver 1.30+ with PortForwardWebsockets): one WebSocket carrying
+SPDY, every connection a stream pair in it (``spdy_tunnel.py``), opened again when it drops.
+``websocket`` (older servers, or the gate off): each connection its own ``v4.channel.k8s.io``
+WebSocket and thread (``tunnel.py``). The pod is looked up per connection (per tunnel), so after
+the trainer pod is replaced new connections reach the new one. A connection the pod refuses
+(nothing listens) is reset and reported, and the forward keeps accepting.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import selectors
 import socket
@@ -21,11 +26,16 @@ from dataclasses import dataclass
 from ..errors import InvalidInputError, PodNotRunningError, TrainJobError
 from ..exec.client import ExecClient
 from ..exec.handshake import ExecSocket
+from .spdy_tunnel import SUBPROTOCOL, Connection, SpdyTunnel
 from .tunnel import Tunnel, portforward_url, reset
 
 log = logging.getLogger(__name__)
 
-PROTOCOLS = ["v4.channel.k8s.io"]  # the kubelet's WebSocket port-forward protocol
+V4 = "v4.channel.k8s.io"  # the kubelet's WebSocket port-forward protocol
+PROTOCOLS = [V4]
+OFFERED = [SUBPROTOCOL, V4]  # at start: the server picks the tunnel if it serves one
+
+TUNNEL, WEBSOCKET = "tunnel", "websocket"  # Forward.mode
 
 RESOURCE = "pods/portforward"
 
@@ -116,6 +126,10 @@ class Forward:
         self._threads: set[threading.Thread] = set()
         self._closed = False
         self._last_pod = ""
+        self.mode = ""  # TUNNEL or WEBSOCKET, once started
+        self._tunnel_lock = threading.Lock()  # one opening of the shared tunnel at a time
+        self._spdy: SpdyTunnel | None = None  # the tunnel new connections go into
+        self._spdy_conns = 0  # connections carried by tunnels now (not the probe)
         self._listener = _listen(address, local_port)
         self.local_port: int = self._listener.getsockname()[1]
         self._wake_r, self._wake_w = socket.socketpair()
@@ -136,7 +150,10 @@ class Forward:
     def active(self) -> int:
         """Connections being relayed now (the start's probe is none of them)."""
         with self._lock:
-            return sum(1 for tunnel in self._tunnels if tunnel is not self._probing)
+            alone = sum(
+                1 for t in self._tunnels if isinstance(t, Tunnel) and t is not self._probing
+            )
+            return alone + self._spdy_conns
 
     @property
     def closed(self) -> bool:
@@ -144,7 +161,8 @@ class Forward:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"url={self.url!r}"
-        return f"Forward(port={self.port}, pod={self._last_pod or '?'!r}, {state})"
+        mode = f", {self.mode}" if self.mode else ""
+        return f"Forward(port={self.port}, pod={self._last_pod or '?'!r}{mode}, {state})"
 
     def __enter__(self) -> Forward:
         return self
@@ -157,11 +175,16 @@ class Forward:
         """Check the way to the pod once (permission, pod running), then accept connections.
         Raises the usual one-line errors (e.g. a missing ``pods/portforward`` permission)."""
         try:
-            probe, pod = self._open()
+            ws, pod = self._open(OFFERED)
         except BaseException:
             self._shut_listener()
             raise
-        self._spawn(self._probe, probe, pod)
+        self.mode = TUNNEL if ws.subprotocol == SUBPROTOCOL else WEBSOCKET
+        if self.mode == TUNNEL:
+            self._spdy = self._start_tunnel(ws, pod)
+            self._spawn(self._probe_tunnel, self._spdy, pod)
+        else:
+            self._spawn(self._probe, ws, pod)
         self._accepting = self._spawn(self._accept_loop)
         return self
 
@@ -183,22 +206,80 @@ class Forward:
             with self._lock:
                 self._threads.discard(threading.current_thread())
 
-    def _upgrade(self, pod: str) -> ExecSocket:
+    def _upgrade(self, pod: str, protocols: list[str]) -> ExecSocket:
         url = portforward_url(self._client.configuration.host, self.namespace, pod, self.port)
         return self._client.upgrade(
-            url, self.namespace, pod, protocols=PROTOCOLS, resource=RESOURCE
+            url, self.namespace, pod, protocols=protocols, resource=RESOURCE
         )
 
-    def _open(self) -> tuple[ExecSocket, str]:
+    def _open(self, protocols: list[str] | None = None) -> tuple[ExecSocket, str]:
         """A WebSocket to the pod's port: the current pod, or its replacement if it refused."""
+        if protocols is None:
+            protocols = [SUBPROTOCOL] if self.mode == TUNNEL else PROTOCOLS
         pod = self._pod.current()
         try:
-            sock = self._upgrade(pod)
+            sock = self._upgrade(pod, protocols)
         except PodNotRunningError:
             pod = self._pod.replacement(pod)
-            sock = self._upgrade(pod)
+            sock = self._upgrade(pod, protocols)
         self._last_pod = pod
         return sock, pod
+
+    # -- the one tunnel ---------------------------------------------------------------------
+    def _start_tunnel(self, ws: ExecSocket, pod: str) -> SpdyTunnel:
+        tunnel = SpdyTunnel(ws, pod, self.port, on_retry=self._move)
+        with self._lock:
+            self._tunnels.add(tunnel)
+        self._spawn(self._run_tunnel, tunnel)
+        return tunnel
+
+    def _run_tunnel(self, tunnel: SpdyTunnel) -> None:
+        try:
+            tunnel.run()
+        finally:
+            with self._lock:
+                self._tunnels.discard(tunnel)
+
+    def _tunnel(self) -> SpdyTunnel:
+        """The open tunnel to the current pod, opened (again) if it dropped or retired."""
+        with self._tunnel_lock:
+            tunnel = self._spdy
+            if tunnel is not None and tunnel.alive and tunnel.pod == self._pod.current():
+                return tunnel
+            if tunnel is not None:
+                tunnel.retire()
+            ws, pod = self._open()
+            with self._lock:
+                closed = self._closed
+            if closed:
+                ws.shutdown()
+                raise TrainJobError("the forward is closed")
+            self._spdy = self._start_tunnel(ws, pod)
+            return self._spdy
+
+    def _probe_tunnel(self, tunnel: SpdyTunnel, pod: str) -> None:
+        """The tunnel's first stream pair, on a socket pair of our own: the pod says at once
+        when nothing listens."""
+        mine, theirs = socket.socketpair()
+        ended = threading.Event()
+        conn = tunnel.add(theirs, lambda _conn: ended.set())
+        try:
+            if conn is not None and not ended.wait(PROBE_WAIT):
+                tunnel.cut(conn)
+                ended.wait(PROBE_WAIT)
+        finally:
+            mine.close()
+        if conn is not None and conn.error:
+            self._said(conn.error, pod, probe=True)
+
+    def _said(self, error: str, pod: str, *, probe: bool = False) -> None:
+        if probe and "refused" in error.lower():
+            self._report(
+                f"nothing listens on port {self.port} of pod {pod} yet; the forward is ready "
+                "and connections work once something does"
+            )
+        else:
+            self._report(explain(error, self.port, pod))
 
     def _probe(self, ws: ExecSocket, pod: str) -> None:
         """Listen briefly on the first stream: the pod says at once when nothing listens."""
@@ -246,6 +327,9 @@ class Forward:
             sel.close()
 
     def _serve(self, conn: socket.socket) -> None:
+        if self.mode == TUNNEL:
+            self._serve_in_tunnel(conn)
+            return
         try:
             ws, pod = self._open()
         except Exception as exc:  # each one a one-line TrainJobError, unless something broke
@@ -265,6 +349,48 @@ class Forward:
                 self._tunnels.discard(tunnel)
         if tunnel.error:
             self._report(explain(tunnel.error, self.port, pod))
+
+    def _move(self, conn: Connection) -> bool:
+        """A tunnel dropped before the pod answered ``conn``: carry it on the next tunnel
+        (which finds a replaced pod), sending again what it sent."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._spdy_conns -= 1
+        first = bytes(conn.replay or b"")
+        self._spawn(self._serve_in_tunnel, conn.sock, first, True)
+        return True
+
+    def _serve_in_tunnel(
+        self, conn: socket.socket, first: bytes = b"", moved: bool = False
+    ) -> None:
+        """Hand ``conn`` to the tunnel (opening one if needed): a new stream pair."""
+        for _attempt in range(2):  # a tunnel that dropped just now: once more on a new one
+            try:
+                tunnel = self._tunnel()
+            except Exception as exc:  # each one a one-line TrainJobError, unless something broke
+                text = (
+                    str(exc) if isinstance(exc, TrainJobError) else f"{type(exc).__name__}: {exc}"
+                )
+                self._report(text)
+                reset(conn)
+                return
+            with self._lock:
+                self._spdy_conns += 1
+            ended = functools.partial(self._tunnel_conn_ended, tunnel)
+            if tunnel.add(conn, ended, first=first, retried=moved) is not None:
+                return
+            with self._lock:
+                self._spdy_conns -= 1
+        reset(conn)
+
+    def _tunnel_conn_ended(self, tunnel: SpdyTunnel, conn: Connection) -> None:
+        with self._lock:
+            self._spdy_conns -= 1
+        if conn.error:
+            self._said(conn.error, tunnel.pod)
+            if "refused" not in conn.error.lower():
+                tunnel.retire()  # the pod may be gone: the next connection looks again
 
     def _report(self, message: str) -> None:
         with self._lock:

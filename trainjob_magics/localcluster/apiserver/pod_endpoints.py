@@ -10,7 +10,7 @@ from aiohttp import web
 from ..core.apierror import ApiError
 from ..core.resources import PODS
 from ..core.store import now_rfc3339
-from ..kubelet import exec_ws, portforward_ws
+from ..kubelet import exec_ws, portforward_spdy, portforward_ws
 from ..kubelet.pod_logs import follow_log, read_log
 from .api_request import USER_KEY, Target, query_bool, query_int
 from .api_response import json_response
@@ -148,7 +148,9 @@ class PodEndpoints(Authorizer):
             raise ApiError(400, f"pod {name} does not have a host assigned")
         if request.headers.get("Upgrade", "").lower() != "websocket":
             raise ApiError(400, "Upgrade request required")
-        refused = portforward_ws.kubelet_port_error(ports)
+        offered = portforward_ws.offered_protocols(request)
+        tunnel = self.ctx.faults.portforward_tunnel and portforward_spdy.wants_tunnel(offered)
+        refused = None if tunnel else portforward_ws.kubelet_port_error(ports)
         if refused is not None:
             return web.Response(status=400, text=refused, content_type="text/plain")
         phase = (pod.get("status") or {}).get("phase")
@@ -160,6 +162,14 @@ class PodEndpoints(Authorizer):
                 400,
                 "unable to forward port because pod is not running. "
                 f"Current status={phase or 'Pending'}",
+            )
+        if tunnel:  # kube-apiserver 1.30+ (PortForwardWebsockets): SPDY in the WebSocket
+            return await portforward_spdy.handle_tunnel(
+                request,
+                f"{t.namespace}/{name}",
+                offered,
+                self.ctx.stopping,
+                lambda: sandbox.stopped or self.ctx.sandbox(t.namespace or "", name) is not sandbox,
             )
         return await portforward_ws.handle_portforward(
             request, f"{t.namespace}/{name}", ports, self.ctx.stopping

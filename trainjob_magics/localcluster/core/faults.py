@@ -46,6 +46,7 @@ class Faults:
         self._restarter: Callable[[float], threading.Event] | None = None
         self.request_count = 0
         self._journal: deque[tuple[str, str]] = deque(maxlen=JOURNAL_SIZE)
+        self.portforward_tunnel = True  # False: as a server older than 1.30, or the gate off
 
     # -- requests --------------------------------------------------------------------------
 
@@ -189,3 +190,4 @@ class Faults:
             self._delays.clear()
             self._drops.clear()
             self._denies.clear()
+            self.portforward_tunnel = True
