@@ -220,9 +220,21 @@ def _run_until_idle(k: Kernel, code: str, started: Any) -> tuple[dict[str, Any],
             return k.kc.get_shell_msg(timeout=30)["content"], msgs
 
 
-def test_a_preempted_session_reads_preempted_in_its_panel(kueue_cluster: LocalCluster) -> None:
-    """Kueue preempts the job while a cell runs: the cell fails with SessionPreemptedError
-    and the connect panel reads Preempted (not Running)."""
+@pytest.mark.parametrize(
+    ("take_away", "state", "said"),
+    [
+        ("preempt", "Preempted", "Kueue preempted TrainJob {name} (Preempted: Preempted to "),
+        # waitForPodsReady (on by default from Kueue 0.19): Evicted, reason PodsReadyTimeout,
+        # no Preempted condition (kueue pkg/controller/core/workload_controller.go)
+        ("evict", "Evicted", "Kueue evicted TrainJob {name} (PodsReadyTimeout: Exceeded the "),
+    ],
+)
+def test_a_preempted_session_reads_preempted_in_its_panel(
+    kueue_cluster: LocalCluster, take_away: str, state: str, said: str
+) -> None:
+    """Kueue preempts (or evicts) the job while a cell runs: the cell fails with
+    SessionPreemptedError and the connect panel reads Preempted (Evicted), not Running, and
+    what Kueue did with its reason."""
     with Kernel() as k:
         setup(k, kueue_cluster.kubeconfig_path)
         reply, connect_msgs = k.run("%trainjob_connect torch-distributed --queue user-queue")
@@ -238,7 +250,7 @@ def test_a_preempted_session_reads_preempted_in_its_panel(kueue_cluster: LocalCl
         def preempt() -> None:
             wait_until(lambda: marker_processes(f"sleep {marker}"), timeout=30)
             kueue_cluster.kueue.set_quota({"cpu": "0"})  # nothing readmits it meanwhile
-            kueue_cluster.kueue.preempt(name)
+            getattr(kueue_cluster.kueue, take_away)(name)
 
         try:
             reply, msgs = _run_until_idle(k, f"%%trainjob\necho started; sleep {marker}", preempt)
@@ -246,8 +258,9 @@ def test_a_preempted_session_reads_preempted_in_its_panel(kueue_cluster: LocalCl
             final = frozen(msgs)
             assert panel in final, final
             head = headline(final[panel])
-            assert " · Preempted · " in head and "Running" not in head, head
-            assert "Kueue preempted" in head
+            assert f" · {state} · " in head and "Running" not in head, head
+            assert said.format(name=name) in head, head
+            assert f"; it is {state.lower()}, waiting for readmission; " in head, head
         finally:
             kueue_cluster.kueue.set_quota({"cpu": "4"})
         reply, _ = k.run("%trainjob_close")

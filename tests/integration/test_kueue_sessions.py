@@ -183,6 +183,69 @@ def test_preemption_mid_session_then_readmission(kcluster: LocalCluster, kc: str
         session.close()
 
 
+def _run_until(session: Any, take_away: Any) -> BaseException:
+    """Run ``echo started; sleep 20``, call ``take_away`` once it started; the error it got."""
+    chunks: list[str] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            session.execute(
+                "echo started; sleep 20", on_output=lambda _p, _s, text: chunks.append(text)
+            )
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while "started" not in "".join(chunks):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    take_away()
+    thread.join(30)
+    assert errors, "the command was not stopped"
+    return errors[0]
+
+
+def test_pods_ready_timeout_eviction_reads_kueue_evicted(kcluster: LocalCluster, kc: str) -> None:
+    """Kueue 0.19 turned waitForPodsReady on by default (30 min): a job whose pods are not all
+    ready in time is evicted without being preempted. Kueue's workload controller
+    (pkg/controller/core/workload_controller.go, reconcileNotReadyTimeout) evicts it with
+    ``Evicted=True``, reason ``PodsReadyTimeout``, message ``Exceeded the PodsReady timeout
+    NS/WORKLOAD`` (pkg/workload/evict/evict.go SetEvictedCondition) and no ``Preempted``
+    condition. The session says "Kueue evicted" with that reason, and reads Evicted."""
+    session = _connect(kc, timeout=30)
+    try:
+        evicted: dict[str, Any] = {}
+
+        def evict() -> None:
+            kcluster.kueue.set_quota({"cpu": "0"})  # nothing readmits it meanwhile
+            evicted.update(kcluster.kueue.evict(session.name, "PodsReadyTimeout"))
+
+        err = _run_until(session, evict)
+        assert isinstance(err, SessionPreemptedError), err
+        conditions = {c["type"]: c for c in evicted["status"]["conditions"]}
+        assert "Preempted" not in conditions or conditions["Preempted"]["status"] != "True"
+        why = f"Exceeded the PodsReady timeout default/{evicted['metadata']['name']}"
+        assert (conditions["Evicted"]["reason"], conditions["Evicted"]["message"]) == (
+            "PodsReadyTimeout",
+            why,
+        )
+        assert str(err).startswith(
+            f"session preempted: Kueue evicted TrainJob {session.name} (PodsReadyTimeout: "
+            f"{why}); it is evicted, waiting for readmission; "
+        ), str(err)
+        assert "Kueue evicted" in session.status().disruption
+        queue = session.status().queue
+        assert queue is not None
+        assert (queue.state, queue.reason) == ("Evicted", "PodsReadyTimeout"), queue
+        assert queue.summary().startswith("Evicted (PodsReadyTimeout), waiting for readmission")
+    finally:
+        kcluster.kueue.set_quota({"cpu": "1"})
+        session.close()
+
+
 def test_preemption_is_checked_after_a_failed_command_and_only_then(
     kcluster: LocalCluster, kc: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -338,6 +338,13 @@ class QueueStatus:
     def admitted(self) -> bool:
         return self.state == "Admitted"
 
+    @property
+    def taken_away(self) -> str:
+        """How Kueue last took the job away: "preempted" (a preemption), else "evicted"
+        (waitForPodsReady's PodsReadyTimeout, a stopped queue, a deactivation, ...)."""
+        reason = (self.last_eviction or (self.reason, ""))[0]
+        return "preempted" if reason == "Preempted" else "evicted"
+
     def position_text(self) -> str:
         """'position 2 in LocalQueue q (3 in ClusterQueue cq)' (1-based), or 'position unknown'."""
         if self.position_in_local_queue is None:

@@ -54,7 +54,8 @@ def learn_from_cell_error(entry: Entry, error: BaseException) -> None:
     if status is not None:
         entry.push_status(status)
     if isinstance(error, SessionPreemptedError):
-        entry.push_final("Preempted", note, cause="preempted")
+        verb = getattr(error.queue, "taken_away", "preempted")  # or evicted (PodsReadyTimeout)
+        entry.push_final(verb.capitalize(), note, cause=verb)
     elif status is None:
         entry.push_final("Deleted", note, cause="gone")
     elif status.state in ENDED_STATES:

@@ -402,7 +402,7 @@ def detect_preemption(
 def preempted_message(name: str, qs: QueueStatus, pod: str | None = None) -> str:
     """SessionPreemptedError text."""
     reason, why = qs.last_eviction or (qs.reason, qs.message)
-    verb = "preempted" if reason == "Preempted" else "evicted"
+    verb = qs.taken_away
     now = {
         "Admitted": "it is readmitted already",
         "Deactivated": "the Workload is deactivated and will not be readmitted",

@@ -92,6 +92,11 @@ def parse_workload(wl: Mapping[str, Any] | None, local_queue: str | None = None)
 
     if _true(wl, "Finished"):
         return make("Finished", _cond(wl, "Finished"))
+    # Keyed on Evicted, not Preempted: Kueue evicts without preempting too, e.g. waitForPodsReady
+    # (on by default from 0.19, 30 min): Evicted=True, reason PodsReadyTimeout, message
+    # "Exceeded the PodsReady timeout NS/NAME" and no Preempted condition
+    # (kubernetes-sigs/kueue pkg/controller/core/workload_controller.go reconcileNotReadyTimeout,
+    # pkg/workload/evict/evict.go SetEvictedCondition).
     evicted = _cond(wl, "Evicted") if _true(wl, "Evicted") else None
     if spec.get("active") is False:
         return make("Deactivated", evicted or _cond(wl, "QuotaReserved"))

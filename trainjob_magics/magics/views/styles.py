@@ -22,6 +22,7 @@ STATE_COLOURS = {
     "Suspended": "#a66300",
     "Queued": "#a66300",
     "Preempted": "#b3261e",
+    "Evicted": "#b3261e",  # by Kueue without a preemption (PodsReadyTimeout)
 }
 
 
