@@ -9,11 +9,13 @@ import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from tests.helpers.shell import magics_shell
 from trainjob_magics.localcluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(180)
@@ -113,3 +115,81 @@ def test_local_cluster_requires_its_token(cluster: LocalCluster, token: str | No
     )
     with urllib.request.urlopen(ok, context=ctx, timeout=5) as resp:
         assert resp.status == 200
+
+
+# Recognisable, never a real credential: any piece of it in an output, a log or a widget is a leak.
+FAKE_TOKEN = "tjmFAKEbearer-9f1c2e7d4b3a-do-not-leak-6e5d4c3b2a19"
+EXEC = r"/pods/[^/]+/exec\?"
+HANDSHAKE_ERRORS = {
+    # id: (HTTP status, the Status message the API server answers the upgrade with)
+    "400-container": (400, 'container nope is not valid for pod "p"'),
+    "400-not-running": (400, 'container "node" in pod "p" is waiting to start: ContainerCreating'),
+    "401": (401, "Unauthorized"),
+    "403": (403, 'pods "p" is forbidden: User "leaky" cannot create resource "pods/exec"'),
+    "404-pod": (404, 'pods "{pod}" not found'),
+    "404-node": (404, 'pods "local-node-gone" not found'),
+    "500": (500, "Internal error occurred: injected"),
+    "tls": (0, ""),  # the exec's TLS handshake fails: the server's name is not the one asked for
+}
+
+
+@pytest.fixture(scope="module")
+def leaky_shell(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The magics in the real InteractiveShell, widgets on, connected with FAKE_TOKEN."""
+    local_cluster.add_user("leaky", token=FAKE_TOKEN)
+    kc = local_cluster.write_kubeconfig(tmp_path_factory.mktemp("leaky") / "kc", token=FAKE_TOKEN)
+    with magics_shell(kc, widgets="on", api_retry_seconds=0.0, close_timeout=20.0) as sh:
+        sh.run_cell("%trainjob_connect torch-distributed --as leaky").raise_error()
+        yield sh
+        sh.run_cell("%trainjob_close leaky")
+
+
+@pytest.mark.parametrize("case", sorted(HANDSHAKE_ERRORS))
+def test_no_handshake_error_shows_or_logs_the_token(
+    leaky_shell: Any,
+    cluster: LocalCluster,
+    case: str,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every way the exec's WebSocket handshake fails (client.py's _handshake_error and the
+    connection failure) ends the cell with one line; the bearer token it sent reaches no
+    message, log line, cell output or widget state."""
+    from IPython.core.displaypub import CapturingDisplayPublisher
+    from ipywidgets.widgets import widget
+
+    caplog.set_level(logging.DEBUG)
+    sh = leaky_shell
+    session = sh.find_line_magic("trainjob_connect").__self__.registry.find("leaky").session
+    cfg = session.api_client.configuration
+    code, message = HANDSHAKE_ERRORS[case]
+    if code:
+        message = message.format(pod=session.pod)
+        cluster.faults.fail_requests("GET", EXEC, code=code, times=50, message=message)
+    else:
+        cfg.tls_server_name = "not-the-cluster.invalid"
+    saved, sh.display_pub = sh.display_pub, CapturingDisplayPublisher()
+    sh.display_pub.shell = sh
+    try:
+        result = sh.run_cell("%%trainjob leaky\necho never")
+        published = sh.display_pub.outputs
+    finally:
+        sh.display_pub = saved
+        cfg.tls_server_name = None
+        cluster.faults.clear()
+    out = capsys.readouterr()
+    error = result.error_in_exec
+    assert error is not None, "the cell did not fail"
+    assert "\n" not in str(error), str(error)
+    expected = {"400-container": "check the container name", "404-pod": "is gone from namespace"}
+    assert expected.get(case, "") in str(error)
+    states = [w.get_state() for w in list(widget._instances.values())]  # every live widget
+    assert states, "no widget was shown"
+    shown = {
+        "message": f"{error!s} {error!r} {error.args!r}",
+        "log": caplog.text,
+        "cell output": f"{out.out}{out.err}{published!r}",
+        "widget state": repr(states),
+    }
+    for where, text in shown.items():
+        assert FAKE_TOKEN[:12] not in text, f"the token reached the {where} ({case})"
