@@ -15,7 +15,7 @@ Recipes (stand-ins: the frameworks themselves are too big and need GPUs):
 - ``torch``: stands in for ``pytorch/pytorch``, ``torchtune-trainer``, ``nvidia/jax``,
   ``xgboost-runtime`` and the initializers: python3 as root in ``/workspace``, NO torch.
 - ``pause``: the sandbox image, a busybox shell that sleeps until SIGTERM.
-- ``minimal``: busybox's shell and a few applets; no python3, no tar.
+- ``minimal``: a shell (dash) and a few busybox applets; no python3, no tar.
 
 Cache: ``cache_root()/images``. ``blobs/sha256`` holds every blob; the base is keyed by the
 suite, mirrors and package list, the OCI tars by the recipe code (this file) and the names.
@@ -90,7 +90,7 @@ MPI_SSHD_CONFIG = (
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # what the minimal image's busybox answers to (no tar, no python3 on purpose)
 MINIMAL_APPLETS = (
-    "sh", "ls", "cat", "echo", "sleep", "env", "id", "true", "false", "kill", "ps", "head",
+    "ls", "cat", "echo", "sleep", "env", "id", "true", "false", "kill", "ps", "head",
     "mkdir", "rm", "hostname", "timeout", "stat", "base64", "grep", "printf", "test", "[",
 )  # fmt: skip
 # the sandbox: PID 1 exits on SIGTERM/SIGINT (a bare `sleep infinity` would ignore them)
@@ -107,7 +107,7 @@ STAND_INS = {
     "torch": "pytorch/pytorch, torchtune-trainer, nvidia/jax, xgboost-runtime, initializers: "
     "Debian python3; no torch, jax, xgboost or huggingface",
     "pause": "the sandbox (pause) image: busybox sh sleeping until SIGTERM",
-    "minimal": "an image with only busybox sh: no python3, no tar",
+    "minimal": "an image with only a shell (dash) and busybox applets: no python3, no tar",
 }
 
 
@@ -341,7 +341,24 @@ BASE_FILES = (
     "etc/skel/.profile",
     "etc/skel/.bash_logout",
     "usr/bin/busybox",
+    "usr/bin/dash",
 )
+# the minimal image's /bin/sh is dash: busybox-static's ash runs its own applets (tar too)
+# before PATH (FEATURE_SH_STANDALONE), so that image could never lack tar. dash needs libc.
+LIBC = {
+    "x86_64": ("x86_64-linux-gnu", "ld-linux-x86-64.so.2", "lib64"),
+    "aarch64": ("aarch64-linux-gnu", "ld-linux-aarch64.so.1", "lib"),
+}
+
+
+def libc_files() -> tuple[str, str]:
+    """libc and the dynamic loader in the base (merged /usr): what dash links against."""
+    triple, loader, _ = LIBC.get(platform.machine(), LIBC["x86_64"])
+    return f"usr/lib/{triple}/libc.so.6", f"usr/lib/{triple}/{loader}"
+
+
+def base_files() -> tuple[str, ...]:
+    return (*BASE_FILES, *libc_files())
 
 
 @dataclass(frozen=True)
@@ -400,6 +417,7 @@ def _pack_rootfs(rootfs: Path, store: Path) -> Blob:
 
 
 def _read_files(rootfs: Path, wanted: tuple[str, ...]) -> dict[str, bytes]:
+    """Regular files of a rootfs tar (plain or gzipped) by path."""
     files: dict[str, bytes] = {}
     with tarfile.open(rootfs) as tar:
         for m in tar:
@@ -425,6 +443,12 @@ def mmdebstrap_argv(out: Path, sources: list[str]) -> list[str]:
     ]
 
 
+def _save_files(files_dir: Path, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
+        (files_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (files_dir / name).write_bytes(data)
+
+
 def ensure_base(store: Path, log: Path) -> Base:
     """The Debian base layer: built once per key with mmdebstrap, then read from the cache."""
     sources = apt_sources()
@@ -433,8 +457,11 @@ def ensure_base(store: Path, log: Path) -> Base:
         info = json.loads(meta.read_text())
         layer = Blob(**info["layer"])
         files_dir = meta.with_suffix("")
-        if blob_path(store, layer.digest).is_file() and files_dir.is_dir():
-            return Base(layer, {f: (files_dir / f).read_bytes() for f in BASE_FILES})
+        blob = blob_path(store, layer.digest)
+        if blob.is_file():
+            if not all((files_dir / f).is_file() for f in base_files()):
+                _save_files(files_dir, _read_files(blob, base_files()))
+            return Base(layer, {f: (files_dir / f).read_bytes() for f in base_files()})
     if shutil.which("mmdebstrap") is None:
         raise StackError("the node's images need mmdebstrap: apt-get install mmdebstrap")
     rootfs = store / "base" / "rootfs.tar"
@@ -443,13 +470,10 @@ def ensure_base(store: Path, log: Path) -> Base:
     try:
         _run(mmdebstrap_argv(rootfs, sources), log, f"mmdebstrap {SUITE}", env)
         layer = _pack_rootfs(rootfs, store)
-        files = _read_files(rootfs, BASE_FILES)
+        files = _read_files(rootfs, base_files())
     finally:
         rootfs.unlink(missing_ok=True)
-    files_dir = meta.with_suffix("")
-    for name, data in files.items():
-        (files_dir / name).parent.mkdir(parents=True, exist_ok=True)
-        (files_dir / name).write_bytes(data)
+    _save_files(meta.with_suffix(""), files)
     meta.write_text(json.dumps({"layer": layer.__dict__, "sources": sources}, indent=1))
     return Base(layer, files)
 
@@ -535,14 +559,30 @@ def torch_entries(files: dict[str, bytes]) -> list[Entry]:
     return [Entry("workspace", 0o755)]
 
 
+def dash_entries(files: dict[str, bytes]) -> list[Entry]:
+    """/bin/sh as Debian's dash, its libc and the loader at the path dash was linked with."""
+    triple, loader, loader_dir = LIBC.get(platform.machine(), LIBC["x86_64"])
+    libc, ld = libc_files()
+    return [
+        *_dirs("lib", f"lib/{triple}", *([loader_dir] if loader_dir != "lib" else [])),
+        Entry(f"lib/{triple}/libc.so.6", 0o755, data=files[libc]),
+        Entry(f"lib/{triple}/{loader}", 0o755, data=files[ld]),
+        Entry(f"{loader_dir}/{loader}", 0o777, link=f"/lib/{triple}/{loader}"),
+        Entry("bin/sh", 0o755, data=files["usr/bin/dash"]),
+    ]
+
+
 def busybox_entries(files: dict[str, bytes], applets: tuple[str, ...]) -> list[Entry]:
-    """A whole rootfs of busybox-static: /bin/busybox, applet links, root in /etc/passwd."""
+    """A whole rootfs of busybox-static: /bin/busybox, applet links, root in /etc/passwd.
+
+    Without ``sh`` among ``applets``, /bin/sh is dash (see LIBC: ash would find tar)."""
     return [
         *_dirs("bin", "dev", "etc", "proc", "sys", "run"),
         Entry("root", 0o700),
         Entry("tmp", 0o1777),
         Entry("bin/busybox", 0o755, data=files["usr/bin/busybox"]),
         *(Entry(f"bin/{a}", 0o777, link="busybox") for a in applets),
+        *([] if "sh" in applets else dash_entries(files)),
         Entry("etc/passwd", 0o644, data=b"root:x:0:0:root:/root:/bin/sh\n"),
         Entry("etc/group", 0o644, data=b"root:x:0:\n"),
     ]

@@ -7,6 +7,7 @@ missing, and fails instead under ``TRAINJOB_MAGICS_REQUIRE_REALSTACK=1``."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -27,6 +28,7 @@ from devtools.realstack.procs import StackError
 
 REQUIRE = os.environ.get("TRAINJOB_MAGICS_REQUIRE_REALSTACK") == "1"
 CONTAINERD = "v2.2.10"
+CGROUP = f"/tjm-img-{os.getpid()}"  # the test containers' cgroups, removed at teardown
 
 PASSWD = (
     b"root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
@@ -45,6 +47,8 @@ FAKE_FILES = {
     "etc/skel/.profile": b"# profile\n",
     "etc/skel/.bash_logout": b"# logout\n",
     "usr/bin/busybox": b"\x7fELF fake busybox",
+    "usr/bin/dash": b"\x7fELF fake dash",
+    **{f: b"\x7fELF fake lib" for f in images.libc_files()},
 }
 
 
@@ -114,11 +118,20 @@ def test_mpi_layer_points_ssh_at_port_2222_without_host_key_checks():
 def test_minimal_and_pause_have_a_shell_but_no_python_or_tar():
     for applets in (images.MINIMAL_APPLETS, ("sh", "sleep")):
         m = members(images.layer_tar(images.busybox_entries(FAKE_FILES, applets)))
-        assert m["bin/sh"].issym() and m["bin/sh"].linkname == "busybox"
         assert m["bin/busybox"].mode == 0o755
         assert m["tmp"].mode == 0o1777
         names = {n.rsplit("/", 1)[-1] for n in m}
         assert not names & {"tar", "python3", "python"}
+    # busybox ash would run its tar applet: the minimal image's sh is dash, with its libc
+    m = members(images.layer_tar(images.busybox_entries(FAKE_FILES, images.MINIMAL_APPLETS)))
+    assert m["bin/sh"].isfile() and m["bin/sh"].size == len(FAKE_FILES["usr/bin/dash"])
+    if images.platform.machine() == "x86_64":
+        assert m["lib64/ld-linux-x86-64.so.2"].linkname == (
+            "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
+        )
+        assert m["lib/x86_64-linux-gnu/libc.so.6"].isfile()
+    pause = members(images.layer_tar(images.busybox_entries(FAKE_FILES, ("sh", "sleep"))))
+    assert pause["bin/sh"].issym() and pause["bin/sh"].linkname == "busybox"
 
 
 # ---------------------------------------------------------------- OCI layout
@@ -379,6 +392,10 @@ def containerd(tmp_path_factory):
         log.close()
         for point in reversed(_our_mounts(d)):
             subprocess.run(["umount", "-l", point], check=False)
+        for cg in Path("/sys/fs/cgroup").glob(f"*{CGROUP}"):  # v1 hierarchies (or v2)
+            for leaf in sorted(cg.glob("**/"), key=lambda p: -len(p.parts)):
+                with contextlib.suppress(OSError):
+                    leaf.rmdir()
         shutil.rmtree(d, ignore_errors=True)
 
 
@@ -386,7 +403,8 @@ def ctr_run(
     ctr: Path, sock: Path, image: str, user: str, script: str
 ) -> subprocess.CompletedProcess:
     name = f"tjm-img-test-{os.getpid()}"
-    argv = [ctr, "-n", "k8s.io", "--address", sock, "run", "--rm", "--user", user]
+    argv = [ctr, "-n", "k8s.io", "--address", sock, "run", "--rm", "--cgroup", f"{CGROUP}/{name}"]
+    argv += ["--user", user]
     return subprocess.run(
         [*map(str, argv), image, name, "/bin/sh", "-c", script],
         capture_output=True,
@@ -425,3 +443,32 @@ def test_mpi_image_runs_in_containerd(containerd, tmp_path):
         ctr, sock, images.MINIMAL_IMAGE, "0", "echo hi; command -v python3 || command -v tar || :"
     )
     assert lean.returncode == 0 and lean.stdout == "hi\n", lean.stdout + lean.stderr
+
+
+def test_pause_image_exits_on_sigterm(containerd):
+    ctr, sock, d = containerd
+    log = d / "images.log"
+    tars = [t for t in images.build_images(["v2.2.1"], log) if t.name.startswith("pause-")]
+    images.import_images(ctr, sock, tars, log)
+    name = f"tjm-pause-{os.getpid()}"
+    base = [str(ctr), "-n", "k8s.io", "--address", str(sock)]
+    run = subprocess.Popen(
+        [*base, "run", "--rm", "--cgroup", f"{CGROUP}/{name}", images.PAUSE_IMAGE, name],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while (
+            name
+            not in subprocess.run([*base, "tasks", "ls"], capture_output=True, text=True).stdout
+        ):
+            assert run.poll() is None and time.monotonic() < deadline, run.stdout.read()
+            time.sleep(0.2)
+        time.sleep(0.5)  # the shell sets its trap
+        subprocess.run([*base, "tasks", "kill", "--signal", "SIGTERM", name], check=True)
+        assert run.wait(10) == 0
+    finally:
+        if run.poll() is None:
+            subprocess.run([*base, "tasks", "kill", "--signal", "SIGKILL", name], check=False)
+            run.wait(10)
