@@ -42,6 +42,8 @@ class ExecResult:
         self.returncode = returncode
         self.duration = duration
         self.pod = pod
+        # what the engine learned about how the command ended, e.g. that it ran out of memory
+        self.note = ""
         self._out = _captured(stdout, stdout_bytes)
         self._err = _captured(stderr, stderr_bytes)
         self._order: tuple[tuple[int, int], ...] | None = None

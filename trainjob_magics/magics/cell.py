@@ -183,7 +183,8 @@ def failure_line(result: Any) -> str:
     pod = f" (pod {result.pod})" if result.pod else ""
     if result.returncode is None:
         return f"remote command ended without an exit status{pod}"
-    return f"remote command exited with code {result.returncode}{pod}"
+    note = f": {result.note}" if getattr(result, "note", "") else ""
+    return f"remote command exited with code {result.returncode}{pod}{note}"
 
 
 def store(host: MagicsHost, result: Any, args: Any) -> None:

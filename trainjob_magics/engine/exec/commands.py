@@ -27,6 +27,7 @@ from ..result import ExecResult, StopReport
 from .client import LOST_HINT, ExecClient, OnOutput
 from .disruption import KILLED_EXIT_CODES, pod_disruption
 from .inflight import InFlight, InFlightCommand
+from .oom import PROBE_ARGV, oom_note, parse_probe
 from .pool import PodPool
 from .scripts import new_exec_id, wants_wrapper, wrap
 from .stop import stop_command, stop_summary
@@ -140,6 +141,23 @@ class CommandRunner:
         self.namespace = namespace
         self.inflight = inflight
         self.api_client = api_client  # reads the pod when a command ends killed or cut
+        self._oom_kills: dict[tuple[str, str | None], int] = {}  # (pod, container) -> seen
+
+    def _out_of_memory(self, pod: str, container: str | None) -> str:
+        """The note for a command killed by the container's OOM killer ('' when it was not, or
+        the pod's cgroup cannot be read)."""
+        try:
+            probe = self.client.run(
+                self.namespace, pod, PROBE_ARGV, container=container, timeout=20
+            )
+        except TrainJobError:
+            return ""
+        kills, limit = parse_probe(probe.stdout)
+        key = (pod, container)
+        note = oom_note(self._oom_kills.get(key, 0), kills, limit)
+        if kills is not None:
+            self._oom_kills[key] = kills
+        return note
 
     def _pod_gone(self, pod: str, partial: ExecResult | None, ended: str) -> PodGoneError | None:
         """The error for a command whose pod was deleted, evicted or preempted, or None."""
@@ -184,6 +202,8 @@ class CommandRunner:
             )
             if gone is not None:
                 raise gone
+            if result.returncode == 137:
+                result.note = self._out_of_memory(begun.pod, begun.command.container)
         return result
 
     def failed(
