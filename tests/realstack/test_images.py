@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -438,6 +439,20 @@ def test_mpi_image_runs_in_containerd(containerd, tmp_path):
     assert "\n1000\n" in out
     assert "Open MPI" in out or "mpirun (Open MPI)" in out
     assert "SSHD-CONFIG-OK" in out and "\n42\n" in out
+
+    # as the node pods: sshd -De as mpiuser on 2222 with the Secret's key; ssh as the launcher
+    # does (port and host key checking from /etc/ssh/ssh_config)
+    as_mpiuser = (
+        "set -e; mkdir -p ~/.ssh; ssh-keygen -q -t ecdsa -b 521 -N '' -f ~/.ssh/id_rsa; "
+        "cp ~/.ssh/id_rsa.pub ~/.ssh/authorized_keys; "
+        "/usr/sbin/sshd -De -f /home/mpiuser/.sshd_config 2>/tmp/sshd.log & "
+        "for i in $(seq 50); do ssh -o BatchMode=yes 127.0.0.1 'echo SSH-OK $(id -u)' "
+        "2>/dev/null && exit 0; sleep 0.2; done; cat /tmp/sshd.log; exit 1"
+    )
+    setpriv = "setpriv --reuid=1000 --regid=1000 --init-groups"
+    script = f"ip link set lo up; exec {setpriv} sh -c {shlex.quote(as_mpiuser)}"
+    ssh = ctr_run(ctr, sock, "ghcr.io/kubeflow/trainer/mlx-runtime:v2.2.1", "0", script)
+    assert ssh.returncode == 0 and "SSH-OK 1000" in ssh.stdout, ssh.stdout + ssh.stderr
 
     lean = ctr_run(
         ctr, sock, images.MINIMAL_IMAGE, "0", "echo hi; command -v python3 || command -v tar || :"
