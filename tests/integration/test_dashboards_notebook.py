@@ -156,10 +156,10 @@ def test_list_shows_the_forward(executed: Executed) -> None:
     link, pod = found[1], found[4]
     text = cell_texts(nb)[index_of(nb, "%trainjob_forward --list")]
     header, *rows = text.splitlines()
-    assert header.split() == ["SESSION", "PORT", "POD", "URL", "CONNECTIONS"], text
+    assert header.split() == ["SESSION", "PORT", "POD", "VIA", "URL", "CONNECTIONS"], text
     assert len(rows) == 1, text
     row = re.fullmatch(
-        rf"default\s+{pod_port(nb)}\s+{re.escape(pod)}\s+{re.escape(link)}\s+"
+        rf"default\s+{pod_port(nb)}\s+{re.escape(pod)}\s+tunnel\s+{re.escape(link)}\s+"
         r"(\d+) open, (\d+) total",
         rows[0],
     )

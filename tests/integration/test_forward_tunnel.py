@@ -21,6 +21,7 @@ from tests.helpers.polling import wait_until
 from tests.helpers.ports import fetch, free_port, serving
 from tests.integration.faultproxy import FaultProxy
 from trainjob_magics import TrainJobSession, connect
+from trainjob_magics.engine import errors as E
 from trainjob_magics.localcluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(180)
@@ -101,6 +102,14 @@ def test_a_server_without_the_tunnel_gets_one_websocket_per_connection(
     cluster.faults.portforward_tunnel = True
     with session.forward(server_port) as fwd:
         assert fwd.mode == "tunnel"  # chosen per forward: a new one looks again
+
+
+def test_via_websocket_skips_the_tunnel(local_cluster, session, server_port) -> None:
+    with session.forward(server_port, via="websocket") as fwd:
+        assert fwd.mode == "websocket"
+        assert fetch(fwd.url + "index.html", timeout=30) == b"tunnel page"
+    with pytest.raises(E.InvalidInputError, match="via must be one of auto, websocket"):
+        session.forward(server_port, via="spdy")
 
 
 def test_a_refused_stream_is_reset_and_the_tunnel_stays(local_cluster, session) -> None:

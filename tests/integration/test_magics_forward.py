@@ -55,6 +55,7 @@ def test_the_link_serves_the_pod_and_ends_with_close(kernel: Kernel, cluster: Lo
     assert len(body) == SIZE_50MB and hashlib.sha256(body).hexdigest() == digest
     listed = ok(kernel, "%trainjob_forward --list")
     assert str(port) in listed and url in listed
+    assert " tunnel " in listed  # the local cluster serves the one-WebSocket tunnel
     ok(kernel, "%trainjob_close")
     assert port_is_free(local_port), "the forward outlived %trainjob_close"
     assert "No port forwards" in ok(kernel, "%trainjob_forward --list")

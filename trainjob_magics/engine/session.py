@@ -806,6 +806,7 @@ class TrainJobSession:
         local_port: int | None = None,
         address: str = "127.0.0.1",
         on_error: OnProblem | None = None,
+        via: str = "auto",
     ) -> Forward:
         """Forward ``local_port`` (default: a free one) on this host to ``port`` of the trainer
         pod (or the one pod ``pod`` names: ``node-1``, a pod name) through pods/portforward.
@@ -813,6 +814,8 @@ class TrainJobSession:
         Returns a :class:`~.forward.Forward` (``.url``, ``.local_port``, ``.close()``; a
         context manager). New connections follow a replaced pod; a connection the pod refuses
         is reset and reported once through ``on_error``. Forwards end when the session closes.
+        ``via="websocket"`` skips the tunnel (one SPDY-carrying WebSocket for every connection,
+        where the API server serves it: ``.mode`` says which) for a WebSocket per connection.
         """
         self._check_open()
         remote_port = validate_port(port, "port")
@@ -827,6 +830,7 @@ class TrainJobSession:
             address=listen_on,
             on_error=on_error,
             on_close=self._forward_closed,
+            via=via,
         )
         fwd.start()
         with self._lock:

@@ -106,12 +106,13 @@ def list_forwards(host: MagicsHost, alias: str | None) -> None:
     if not rows:
         print("No port forwards. Open one with %trainjob_forward PORT.")
         return
-    header = ("SESSION", "PORT", "POD", "URL", "CONNECTIONS")
+    header = ("SESSION", "PORT", "POD", "VIA", "URL", "CONNECTIONS")
     table = [header] + [
         (
             a,
             str(f.port),
             f.pod,
+            f.mode or "-",  # tunnel (one WebSocket carrying SPDY) or websocket (one each)
             browser_url(f.url, f.local_port, host.settings.forward_url),
             f"{f.active} open, {f.connections} total",
         )

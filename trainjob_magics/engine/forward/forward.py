@@ -36,6 +36,8 @@ PROTOCOLS = [V4]
 OFFERED = [SUBPROTOCOL, V4]  # at start: the server picks the tunnel if it serves one
 
 TUNNEL, WEBSOCKET = "tunnel", "websocket"  # Forward.mode
+AUTO = "auto"  # Forward(via=...): the server picks; WEBSOCKET: one v4 WebSocket per connection
+VIAS = (AUTO, WEBSOCKET)
 
 RESOURCE = "pods/portforward"
 
@@ -109,8 +111,12 @@ class Forward:
         address: str = "127.0.0.1",
         on_error: OnProblem | None = None,
         on_close: Callable[[Forward], None] | None = None,
+        via: str = AUTO,
     ) -> None:
+        if via not in VIAS:
+            raise InvalidInputError(f"via must be one of {', '.join(VIAS)}, not {via!r}")
         self.port = port
+        self.via = via
         self.address = address
         self.namespace = namespace
         self.on_error = on_error
@@ -175,7 +181,7 @@ class Forward:
         """Check the way to the pod once (permission, pod running), then accept connections.
         Raises the usual one-line errors (e.g. a missing ``pods/portforward`` permission)."""
         try:
-            ws, pod = self._open(OFFERED)
+            ws, pod = self._open(OFFERED if self.via == AUTO else PROTOCOLS)
         except BaseException:
             self._shut_listener()
             raise
