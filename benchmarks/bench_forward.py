@@ -1,15 +1,18 @@
-"""Port forwarding: a 256 MB download, and 200 small HTTP requests over 8 concurrent connections,
-through ``session.forward()``, vs ``kubectl port-forward``, the stock client's
-``kubernetes.stream.portforward`` and the raw pods/portforward stream (the floor), interleaved in
-the same run.
+"""Port forwarding, side by side in one run: ``session.forward()`` over its one tunnel (a
+WebSocket carrying SPDY, kube-apiserver 1.30+), ``session.forward(via="websocket")`` (the v4
+fallback: a WebSocket per connection), ``kubectl port-forward`` (the baseline: SPDY over one
+WebSocket as well) and the raw pods/portforward stream (the floor), interleaved.
+
+Four measurements: a 256 MB download through one connection; 200 small HTTP requests over 8
+concurrent connections (p50/p95); connect-to-first-byte of a new connection, one at a time;
+100 connections at once moving 1 MB each (the slowest one: no stall; the peak growth of this
+process's resident memory while ours run: bounded buffers).
 
 The trainer pod serves its working directory with ``python3 -m http.server`` (HTTP/1.0: every
 request is its own TCP connection, so its own forwarded stream; listen backlog 128, not 5). Every
 HTTP client reads with a plain socket that counts the bytes and checks the length; the warm-up
 round checks each client's download against the pod's ``sha256sum`` too, outside the timing.
-``kubectl port-forward`` speaks SPDY (or SPDY over WebSocket), which the local cluster does not
-serve: there the stock client is the baseline, and kubectl's rows are on the real stack
-(``--realstack-dir``, as ``bench_realstack``; those rows go to its section of results.md).
+On the local cluster and, with ``--realstack-dir``, on the real stack (rows in its section).
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ import os
 import random
 import shutil
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from benchmarks import baselines, bench_realstack, fixtures, k8s
@@ -33,6 +38,10 @@ NAME = "forward"
 BIG = "fwd-bench-big.bin"
 SMALL = "fwd-bench-small.bin"
 SMALL_SIZE = 1024
+MID = "fwd-bench-1mb.bin"
+MID_SIZE = 1 << 20
+AT_ONCE = 100  # connections opened at once, each moving MID_SIZE
+FIRST_BYTES = 50  # new connections timed one at a time to their first byte
 CONNECTIONS = 8
 REQUESTS = 200
 RAW_LIMIT = 1.5  # ours within this many times the raw stream's download time
@@ -44,7 +53,8 @@ ROUNDS = 7  # as bench_transfer's 256 MB rows: the downloads vary a lot on a bus
 Fetch = Callable[[str, int, Any], None]
 
 LABELS = {
-    "ours": "`session.forward()`",
+    "ours": "`session.forward()` (tunnel)",
+    "v4": '`session.forward(via="websocket")` (v4 fallback)',
     "kubectl": "`kubectl port-forward`",
     "stock": "`kubernetes.stream.portforward`",
     "raw": "raw pods/portforward stream",
@@ -60,6 +70,11 @@ class Measured:
     rounds: int
     download: dict[str, Stats] = field(default_factory=dict)
     requests: dict[str, Stats] = field(default_factory=dict)
+    first_byte: dict[str, Stats] = field(default_factory=dict)
+    at_once: dict[str, Stats] = field(default_factory=dict)  # per connection (s)
+    at_once_wall: dict[str, float] = field(default_factory=dict)
+    rss_growth: dict[str, int] = field(default_factory=dict)  # bytes, while ``at_once`` ran
+    modes: dict[str, str] = field(default_factory=dict)
 
 
 def free_port() -> int:
@@ -154,6 +169,66 @@ def burst(fetch: Fetch, n: int, connections: int) -> list[float]:
         return [t for part in pool.map(worker, shares) for t in part]
 
 
+def first_byte(connect: Callable[[], socket.socket] | None, fetch: Fetch) -> float:
+    """Seconds from opening a new connection to the first byte of the answer to a small GET
+    (``connect`` None: the whole ``fetch``, an upper bound, for the raw stream)."""
+    t0 = time.perf_counter()
+    if connect is None:
+        fetch(SMALL, SMALL_SIZE, None)
+        return time.perf_counter() - t0
+    sock = connect()
+    try:
+        sock.sendall(http_request(SMALL))
+        if not sock.recv(1):
+            raise ConnectionError("closed before the first byte")
+        took = time.perf_counter() - t0
+        while sock.recv(1 << 16):
+            pass
+        return took
+    finally:
+        sock.close()
+
+
+def rss() -> int:
+    """This process's resident memory now (bytes)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def at_once(fetch: Fetch, n: int, size: int) -> tuple[list[float], float, int]:
+    """``n`` connections started together, each reading ``size`` bytes: every one's time (s),
+    the wall time, and the peak growth of this process's RSS meanwhile (sampled every 5 ms)."""
+    start = threading.Barrier(n + 1)
+    peak = {"rss": rss()}
+    base = peak["rss"]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.005):
+            peak["rss"] = max(peak["rss"], rss())
+
+    def one(_i: int) -> float:
+        start.wait()
+        t0 = time.perf_counter()
+        fetch(MID, size, None)
+        return time.perf_counter() - t0
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        futures = [pool.submit(one, i) for i in range(n)]
+        start.wait()
+        t0 = time.perf_counter()
+        times = [f.result() for f in futures]
+        wall = time.perf_counter() - t0
+    done.set()
+    sampler.join()
+    return times, wall, peak["rss"] - base
+
+
 def start_server(sess: Any, port: int) -> int:
     """Start ``python3 -m http.server`` in the pod's working directory; its pid once it listens.
 
@@ -182,10 +257,10 @@ def start_server(sess: Any, port: int) -> int:
 
 
 def make_files(sess: Any, size: int) -> str:
-    """The big and the small file in the pod; the big one's sha256 (computed in the pod)."""
+    """The big, the 1 MB and the small file in the pod; the big one's sha256 (in the pod)."""
     res = sess.execute(
         f"head -c {size} /dev/urandom > {BIG} && head -c {SMALL_SIZE} /dev/urandom > {SMALL} "
-        f"&& sha256sum {BIG}"
+        f"&& head -c {MID_SIZE} /dev/urandom > {MID} && sha256sum {BIG}"
     )
     assert res.ok, res.stderr
     return res.stdout.split()[0]
@@ -202,13 +277,24 @@ def warm_up(fetches: dict[str, Fetch], size: int, want: str) -> None:
         burst(fetch, CONNECTIONS, CONNECTIONS)
 
 
-def rounds(fetches: dict[str, Fetch], out: Measured, size: int, n: int, conns: int) -> None:
-    """``out.rounds`` rounds; in each, every client (shuffled order) downloads the big file and
-    then runs its burst of requests."""
+def rounds(
+    fetches: dict[str, Fetch],
+    connects: dict[str, Callable[[], socket.socket] | None],
+    out: Measured,
+    size: int,
+    n: int,
+    conns: int,
+    firsts: int,
+    many: int,
+) -> None:
+    """``out.rounds`` rounds; in each, every client (shuffled order) downloads the big file,
+    then runs its burst of requests, its new connections one at a time, and (in the first
+    round only: it is the longest) its ``many`` connections at once."""
     dl: dict[str, list[float]] = {k: [] for k in fetches}
     lat: dict[str, list[float]] = {k: [] for k in fetches}
+    fb: dict[str, list[float]] = {k: [] for k in fetches}
     rng = random.Random(11)
-    for _ in range(out.rounds):
+    for i in range(out.rounds):
         order = list(fetches)
         rng.shuffle(order)
         for who in order:
@@ -218,8 +304,17 @@ def rounds(fetches: dict[str, Fetch], out: Measured, size: int, n: int, conns: i
         rng.shuffle(order)
         for who in order:
             lat[who] += burst(fetches[who], n, conns)
+        rng.shuffle(order)
+        for who in order:
+            fb[who] += [first_byte(connects[who], fetches[who]) for _ in range(firsts)]
+        if i == 0:
+            for who in order:
+                times, wall, grew = at_once(fetches[who], many, MID_SIZE)
+                out.at_once[who], out.at_once_wall[who] = Stats(times), wall
+                out.rss_growth[who] = grew
     out.download = {k: Stats(v) for k, v in dl.items()}
     out.requests = {k: Stats(v) for k, v in lat.items()}
+    out.first_byte = {k: Stats(v) for k, v in fb.items()}
 
 
 def measure(
@@ -230,9 +325,9 @@ def measure(
     size: int,
     reps: int,
     n: int,
+    firsts: int,
+    many: int,
     cache_dir: str,
-    kubectl: bool,
-    stock: bool,
 ) -> Measured:
     """Serve the files from ``sess``'s pod and measure every client on them, interleaved."""
     port = free_port()
@@ -242,30 +337,35 @@ def measure(
         target = k8s.read_kubeconfig(kubeconfig)
         pod = sess.pod
         out = Measured(size, reps)
-        with sess.forward(port) as fwd, contextlib.ExitStack() as running:
-            fetches: dict[str, Fetch] = {
-                "ours": socket_fetch(tcp(fwd.local_port)),
-                "raw": raw_fetch(target, namespace, pod, port),
-                "direct": socket_fetch(tcp(port)),
+        with (
+            sess.forward(port) as fwd,
+            sess.forward(port, via="websocket") as v4,
+            contextlib.ExitStack() as running,
+        ):
+            local = free_port()
+            running.enter_context(
+                baselines.kubectl_port_forward(kubeconfig, cache_dir, namespace, pod, port, local)
+            )
+            connects: dict[str, Callable[[], socket.socket] | None] = {
+                "ours": tcp(fwd.local_port),
+                "v4": tcp(v4.local_port),
+                "kubectl": tcp(local),
+                "raw": None,
             }
-            if stock:
-                core = k8s.core_api(kubeconfig)
-                fetches["stock"] = socket_fetch(
-                    lambda: baselines.stock_portforward(core, pod, namespace, port)
-                )
-            if kubectl:
-                local = free_port()
-                running.enter_context(
-                    baselines.kubectl_port_forward(
-                        kubeconfig, cache_dir, namespace, pod, port, local
-                    )
-                )
-                fetches["kubectl"] = socket_fetch(tcp(local))
+            fetches: dict[str, Fetch] = {
+                who: socket_fetch(c) for who, c in connects.items() if c is not None
+            }
+            fetches["raw"] = raw_fetch(target, namespace, pod, port)
             warm_up(fetches, size, want)
-            rounds(fetches, out, size, n, CONNECTIONS)
+            connects["direct"] = tcp(port)
+            fetches["direct"] = socket_fetch(tcp(port))
+            rounds(fetches, connects, out, size, n, CONNECTIONS, firsts, many)
+            out.modes = {"ours": fwd.mode, "v4": v4.mode}
+            if fwd.errors or v4.errors:
+                raise AssertionError(f"forward errors: {fwd.errors + v4.errors}")
         return out
     finally:
-        sess.execute(f"kill {pid}; rm -f {BIG} {SMALL} http.log")
+        sess.execute(f"kill {pid}; rm -f {BIG} {SMALL} {MID} http.log")
 
 
 def _mbps(size: int, st: Stats) -> str:
@@ -281,59 +381,120 @@ def _p(st: Stats) -> str:
     return f"p50 {ms(st.median)}, p95 {ms(st.p95)}"
 
 
-def rows(m: Measured, base: str, what: str, base_note: str = "", stack: bool = False) -> list[Row]:
-    """The download row and the requests row: ours vs ``base`` (kubectl or stock), floor raw."""
-    ours, b, raw = m.download["ours"], m.download[base], m.download["raw"]
-    vs_base, vs_raw = b.median / ours.median, ours.median / raw.median
-    label = LABELS[base] + base_note
+def _both(m: Measured, attr: str, fmt: Callable[[Stats], str]) -> str:
+    """Ours through the tunnel, then the v4 fallback, in one cell."""
+    per = getattr(m, attr)
+    return f"tunnel: {fmt(per['ours'])}; v4 fallback: {fmt(per['v4'])}"
+
+
+def rows(m: Measured, what: str, stack: bool = False) -> list[Row]:
+    """The four rows: ours (tunnel, and the v4 fallback beside it) vs ``kubectl port-forward``,
+    floor the raw stream."""
+    if m.modes.get("ours") != "tunnel":
+        raise AssertionError(f"the forward did not take the tunnel: {m.modes}")
+    kub = LABELS["kubectl"]
+    ours, k, raw = m.download["ours"], m.download["kubectl"], m.download["raw"]
+    vs_k, vs_raw = k.median / ours.median, ours.median / raw.median
     download = Row(
-        f"{what}: {m.size >> 20} MB download (n={m.rounds})",
-        _dl(m, "ours"),
-        f"{label}: {_dl(m, base)}",
-        f"{ratio(vs_base)} {LABELS[base]}'s speed; {vs_raw:.2f}x the raw stream's time",
-        f"at least {LABELS[base]}'s throughput (median); within {RAW_LIMIT}x of the raw stream",
-        yes_no(vs_base >= 1.0 and vs_raw <= RAW_LIMIT),
+        f"{what}: {m.size >> 20} MB through one connection (n={m.rounds})",
+        f"tunnel: {_dl(m, 'ours')}; v4 fallback: {_dl(m, 'v4')}",
+        f"{kub}: {_dl(m, 'kubectl')}",
+        f"tunnel {ratio(vs_k)} kubectl's speed (v4 {ratio(k.median / m.download['v4'].median)});"
+        f" tunnel {vs_raw:.2f}x the raw stream's time",
+        f"at least kubectl's throughput (median); within {RAW_LIMIT}x of the raw stream",
+        yes_no(vs_k >= 1.0 and vs_raw <= RAW_LIMIT),
         bench=NAME,
         floor=f"{LABELS['raw']}: {_dl(m, 'raw')}",
         stack=stack,
     )
-    o, q, f = m.requests["ours"], m.requests[base], m.requests["raw"]
+    o, q, f = m.requests["ours"], m.requests["kubectl"], m.requests["raw"]
     r50, r95 = q.median / o.median, q.p95 / o.p95
     n = len(o.samples) // m.rounds
     requests = Row(
         f"{what}: {n} small HTTP requests ({SMALL_SIZE}-byte GETs) over {CONNECTIONS} "
         f"concurrent connections (HTTP/1.0: a new one per request; n={len(o.samples)}: "
         f"{m.rounds} rounds)",
-        _p(o),
-        f"{label}: {_p(q)}",
-        f"p50 {ratio(r50)}, p95 {ratio(r95)} ({LABELS[base]} / ours)",
-        f"p50 and p95 against {LABELS[base]} (the issue sets no bound)",
-        "n/a",
+        _both(m, "requests", _p),
+        f"{kub}: {_p(q)}",
+        f"p50 {ratio(r50)}, p95 {ratio(r95)} (kubectl / tunnel)",
+        "p50 and p95 no slower than kubectl's",
+        yes_no(r50 >= 1.0 and r95 >= 1.0),
         bench=NAME,
         floor=f"{LABELS['raw']}: {_p(f)}",
         stack=stack,
     )
-    return [download, requests]
+    o, q = m.first_byte["ours"], m.first_byte["kubectl"]
+    first = Row(
+        f"{what}: connect to the first byte of a new connection, one at a time "
+        f"(n={len(o.samples)})",
+        _both(m, "first_byte", _p),
+        f"{kub}: {_p(q)}",
+        f"p50 {ratio(q.median / o.median)} (kubectl / tunnel)",
+        "p50 no slower than kubectl's",
+        yes_no(q.median >= o.median),
+        bench=NAME,
+        floor=f"{LABELS['raw']} (its whole answer): {_p(m.first_byte['raw'])}",
+        stack=stack,
+    )
+    count = len(m.at_once["ours"].samples)
+
+    def many(who: str) -> str:
+        st = m.at_once[who]
+        return f"all in {secs(m.at_once_wall[who])}, slowest {secs(st.max)}, p50 {secs(st.median)}"
+
+    grew = m.rss_growth["ours"] / 1e6
+    slow_ok = m.at_once["ours"].max <= 2 * m.at_once["kubectl"].max
+    at_once_row = Row(
+        f"{what}: {count} connections at once, {MID_SIZE >> 20} MB each",
+        f"tunnel: {many('ours')}, RSS +{grew:.0f} MB; v4 fallback: {many('v4')}, "
+        f"RSS +{m.rss_growth['v4'] / 1e6:.0f} MB",
+        f"{kub}: {many('kubectl')}",
+        f"slowest: kubectl / tunnel {ratio(m.at_once['kubectl'].max / m.at_once['ours'].max)}",
+        "every connection completes; slowest within 2x kubectl's; this process's RSS grows "
+        "< 64 MB (bounded buffers)",
+        yes_no(slow_ok and grew < 64),
+        bench=NAME,
+        floor=f"{LABELS['raw']}: {many('raw')}",
+        stack=stack,
+    )
+    return [download, requests, first, at_once_row]
 
 
 def direct_note(m: Measured, where: str) -> str:
     """The reference without any forward (the pod's port on this host's network)."""
     return (
         f"Port forward{where}: {LABELS['direct']} (no forward; pods share this host's network): "
-        f"{m.size >> 20} MB in {_dl(m, 'direct')}, requests {_p(m.requests['direct'])}: what "
-        "`python3 -m http.server` itself serves on this machine."
+        f"{m.size >> 20} MB in {secs(m.download['direct'].median)}, requests "
+        f"{_p(m.requests['direct'])}, first byte {_p(m.first_byte['direct'])}: what "
+        "`python3 -m http.server` itself serves on this machine. The raw stream's first byte "
+        "is its whole answer (1 KiB), an upper bound."
     )
 
 
-def _sizes(ctx: Context) -> tuple[int, int, int]:
-    """(download size, rounds, requests per round)."""
+def _sizes(ctx: Context) -> tuple[int, int, int, int, int]:
+    """(download size, rounds, requests per round, first bytes per round, connections at once)."""
     if ctx.smoke:
-        return 4 << 20, 2, 16
-    return 256 << 20, ROUNDS, REQUESTS
+        return 4 << 20, 2, 16, 4, 10
+    return 256 << 20, ROUNDS, REQUESTS, FIRST_BYTES // ROUNDS + 1, AT_ONCE
+
+
+def _measure(ctx: Context, sess: Any, workdir: Path) -> Measured:
+    size, reps, n, firsts, many = _sizes(ctx)
+    return measure(
+        ctx.kubeconfig,
+        ctx.namespace,
+        sess,
+        size=size,
+        reps=reps,
+        n=n,
+        firsts=firsts,
+        many=many,
+        cache_dir=str(workdir / "kubectl-cache"),
+    )
 
 
 def run_stack(ctx: Context) -> list[Row]:
-    """The real stack's rows (vs kubectl port-forward), if a stack is given; else none."""
+    """The real stack's rows, if a stack is given; else none."""
     run_dir = bench_realstack.stack_dir(ctx)
     if run_dir is None or not shutil.which("kubectl"):
         return []
@@ -348,19 +509,8 @@ def run_stack(ctx: Context) -> list[Row]:
         reps=ctx.reps,
     )
     sub.workdir.mkdir(parents=True, exist_ok=True)
-    size, reps, n = _sizes(ctx)
     try:
-        m = measure(
-            sub.kubeconfig,
-            sub.namespace,
-            fixtures.session(sub),
-            size=size,
-            reps=reps,
-            n=n,
-            cache_dir=str(sub.workdir / "kubectl-cache"),
-            kubectl=True,
-            stock=False,
-        )
+        m = _measure(sub, fixtures.session(sub), sub.workdir)
     finally:
         fixtures.cleanup(sub)
     load = f"{load0[0]:.2f} at start, {os.getloadavg()[0]:.2f} at end"
@@ -371,27 +521,13 @@ def run_stack(ctx: Context) -> list[Row]:
         "realstack", {"stack": bench_realstack.describe(info), "load": load, "notes": []}
     )
     shared["notes"] += notes
-    return rows(m, "kubectl", "Real stack: port forward", stack=True)
+    return rows(m, "Real stack: port forward", stack=True)
 
 
 def run(ctx: Context) -> list[Row]:
-    """The local cluster's rows (vs the stock client), then the real stack's, if given."""
-    sess = fixtures.session(ctx)
-    size, reps, n = _sizes(ctx)
-    m = measure(
-        ctx.kubeconfig,
-        ctx.namespace,
-        sess,
-        size=size,
-        reps=reps,
-        n=n,
-        cache_dir=str(ctx.workdir / "kubectl-cache"),
-        kubectl=False,
-        stock=True,
-    )
+    """The local cluster's rows, then the real stack's, if given."""
+    if not shutil.which("kubectl"):
+        raise RuntimeError("bench_forward needs kubectl on PATH (the baseline)")
+    m = _measure(ctx, fixtures.session(ctx), ctx.workdir)
     ctx.note(direct_note(m, ""))
-    note = (
-        " (kubectl port-forward fails here, `error upgrading connection: Upgrade request "
-        "required`: the local cluster serves no SPDY)"
-    )
-    return rows(m, "stock", "Port forward", note) + run_stack(ctx)
+    return rows(m, "Port forward") + run_stack(ctx)
