@@ -18,6 +18,7 @@ import yaml
 from aiohttp import web
 
 from ..core.apierror import ApiError, invalid
+from ..core.garbage import FOREGROUND, ORPHAN, GarbageCollector, policy_of
 from ..core.resources import (
     EVENTS,
     EVENTS_V1,
@@ -520,7 +521,10 @@ class RestHandlers:
             # claim once no pod uses it (registry/generic/registry/store.go
             # updateForGracefulDeletionAndFinalizers); only this finalizer is honoured here
             return json_response(out(store.mark_deleting(kind, t.namespace, t.name or "", 0)))
-        removed = store.remove(kind, t.namespace, t.name or "")
+        policy = policy_of(body, request.query)
+        removed = GarbageCollector(store).delete(kind, t.namespace, t.name or "", policy)
+        if {FOREGROUND, ORPHAN} & set(removed["metadata"].get("finalizers") or []):
+            return json_response(out(removed), 202)  # marked: the collector finishes it
         if kind.returns_deleted:
             return json_response(out(removed))
         return json_response(

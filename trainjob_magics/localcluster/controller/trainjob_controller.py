@@ -27,6 +27,7 @@ from typing import Any
 from ..core.apierror import ApiError, invalid
 from ..core.events import record_event
 from ..core.faults import Faults
+from ..core.garbage import GarbageCollector
 from ..core.resources import (
     CLUSTER_TRAINING_RUNTIMES,
     CONFIGMAPS,
@@ -106,6 +107,7 @@ class Controller(PodLifecycle, JobStatusUpdater):
         self.ancestor_label_on_pods = ancestor_label_on_pods
         self.sandboxes: dict[tuple[str, str], processes.PodSandbox] = {}
         self.core = CoreObjects(store, root)
+        self.garbage = GarbageCollector(store)
         self.identity = identity
         self._volume_wake: asyncio.Event | None = None
         self._pod_tokens: dict[tuple[str, str], str] = {}
@@ -209,6 +211,7 @@ class Controller(PodLifecycle, JobStatusUpdater):
         meta = ev.obj.get("metadata", {})
         ns, name = meta.get("namespace", ""), meta.get("name", "")
         self.core.handle(ev)
+        self.garbage.handle(ev)
         if ev.kind_key in WAITED_ON and ev.type != "DELETED":
             # a pod creation or a volume waited for this object (FailedCreate, FailedMount,
             # FailedScheduling): try again, as the informers of those components do
@@ -511,6 +514,9 @@ class Controller(PodLifecycle, JobStatusUpdater):
             return
         st.finished = True
         js = self.store.try_get(JOBSETS, st.namespace, st.name)
+        refs = (js or {}).get("metadata", {}).get("ownerReferences") or []
+        if js is not None and not any(r.get("uid") == uid for r in refs):
+            return  # orphaned (propagationPolicy Orphan): the JobSet and its pods stay
         if (
             js is not None
             and js["metadata"].get("labels", {}).get("trainer.kubeflow.org/trainjob-uid") == uid
