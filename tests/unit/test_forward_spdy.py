@@ -61,7 +61,7 @@ def test_kubectl_opens_an_error_then_a_data_stream_per_connection() -> None:
     assert (got[1].kind, got[1].stream_id, got[1].fin, got[1].data) == (F.DATA_KIND, 1, True, b"")
     request = got[3]
     assert request.kind == F.DATA_KIND and request.stream_id == 3
-    assert request.data.startswith(b"GET / HTTP/1.1\r\n")
+    assert bytes(request.data).startswith(b"GET / HTTP/1.1\r\n")
     # after the response, kubectl resets the data stream (CANCEL) or half-closes it
     ends = [f for f in got if f.stream_id == 3 and (f.kind == F.RST_STREAM or f.fin)]
     assert ends
@@ -90,7 +90,7 @@ def test_our_session_says_what_kubectl_says_for_a_connection() -> None:
     error = session.open_stream(headers)
     session.close_stream(error)
     data = session.open_stream({**headers, "streamType": "data"})
-    session.send_data(data, kubectl[3].data)
+    session.send_data(data, bytes(kubectl[3].data))
     ours = frames(session.take_outgoing())
     assert [(f.kind, f.flags, f.stream_id, f.headers, f.data) for f in ours] == [
         (f.kind, f.flags, f.stream_id, f.headers, f.data) for f in kubectl
@@ -107,7 +107,7 @@ def test_the_servers_recorded_answers_as_session_events() -> None:
     mine = [(e.kind, e.stream_id) for e in events if e.stream_id in (error, data)]
     assert mine[:2] == [("reply", 1), ("reply", 3)]
     assert ("fin", 1) in mine and ("fin", 3) in mine
-    body = b"".join(e.data for e in events if e.kind == "data" and e.stream_id == data)
+    body = b"".join(bytes(e.data) for e in events if e.kind == "data" and e.stream_id == data)
     assert body.startswith(b"HTTP/1.0 200 OK") and body.endswith(b"recorded page")
     assert RECORDING["bodies"] == ["recorded page"] * 3
     assert error not in session.streams  # both sides closed: forgotten
@@ -121,7 +121,7 @@ def test_a_refused_connection_is_said_on_the_error_stream() -> None:
     session.close_stream(error)
     session.open_stream({**headers, "streamType": "data"})
     events = session.receive(recorded("server_to_client", refused))
-    text = b"".join(e.data for e in events if e.kind == "data" and e.stream_id == error)
+    text = b"".join(bytes(e.data) for e in events if e.kind == "data" and e.stream_id == error)
     assert b"connect: connection refused" in text
     # kubectl gives up on the whole session after an error: GOAWAY
     assert frames(recorded("client_to_server", refused))[-1].kind == F.GOAWAY

@@ -234,7 +234,10 @@ class Forward:
     # -- the one tunnel ---------------------------------------------------------------------
     def _start_tunnel(self, ws: ExecSocket, pod: str) -> SpdyTunnel:
         tunnel = SpdyTunnel(ws, pod, self.port, on_retry=self._move)
-        with self._lock:
+        with self._lock:  # checked and added at once: close() stops every tunnel it sees
+            if self._closed:
+                ws.shutdown()
+                raise TrainJobError("the forward is closed")
             self._tunnels.add(tunnel)
         self._spawn(self._run_tunnel, tunnel)
         return tunnel
@@ -255,11 +258,6 @@ class Forward:
             if tunnel is not None:
                 tunnel.retire()
             ws, pod = self._open()
-            with self._lock:
-                closed = self._closed
-            if closed:
-                ws.shutdown()
-                raise TrainJobError("the forward is closed")
             self._spdy = self._start_tunnel(ws, pod)
             return self._spdy
 

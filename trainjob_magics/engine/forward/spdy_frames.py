@@ -133,7 +133,7 @@ class Frame:
     kind: int
     flags: int = 0
     stream_id: int = 0
-    data: bytes = b""
+    data: bytes | memoryview = b""
     headers: Headers = field(default_factory=dict)
     value: int = 0
     settings: dict[int, int] = field(default_factory=dict)
@@ -251,25 +251,30 @@ class FrameParser:
         return len(self._buf)
 
     def feed(self, chunk: bytes | bytearray | memoryview) -> list[Frame]:
-        """Take ``chunk``; return the frames now complete."""
-        self._buf += chunk
-        buf, pos, frames = self._buf, 0, []
-        end = len(buf)
+        """Take ``chunk``; return the frames now complete. A DATA frame's ``data`` is a view
+        into ``chunk`` (no copy): the caller must not change ``chunk`` afterwards."""
+        if self._buf:
+            self._buf += chunk
+            buf, self._buf = self._buf, bytearray()  # views into it stay valid: never changed
+        else:
+            buf = chunk
+        view = memoryview(buf)
+        pos, frames, end = 0, [], len(view)
         while end - pos >= 8:
-            word, flags_len = struct.unpack_from("!II", buf, pos)
+            word, flags_len = struct.unpack_from("!II", view, pos)
             flags, length = flags_len >> 24, flags_len & 0xFFFFFF
             if word & 0x80000000 and length > MAX_CONTROL:
                 raise SpdyProtocolError(f"control frame of {length} bytes")
             if end - pos < 8 + length:
                 break
-            payload = bytes(buf[pos + 8 : pos + 8 + length])
+            payload = view[pos + 8 : pos + 8 + length]
             pos += 8 + length
             if word & 0x80000000:
-                frames.append(self._control(word, flags, payload))
+                frames.append(self._control(word, flags, bytes(payload)))
             else:
                 frames.append(Frame(0, flags, word & 0x7FFFFFFF, payload))
-        if pos:
-            del buf[:pos]
+        if pos < end:
+            self._buf = bytearray(view[pos:])
         return frames
 
     def _control(self, word: int, flags: int, payload: bytes) -> Frame:

@@ -50,7 +50,7 @@ class Event:
 
     kind: str
     stream_id: int = 0
-    data: bytes = b""
+    data: bytes | memoryview = b""
     value: int = 0
 
 

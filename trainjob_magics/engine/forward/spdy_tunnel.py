@@ -19,6 +19,7 @@ tunnel is then dead and the forward opens another for the next connection.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import selectors
 import socket
@@ -51,6 +52,7 @@ SUBPROTOCOL = "SPDY/3.1+portforward.k8s.io"
 
 LOCAL_READ = 1 << 18  # bytes read from a local client at once (one DATA frame)
 HIGH_WATER = 4 << 20  # bytes buffered per direction before reading the other side stops
+IOV_MAX = 512  # buffers per sendmsg (Linux allows 1024)
 READS_PER_WAKE = 16  # WebSocket reads per wake-up while it has data (TLS: 16 KiB records)
 IDLE_POLL = 1.0
 PING_PERIOD = 10.0  # as kubectl (client-go portforward.PingPeriod)
@@ -60,7 +62,7 @@ REPLAY_MAX = 64 * 1024  # bytes kept of an unanswered connection, to send again 
 CLOSE_WAIT = 1.0  # seconds to let our close frame out once stopping
 
 
-@dataclass
+@dataclass(eq=False)
 class Connection:
     """One local client's stream pair and the bytes on their way to it."""
 
@@ -69,8 +71,8 @@ class Connection:
     on_end: Callable[[Connection], None] | None
     error_sid: int = 0
     data_sid: int = 0
-    to_local: bytearray = field(default_factory=bytearray)
-    pos: int = 0
+    to_local: deque[memoryview] = field(default_factory=deque)  # views of received frames
+    pending: int = 0  # bytes in ``to_local``
     local_eof: bool = False  # the client sent all it will send
     remote_fin: bool = False  # the pod's side sent all it will send
     error_done: bool = False
@@ -81,10 +83,6 @@ class Connection:
     retried: bool = False  # already moved to another tunnel once
     received: int = 0  # bytes of the client sent on to the pod
     events: int = 0  # what the selector watches now
-
-    @property
-    def pending(self) -> int:
-        return len(self.to_local) - self.pos
 
 
 class SpdyTunnel:
@@ -123,6 +121,7 @@ class SpdyTunnel:
         self._ping_due = time.monotonic() + PING_PERIOD
         self._pong_deadline: float | None = None
         self._sel = selectors.DefaultSelector()
+        self._unsent: set[Connection] = set()  # got data this wake-up, not sent on yet
 
     # -- from other threads -----------------------------------------------------------------
     @property
@@ -218,6 +217,7 @@ class SpdyTunnel:
                             self._read_ws()
                     elif isinstance(data, Connection) and self.conns.get(data.data_sid) is data:
                         self._local_io(data, ev)
+                self._flush_unsent()
                 self._finish_done()
         except (OSError, ConnectionDropped, F.SpdyProtocolError) as exc:
             self.dropped = str(exc) or type(exc).__name__
@@ -259,6 +259,8 @@ class SpdyTunnel:
 
     def _keepalive(self) -> None:
         now = time.monotonic()
+        if not self._ws_events() & selectors.EVENT_READ:
+            self._pong_deadline = None  # not reading (a full client buffer): no answer to wait
         if self._pong_deadline is not None and now > self._pong_deadline:
             raise ConnectionDropped("no answer to a ping for 30 s")
         if now >= self._ping_due:
@@ -327,6 +329,11 @@ class SpdyTunnel:
                 return
             self._take_frames()
 
+    def _flush_unsent(self) -> None:
+        for conn in self._unsent:
+            self._flush_local(conn)
+        self._unsent.clear()
+
     def _take_frames(self) -> None:
         while not self._ws_closed:
             frame = self.reader.next_frame()
@@ -365,28 +372,46 @@ class SpdyTunnel:
         if event.kind == "data":
             self.session.consumed(sid, len(event.data))
             if len(conn.error) < MAX_ERROR_TEXT:
-                conn.error += event.data.decode("utf-8", "replace")[:MAX_ERROR_TEXT]
+                conn.error += bytes(event.data).decode("utf-8", "replace")[:MAX_ERROR_TEXT]
         elif event.kind in ("fin", "reset"):
             conn.error_done = True
 
     # -- local clients ----------------------------------------------------------------------
-    def _to_local(self, conn: Connection, data: bytes) -> None:
-        if conn.broken:
+    def _to_local(self, conn: Connection, data: bytes | memoryview) -> None:
+        """Queue ``data`` (a view, no copy); it goes out in one ``sendmsg`` per wake-up."""
+        if conn.broken or not data:
             return
-        if not conn.pending:
-            done = self._send_local(conn, data)
-            data = data[done:]
-        if data:
-            conn.to_local += data
+        conn.to_local.append(memoryview(data))
+        conn.pending += len(data)
+        self._unsent.add(conn)
 
-    def _send_local(self, conn: Connection, data: bytes | memoryview) -> int:
+    def _flush_local(self, conn: Connection) -> None:
+        """Send what ``conn``'s client takes now, as few system calls as it takes."""
+        while conn.to_local and not conn.broken:
+            views = list(itertools.islice(conn.to_local, IOV_MAX))
+            n = self._send_local(conn, views)
+            if not n:
+                return
+            conn.pending -= n
+            while n:
+                head = conn.to_local[0]
+                if n < len(head):
+                    conn.to_local[0] = head[n:]
+                    return
+                n -= len(head)
+                conn.to_local.popleft()
+        if conn.broken:
+            conn.to_local.clear()
+            conn.pending = 0
+
+    def _send_local(self, conn: Connection, views: list[memoryview]) -> int:
         try:
-            n = conn.sock.send(data)
+            n = conn.sock.sendmsg(views)
         except (BlockingIOError, InterruptedError):
             return 0
         except OSError:  # the client went away
             conn.broken = True
-            return len(data)
+            return 0
         conn.sent += n
         conn.replay = None  # answered: no longer movable
         self.session.consumed(conn.data_sid, n)
@@ -394,14 +419,7 @@ class SpdyTunnel:
 
     def _local_io(self, conn: Connection, events: int) -> None:
         if events & selectors.EVENT_WRITE and conn.pending:
-            n = self._send_local(conn, memoryview(conn.to_local)[conn.pos :])
-            conn.pos += n
-            if conn.pos >= len(conn.to_local):
-                conn.to_local.clear()
-                conn.pos = 0
-            elif conn.pos > HIGH_WATER:
-                del conn.to_local[: conn.pos]
-                conn.pos = 0
+            self._flush_local(conn)
         if events & selectors.EVENT_READ and not conn.local_eof:
             budget = min(LOCAL_READ, self.session.send_allowance(conn.data_sid))
             if budget <= 0:
