@@ -10,6 +10,7 @@ import hashlib
 import http.client
 import os
 import subprocess
+import threading
 import time
 import urllib.error
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.polling import wait_until
-from tests.helpers.ports import fetch, free_port, serving
+from tests.helpers.ports import fetch, free_port, port_is_free, serving
 from tests.integration.faultproxy import FaultProxy
 from trainjob_magics import TrainJobSession, connect
 from trainjob_magics.engine import errors as E
@@ -177,3 +178,25 @@ def test_kubectl_port_forward_serves_a_page(local_cluster, session, server_port,
     assert f"Forwarding from 127.0.0.1:{local} -> {server_port}" in out.decode()
     # kubectl took the WebSocket tunnel, not its SPDY-upgrade fallback
     assert "negotiated protocol: portforward.k8s.io" in err.decode()
+
+
+def forward_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == "trainjob-forward"]
+
+
+def test_closing_mid_transfer_leaves_nothing_behind(local_cluster, session, server_port) -> None:
+    before = len(forward_threads())
+    fwd = session.forward(server_port)
+    conn = http.client.HTTPConnection("127.0.0.1", fwd.local_port, timeout=60)
+    conn.request("GET", "/big.bin")
+    resp = conn.getresponse()
+    assert len(resp.read(1 << 20)) == 1 << 20
+    assert fwd.active == 1
+    fwd.close()
+    assert port_is_free(fwd.local_port)
+    wait_until(lambda: len(forward_threads()) == before, timeout=10)
+    with pytest.raises(RESET_ERRORS):  # cut short: a reset or a short body, never a clean end
+        rest = resp.read()
+        assert len(rest) == SIZE - (1 << 20), "the transfer ended short without an error"
+    conn.close()
+    assert fwd.active == 0
