@@ -31,7 +31,8 @@ def _times(quantity: str | int, n: int) -> str:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)(\D*)", str(quantity))
     if not m:
         raise ValueError(f"cannot scale quantity {quantity!r}")
-    return f"{float(m[1]) * n:g}{m[2]}"
+    value = float(m[1]) * n
+    return f"{int(value) if value.is_integer() else value}{m[2]}"
 
 
 def kueue_objects(ctx: StackContext, api_version: str) -> list[dict]:

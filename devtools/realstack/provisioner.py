@@ -88,7 +88,7 @@ class Provisioner:
                 "claimRef": {**involved, "resourceVersion": meta.get("resourceVersion", "")},
             },
         }
-        from devtools.realstack.podrunner import ApiError
+        from devtools.realstack.kubeapi import ApiError
 
         try:
             self.api.request("POST", "/api/v1/persistentvolumes", pv)
@@ -142,7 +142,7 @@ def _post_event(api: Any, involved: dict, typ: str, reason: str, message: str, s
 
 def serve(run: Path, interval: float = 0.5) -> None:
     """List claims and volumes every ``interval`` and act on them, until killed."""
-    from devtools.realstack.podrunner import KubeApi
+    from devtools.realstack.kubeapi import KubeApi
 
     api = KubeApi(run / "admin.kubeconfig")
 

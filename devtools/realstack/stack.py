@@ -15,6 +15,7 @@ from devtools.realstack import (
     controllers,
     fixtures,
     gobuild,
+    images,
     nodes,
     procs,
     provisioner,
@@ -165,4 +166,5 @@ def test_env(ctx: StackContext) -> dict[str, str]:
         "TRAINJOB_MAGICS_E2E_RUNTIMES": ",".join(RUNTIMES),
         "TRAINJOB_MAGICS_E2E_PRIORITIES": ",".join(fixtures.PRIORITIES),
         "TRAINJOB_MAGICS_REALSTACK_DIR": str(ctx.run),
+        "TRAINJOB_MAGICS_E2E_MINIMAL_IMAGE": images.MINIMAL_IMAGE,
     }

@@ -90,17 +90,22 @@ def test_the_seed_end_to_end_list_through_the_python_api(mpi_runtime: str) -> No
         connected = time.monotonic() - t0
         refs = s.pods("all")
         assert len(refs) == 4, refs
-        hostnames = {r.name for r in refs}
+        # each pod's own hostname (JobSet's <job>-<replicatedJob>-<index>-<pod index>)
+        names = {pod: res.stdout.strip() for pod, res in s.execute("hostname", pods="all").items()}
+        assert len(set(names.values())) == 4 and all(
+            pod.startswith(host) for pod, host in names.items()
+        ), names
         r = s.execute("mpirun hostname")
         assert r.ok, r.output
-        # every pod answers with its own hostname: four hosts, each its pod's
-        assert set(r.stdout.split()) == hostnames, (r.stdout, hostnames)
+        # mpirun from the launcher ran once on every pod, over ssh
+        assert sorted(r.stdout.split()) == sorted(names.values()), (r.stdout, names)
+        launcher = names[s.pod]
         r = s.execute("echo hello from $(hostname)")
-        assert r.stdout == f"hello from {s.pod}\n"
+        assert r.stdout == f"hello from {launcher}\n"
         assert s.execute("exit 3").returncode == 3
         r = s.execute("echo oops >&2; exit 1")
         assert (r.returncode, r.stderr) == (1, "oops\n")
-        assert s.execute("hostname").stdout == f"{s.pod}\n"
+        assert s.execute("hostname").stdout == f"{launcher}\n"
         ips = s.execute("hostname -i", pods="all")
         addresses = {res.stdout.strip() for res in ips.values()}
         assert len(addresses) == 4 and "127.0.0.1" not in addresses, addresses
@@ -110,9 +115,8 @@ def test_the_seed_end_to_end_list_through_the_python_api(mpi_runtime: str) -> No
             s.execute("echo after close")
         again = _connect(mpi_runtime, num_nodes=1, name=name)
         try:
-            assert again.execute("echo second session on $(hostname)").stdout == (
-                f"second session on {again.pod}\n"
-            )
+            r = again.execute("echo second session on $(hostname)")
+            assert r.stdout == f"second session on {launcher}\n", r.output
         finally:
             again.close(timeout=300)
     finally:
@@ -160,7 +164,8 @@ def test_mpirun_reaches_every_pod_over_ssh(mpi4) -> None:
     r = mpi4.execute("mpirun -npernode 1 sh -c 'echo $(hostname) $(id -un) $PPID'")
     assert r.ok, r.output
     lines = r.stdout.splitlines()
-    assert {line.split()[0] for line in lines} == {p.name for p in mpi4.pods("all")}
+    hosts = {res.stdout.strip() for res in mpi4.execute("hostname", pods="all").values()}
+    assert {line.split()[0] for line in lines} == hosts, r.stdout
     # on the node pods the rank is a grandchild of sshd (through orted), as on a cluster
     tree = mpi4.execute("ps -eo comm", pods="all")
     node_pods = [p for p in tree if p != mpi4.pod]
