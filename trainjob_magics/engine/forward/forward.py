@@ -326,7 +326,8 @@ class Forward:
                         continue
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     self.connections += 1
-                    self._spawn(self._serve, conn)
+                    if not self._into_open_tunnel(conn):
+                        self._spawn(self._serve, conn)
         finally:
             sel.close()
 
@@ -364,6 +365,21 @@ class Forward:
         first = bytes(conn.replay or b"")
         self._spawn(self._serve_in_tunnel, conn.sock, first, True)
         return True
+
+    def _into_open_tunnel(self, conn: socket.socket) -> bool:
+        """The common case, without a thread: the tunnel to the current pod is open."""
+        tunnel = self._spdy
+        if self.mode != TUNNEL or tunnel is None or not tunnel.alive:
+            return False
+        if tunnel.pod != self._pod.current():
+            return False
+        with self._lock:
+            self._spdy_conns += 1
+        if tunnel.add(conn, functools.partial(self._tunnel_conn_ended, tunnel)) is not None:
+            return True
+        with self._lock:
+            self._spdy_conns -= 1
+        return False
 
     def _serve_in_tunnel(
         self, conn: socket.socket, first: bytes = b"", moved: bool = False

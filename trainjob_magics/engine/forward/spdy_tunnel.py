@@ -252,6 +252,7 @@ class SpdyTunnel:
             conn.sock.setblocking(False)
             self.conns[conn.data_sid] = conn
             self.by_error[conn.error_sid] = conn
+            self._local_io(conn, selectors.EVENT_READ)  # a request already sent: same message
         for conn in cuts:
             if self.conns.get(conn.data_sid) is conn:
                 conn.broken = True
