@@ -6,7 +6,15 @@ cd "$(dirname "$0")/.."
 . scripts/venv.sh
 # Installed (not merely importable from the repository root: -I leaves the working directory
 # off sys.path) and editable from this checkout?
-if ! python -I - <<'PY' 2>/dev/null || [ "${TRAINJOB_MAGICS_REINSTALL:-}" = 1 ]; then
+# The build (hatch-jupyter-builder) also builds the lab extension from packages/labextension with
+# jlpm (from jupyterlab) and Node.js: Debian's nodejs where node is missing.
+if ! command -v node >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null
+fi
+labext="$(python -c "import sys; print(sys.prefix)")/share/jupyter/labextensions/trainjob-magics-labextension/package.json"
+if ! python -I - <<'PY' 2>/dev/null || [ "${TRAINJOB_MAGICS_REINSTALL:-}" = 1 ] \
+   || [ ! -f "$labext" ]; then
 import importlib.metadata, json, pathlib, sys
 import aiohttp, cel_expr_python, jsonschema, nbclient, playwright  # noqa: F401
 url = json.loads(importlib.metadata.distribution("trainjob-magics").read_text("direct_url.json"))

@@ -192,6 +192,8 @@ ENGINE_ORDER = [
     ("files",),
     ("python",),
     ("forward",),
+    ("detach",),
+    ("inventory",),
     ("session",),
     ("connecting",),
 ]

@@ -18,6 +18,7 @@ from trainjob_magics.engine.errors import (
 from trainjob_magics.engine.result import ExecResult, JobStatus, MultiExecResult, PodInfo
 from trainjob_magics.magics.outcomes import learn_from_cell
 from trainjob_magics.magics.registry import SessionRegistry
+from trainjob_magics.magics.views.live import PANEL_MIME
 from trainjob_magics.magics.views.pods import MultiPodWidgetView
 from trainjob_magics.magics.views.status import ConnectStatusView, StatusWidget
 
@@ -40,7 +41,9 @@ def test_the_panel_is_static_output_with_one_display_id(published: list[dict[str
     assert len(ids) == 1  # one display, updated in place
     assert not published[0].get("update") and all(out.get("update") for out in published[1:])
     for out in published:  # never a widget model: a saved notebook shows it as it is
-        assert set(out["data"]) == {"text/html", "text/plain"}, out["data"].keys()
+        # HTML and text, and the key the lab extension renders live (views/live.py)
+        assert set(out["data"]) == {"text/html", "text/plain", PANEL_MIME}, out["data"].keys()
+        assert out["data"][PANEL_MIME] == {"kind": "status", "name": "j", "namespace": "ns"}
         assert WIDGET_MIME not in out["data"]
     last = published[-1]["data"]
     assert "Running" in last["text/html"] and "ready: TrainJob j" in last["text/html"]

@@ -38,6 +38,10 @@ from .exec.runs import CommandRun
 from .files.logs import PodLogs
 from .files.transfer import TransferResult
 from .forward import Forward
+from .inventory.holdings import duration_words
+from .inventory.notes import note_session
+from .inventory.service import SessionInventory
+from .inventory.summary import holding_text
 from .python.results import MultiPythonResult, PythonResult, RemoteError
 from .python.runs import PythonRun
 from .result import (
@@ -97,6 +101,7 @@ __all__ = [
     "RemoteError",
     "RemotePythonError",
     "SessionClosedError",
+    "SessionInventory",
     "SessionPreemptedError",
     "StopReport",
     "TrainJobError",
@@ -109,10 +114,13 @@ __all__ = [
     "attach",
     "close_trainjob",
     "connect",
+    "duration_words",
     "errors",
     "find_trainjobs",
+    "holding_text",
     "list_trainjobs",
     "manifest_yaml",
     "new_trainjob_name",
+    "note_session",
     "validate_name",
 ]

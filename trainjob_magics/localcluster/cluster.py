@@ -344,11 +344,16 @@ class LocalCluster:
         return self.root / "namespaces" / namespace / "pods" / pod_name
 
     def add_user(
-        self, name: str, token: str | None = None, deny: list[tuple[str, str]] | None = None
+        self,
+        name: str,
+        token: str | None = None,
+        deny: list[tuple[str, str]] | None = None,
+        deny_namespaces: list[str] | None = None,
     ) -> str:
-        """Add a user (returns its token); `deny` holds (verb, resource) pairs answered 403."""
+        """Add a user (returns its token); `deny` holds (verb, resource) pairs answered 403,
+        `deny_namespaces` namespaces where every request is (a Role covering only others)."""
         token = token or new_token()
-        self._users[token] = User(name, set(deny or []))
+        self._users[token] = User(name, set(deny or []), set(deny_namespaces or []))
         return token
 
     def write_kubeconfig(

@@ -8,7 +8,7 @@ from typing import Any
 from .failures import TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .links import browser_url
-from .registry import Entry
+from .registry import Entry, session_name
 from .views.forward import ForwardPanel
 
 USAGE = (
@@ -81,6 +81,7 @@ def start(host: MagicsHost, entry: Entry, port: str, args: Any) -> None:
         alias=entry.alias,
         widgets=host.use_widgets(),
         show=bool(args.show),
+        job=(session_name(session), str(getattr(session, "namespace", ""))),
     )
     with lock:
         holder["panel"] = panel

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .failures import TrainJobUsageError
+from .sidebar_notes import note_closed_by
 
 
 @dataclass
@@ -169,6 +170,7 @@ def _close_entry(
     entry: Entry, timeout: float | None, final_state: str = "Deleted", by: str = ""
 ) -> CloseReport:
     name = session_name(entry.session)
+    note_closed_by(entry.session, by or ("kernel exit" if final_state.endswith("exit") else ""))
     try:
         if timeout is None:
             entry.session.close()

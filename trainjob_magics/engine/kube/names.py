@@ -92,3 +92,15 @@ def runtime_path(kind: str, namespace: str, name: str | None = None) -> str:
     else:
         base = f"/apis/{GROUP}/{VERSION}/clustertrainingruntimes"
     return f"{base}/{name}" if name else base
+
+
+# When the session's kernel last started a command (UTC, RFC 3339), written by the kernel at
+# most once a minute and at each command's end: the sidebar's and panels' idle time.
+LAST_COMMAND_ANNOTATION = "trainjob-magics/last-command"
+
+# The session's idle stop in seconds (``%trainjob_connect --idle-stop``); absent when off.
+IDLE_STOP_ANNOTATION = "trainjob-magics/idle-stop"
+
+# What closed the job (``%trainjob_close``, ``kernel exit``, ``idle stop``, ``the sidebar``),
+# written just before the deletion so that a panel of a gone job can say who closed it.
+CLOSED_BY_ANNOTATION = "trainjob-magics/closed-by"

@@ -272,8 +272,10 @@ def request(
     timeout: float | tuple[float, float] | None = 30.0,
     stream: bool = False,
     attempts: int | None = None,
+    content_type: str = "application/json",
 ) -> Any:
     """Send one JSON request; return the decoded body (or the urllib3 response if ``stream``).
+    ``content_type`` is the body's (a merge patch's, for instance).
 
     Failures raise engine errors: HTTP errors through :func:`map_http_failure`, transport
     errors as :class:`ApiServerError`. GET and DELETE (idempotent) are retried with backoff on
@@ -299,6 +301,7 @@ def request(
                 body=body,
                 timeout=timeout,
                 stream=stream,
+                content_type=content_type,
             ),
             what=f"{verb} {resource}",
             attempts=max(1, attempts),
@@ -320,10 +323,11 @@ def _request_once(
     body: Any,
     timeout: float | tuple[float, float] | None,
     stream: bool,
+    content_type: str = "application/json",
 ) -> Any:
     """One attempt of :func:`request`."""
     host = api_client.configuration.host
-    headers = {"Accept": "application/json", "Content-Type": "application/json"}
+    headers = {"Accept": "application/json", "Content-Type": content_type}
     try:
         method, url, headers, body, _post = api_client.param_serialize(
             method=method,

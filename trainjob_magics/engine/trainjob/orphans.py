@@ -12,7 +12,7 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, PermissionDeniedError
 from ..kube import kubeconfig
 from ..kube.names import (
     CREATED_BY_ANNOTATION,
@@ -62,7 +62,8 @@ class ManagedTrainJob:
         return max(0.0, (now - self.created).total_seconds())
 
 
-def _state(trainjob: Mapping[str, Any], phases: list[str]) -> str:
+def job_state(trainjob: Mapping[str, Any], phases: list[str]) -> str:
+    """Deleting, Failed, Complete, Suspended, Running (every pod) or Pending."""
     meta = trainjob.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return "Deleting"
@@ -111,7 +112,7 @@ def managed_trainjobs(api: ApiClient, namespace: str) -> list[ManagedTrainJob]:
                 name=name,
                 namespace=namespace,
                 runtime=runtime_ref(job)[0],
-                state=_state(job, phases.get(name, [])),
+                state=job_state(job, phases.get(name, [])),
                 host=str(notes.get(OWNER_HOST_ANNOTATION, "")),
                 pid=str(notes.get(OWNER_PID_ANNOTATION, "")),
                 user=str(notes.get(CREATED_BY_ANNOTATION, "")),
@@ -145,17 +146,27 @@ def find_trainjobs(
     *,
     context: str | None = None,
     config_file: str | None = None,
+    problems: list[str] | None = None,
 ) -> tuple[list[ManagedTrainJob], list[str]]:
     """Every TrainJob trainjob-magics created in these namespaces (None: the kubeconfig's), and
-    the namespaces searched, each once, in order."""
+    the namespaces searched, each once, in order. With ``problems`` (a list) and more than one
+    namespace, a namespace the user may not list adds one line to it instead of failing."""
     wanted = list(namespaces) or [None]
     for ns in wanted:
         if ns is not None:
             validate_namespace(ns)
     api, default_namespace = kubeconfig.load(config_file, context)
     searched = list(dict.fromkeys(ns or default_namespace for ns in wanted))
+    jobs: list[ManagedTrainJob] = []
     try:
-        jobs = [job for ns in searched for job in managed_trainjobs(api, ns)]
+        for ns in searched:
+            try:
+                jobs += managed_trainjobs(api, ns)
+            except PermissionDeniedError as exc:
+                # one namespace the user may not list is one line, not the whole answer
+                if problems is None or len(searched) == 1:
+                    raise
+                problems.append(f"namespace {ns}: {exc}")
     finally:
         api.close()
     return jobs, searched

@@ -33,5 +33,6 @@ class Authorizer:
             )
             in user.deny
             or self.ctx.faults.denied(token, verb, resource)
+            or (t.namespace is not None and t.namespace in user.deny_namespaces)
         ):
             raise forbidden(user.name, verb, resource, t.kind.group, t.name, t.namespace)

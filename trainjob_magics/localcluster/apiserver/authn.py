@@ -25,6 +25,8 @@ CERT_PREFIX = "x509:"  # the key a certificate user has in place of a token (fau
 class User:
     name: str
     deny: set[tuple[str, str]] = field(default_factory=set)
+    # namespaces where this user may do nothing (a Role that covers only the others)
+    deny_namespaces: set[str] = field(default_factory=set)
 
 
 @dataclass

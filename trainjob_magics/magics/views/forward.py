@@ -8,7 +8,8 @@ import sys
 import threading
 from typing import Any
 
-from .styles import FAIL_COLOUR, MUTED_COLOUR, TEXT_COLOUR, state_badge
+from .live import PANEL_MIME, panel_ref
+from .styles import ERROR_WRAP_CSS, FAIL_COLOUR, MUTED_COLOUR, TEXT_COLOUR, state_badge
 
 IFRAME_HEIGHT = 480
 
@@ -22,28 +23,47 @@ def forward_text(link: str, port: int, pod: str, alias: str) -> str:
 
 
 class ForwardPanel:
-    """Shows a forward as a widget (or as text where there is no widget front end)."""
+    """Shows a forward as HTML through a display handle (or as text where there is no
+    Jupyter front end)."""
 
     def __init__(
-        self, *, link: str, port: int, pod: str, alias: str, widgets: bool, show: bool
+        self,
+        *,
+        link: str,
+        port: int,
+        pod: str,
+        alias: str,
+        widgets: bool,
+        show: bool,
+        job: tuple[str, str] | None = None,
     ) -> None:
         self.link, self.port, self.pod, self.alias = link, port, pod, alias
         self.show = show
+        self.job = job  # (TrainJob name, namespace): the live panel's key
         self.problems: list[str] = []
         self.state = "Forwarding"
         self._lock = threading.Lock()
         self._display: Any = None
-        self._widget: Any = None
         if widgets:
-            import ipywidgets as w
+            # static HTML through a display handle, not a widget: a reopened notebook shows it
+            # (no "model not found"), and so do nbconvert and VS Code
+            from IPython.display import display
 
-            from .frontend import WidgetDisplay
-
-            self._widget = w.HTML(value=self._html(live=True))
-            self._widget.add_class("trainjob-forward")
-            self._display = WidgetDisplay(self._widget, self.text())
+            self._display = display(self.bundle(live=True), raw=True, display_id=True)
         else:
             print(self.text())
+
+    def bundle(self, *, live: bool) -> dict[str, Any]:
+        """The display: HTML, text and, for the lab extension, the live panel's key."""
+        out: dict[str, Any] = {
+            "text/html": self._html(live=live) + ERROR_WRAP_CSS,
+            "text/plain": self.text(),
+        }
+        if self.job is not None:
+            out[PANEL_MIME] = panel_ref(
+                "forward", self.job[0], self.job[1], port=self.port, link=self.link
+            )
+        return out
 
     def text(self) -> str:
         lines = [forward_text(self.link, self.port, self.pod, self.alias)]
@@ -62,7 +82,8 @@ class ForwardPanel:
             else f'<span style="color:{MUTED_COLOUR}">{link}</span>'
         )
         parts = [
-            f'<div class="trainjob-forward-panel" style="color:{TEXT_COLOUR};font-size:13px">',
+            f'<div class="trainjob-forward trainjob-forward-panel" '
+            f'style="color:{TEXT_COLOUR};font-size:13px">',
             f"{state_badge(self.state)} {anchor} "
             f'<span style="color:{MUTED_COLOUR}">&#8594; {where}</span>',
         ]
@@ -85,11 +106,10 @@ class ForwardPanel:
         """A connection of the forward met ``message`` (called once per distinct problem)."""
         with self._lock:
             self.problems.append(message)
-            if self._widget is None:
+            if self._display is None:
                 print(f"%trainjob_forward {self.port}: {message}", file=sys.stderr)
                 return
-            self._widget.value = self._html(live=True)
-            self._display.update_text(self.text())
+            self._display.update(self.bundle(live=True), raw=True)
 
     def ended(self, state: str = "Stopped") -> None:
         """The forward is closed: the panel says so and its link and IFrame go."""
@@ -98,7 +118,7 @@ class ForwardPanel:
                 return
             self.state = state
             if self._display is not None:
-                self._display.freeze(self._html(live=False), self.text())
+                self._display.update(self.bundle(live=False), raw=True)
 
 
 __all__ = ["ForwardPanel", "forward_text"]

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from .live import PANEL_MIME, panel_ref
 from .status_text import (
     POD_COLUMNS,
     POD_TABLE_LIMIT,
@@ -201,12 +202,17 @@ class StatusWidget:
         self._last_push = -math.inf
         self._timer: threading.Timer | None = None
         self.handle: Any = None
+        self.uid = ""  # the TrainJob's uid, when known (the live panel's key with its name)
         if status is not None:
             self._set(status)
         if show:
-            from IPython.display import display
+            self.show()
 
-            self.handle = display(self.bundle(), raw=True, display_id=True)
+    def show(self) -> None:
+        """Display the panel (once), with a display id its updates go through."""
+        from IPython.display import display
+
+        self.handle = display(self.bundle(), raw=True, display_id=True)
 
     # ------------------------------------------------------------ rendering
 
@@ -229,16 +235,21 @@ class StatusWidget:
                     f"{html.escape(self.error)}</div>"
                 )
 
-    def bundle(self) -> dict[str, str]:
+    def bundle(self) -> dict[str, Any]:
         """What the display shows: the panel's HTML and its plain-text twin."""
         with self._lock:
             inner = self.html or f'<div style="{NOTE_STYLE}">{html.escape(self.text())}</div>'
             if not self.final_state:  # live: marked with this kernel (magics/restarts.py)
                 inner = f'<div class="tjm-live tjm-k-{KERNEL_MARK}">{inner}</div>'
-            return {
+            bundle: dict[str, Any] = {
                 "text/html": f'<div class="trainjob-status">{inner}</div>{ERROR_WRAP_CSS}',
                 "text/plain": self.text(),
             }
+            if self.status is not None:  # the lab extension renders it live (views/live.py)
+                bundle[PANEL_MIME] = panel_ref(
+                    "status", self.status.name, self.status.namespace, self.uid
+                )
+            return bundle
 
     def _push(self, now: bool = False) -> None:
         """Send the panel to its display: at once when ``now``, else at most once per

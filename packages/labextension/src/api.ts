@@ -1,0 +1,40 @@
+/** Requests to the server extension, through Jupyter's own connection (auth and XSRF). */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+import { ISession, ISnapshot } from './types';
+
+export const API_ROOT = 'trainjob-magics/api';
+
+async function call<T>(path: string, init: RequestInit = {}): Promise<T> {
+  const settings = ServerConnection.makeSettings();
+  const url = URLExt.join(settings.baseUrl, API_ROOT, path);
+  const response = await ServerConnection.makeRequest(url, init, settings);
+  const text = await response.text();
+  const data: unknown = text ? JSON.parse(text) : {};
+  if (!response.ok) {
+    const message = (data as { message?: string }).message ?? response.statusText;
+    throw new Error(message);
+  }
+  return data as T;
+}
+
+export function fetchSessions(since: number | null, wait: number): Promise<ISnapshot> {
+  const query = since === null ? '' : `?since=${since}&wait=${wait}`;
+  return call<ISnapshot>(`sessions${query}`);
+}
+
+export function fetchJob(namespace: string, name: string, uid: string): Promise<ISession> {
+  const query = uid ? `?uid=${encodeURIComponent(uid)}` : '';
+  return call<ISession>(
+    `sessions/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}${query}`
+  );
+}
+
+export async function closeJob(namespace: string, name: string): Promise<string> {
+  const data = await call<{ message: string }>(
+    `sessions/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}/close`,
+    { method: 'POST' }
+  );
+  return data.message;
+}

@@ -1,0 +1,71 @@
+/** The MIME renderer of our panels: live state from the server extension, then the HTML the
+ * kernel last drew (sanitised unless trusted), dimmed once it is out of date. */
+import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
+import { Widget } from '@lumino/widgets';
+
+import { sharedModel } from './model';
+import { isStale, renderLive } from './panel';
+import { IPanelRef, PANEL_MIME } from './types';
+
+export class PanelRenderer extends Widget implements IRenderMime.IRenderer {
+  private _ref: IPanelRef | null = null;
+  private _live: HTMLDivElement;
+  private _static: HTMLDivElement;
+  private _sanitizer: IRenderMime.ISanitizer;
+
+  constructor(options: IRenderMime.IRendererOptions) {
+    super();
+    this._sanitizer = options.sanitizer;
+    this.addClass('tjm-panel');
+    this._live = document.createElement('div');
+    this._live.className = 'tjm-live-state';
+    this._static = document.createElement('div');
+    this._static.className = 'tjm-static';
+    this.node.appendChild(this._live);
+    this.node.appendChild(this._static);
+    sharedModel().changed.connect(this._update, this);
+  }
+
+  renderModel(model: IRenderMime.IMimeModel): Promise<void> {
+    this._ref = model.data[PANEL_MIME] as unknown as IPanelRef;
+    const html = model.data['text/html'];
+    const text = model.data['text/plain'];
+    if (typeof html === 'string') {
+      this._static.innerHTML = model.trusted ? html : this._sanitizer.sanitize(html);
+    } else {
+      this._static.textContent = typeof text === 'string' ? text : '';
+    }
+    this._update();
+    return Promise.resolve();
+  }
+
+  private _update(): void {
+    const ref = this._ref;
+    if (!ref) {
+      return;
+    }
+    const job = sharedModel().find(ref.namespace, ref.name, ref.uid ?? '');
+    renderLive(this._live, ref, job);
+    this._static.classList.toggle('tjm-stale', isStale(job));
+  }
+
+  dispose(): void {
+    sharedModel().changed.disconnect(this._update, this);
+    super.dispose();
+  }
+}
+
+export const rendererFactory: IRenderMime.IRendererFactory = {
+  safe: true,
+  mimeTypes: [PANEL_MIME],
+  createRenderer: options => new PanelRenderer(options)
+};
+
+const extension: IRenderMime.IExtension = {
+  id: 'trainjob-magics-labextension:panels',
+  rendererFactory,
+  rank: 10,
+  dataType: 'json'
+};
+
+export default extension;

@@ -1,0 +1,39 @@
+/** The live part of a panel: one line of the job's real state above the kernel's last drawing. */
+import { durationWords, idleWarning, stateLine } from './format';
+import { IPanelRef, ISession } from './types';
+
+/** What the live line says for a panel of ``ref`` given the job's record (or none yet). */
+export function liveLine(ref: IPanelRef, job: ISession | null): string {
+  const what = ref.kind === 'forward' && ref.port ? `forward of port ${ref.port} · ` : '';
+  if (!job) {
+    return `${what}TrainJob ${ref.name}: reading its state…`;
+  }
+  const parts = [`${what}TrainJob ${ref.name}: ${stateLine(job)}`];
+  if (job.gone && ref.kind === 'forward') {
+    parts.push('the forward is closed');
+  }
+  if (job.holds && !job.gone) {
+    parts.push(job.holds.text);
+  }
+  return parts.join(' · ');
+}
+
+/** Whether the kernel's drawing below is out of date (the job is gone or ended). */
+export function isStale(job: ISession | null): boolean {
+  return !!job && (!!job.gone || ['Complete', 'Failed', 'Deleting'].includes(job.state));
+}
+
+export function renderLive(node: HTMLElement, ref: IPanelRef, job: ISession | null): void {
+  node.textContent = liveLine(ref, job);
+  node.dataset.state = job ? (job.gone ? 'Gone' : job.state) : 'Reading';
+  const warning = job ? idleWarning(job) : '';
+  if (warning) {
+    const span = document.createElement('span');
+    span.className = 'tjm-idle-warning';
+    span.textContent = ` ⚠ ${warning}`;
+    node.appendChild(span);
+  }
+  node.title = job?.lastCommand
+    ? `last command ${durationWords((Date.now() - Date.parse(job.lastCommand)) / 1000)} ago`
+    : '';
+}

@@ -1,0 +1,115 @@
+/** The "TrainJob sessions" sidebar: every session of this user, grouped by notebook/kernel. */
+import { Clipboard, Dialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
+import { Widget } from '@lumino/widgets';
+
+import { closeJob } from './api';
+import { attachCommand, groupByKernel, idleWarning, stateLine, totals, totalsLine } from './format';
+import { SessionsModel } from './model';
+import { ISession } from './types';
+
+export class SessionsSidebar extends Widget {
+  private _model: SessionsModel;
+  private _openForward: (s: ISession) => void;
+
+  constructor(model: SessionsModel, openForward: (s: ISession) => void) {
+    super();
+    this._model = model;
+    this._openForward = openForward;
+    this.id = 'trainjob-magics-sessions';
+    this.addClass('tjm-sidebar');
+    this.title.caption = 'TrainJob sessions';
+    model.changed.connect(this._render, this);
+    this._render();
+  }
+
+  private _render(): void {
+    const snap = this._model.snapshot;
+    const node = this.node;
+    node.replaceChildren();
+    const head = document.createElement('h2');
+    head.textContent = 'TrainJob sessions';
+    node.appendChild(head);
+    const sum = document.createElement('div');
+    sum.className = 'tjm-sidebar-totals';
+    sum.textContent = snap ? totalsLine(totals(snap.sessions)) : 'reading…';
+    node.appendChild(sum);
+    if (this._model.error) {
+      node.appendChild(line('tjm-sidebar-problem', this._model.error));
+    }
+    for (const problem of snap?.problems ?? []) {
+      node.appendChild(line('tjm-sidebar-problem', problem));
+    }
+    if (snap && !snap.sessions.length) {
+      node.appendChild(line('tjm-sidebar-empty', `No sessions in ${snap.namespaces.join(', ')}`));
+    }
+    for (const [group, sessions] of groupByKernel(snap?.sessions ?? [])) {
+      const section = document.createElement('section');
+      section.className = 'tjm-sidebar-group';
+      const title = document.createElement('h3');
+      title.textContent = group;
+      section.appendChild(title);
+      for (const s of sessions) {
+        section.appendChild(this._row(s));
+      }
+      node.appendChild(section);
+    }
+  }
+
+  private _row(s: ISession): HTMLElement {
+    const row = document.createElement('div');
+    row.className = 'tjm-sidebar-session';
+    row.dataset.name = s.name;
+    row.dataset.state = s.state;
+    row.appendChild(line('tjm-sidebar-name', `${s.name} · ${s.runtime ?? ''} · ${s.namespace}`));
+    row.appendChild(line('tjm-sidebar-state', stateLine(s)));
+    if (s.holds) {
+      row.appendChild(line('tjm-sidebar-holds', s.holds.text));
+    }
+    const warning = idleWarning(s);
+    if (warning) {
+      row.appendChild(line('tjm-idle-warning', `⚠ ${warning}`));
+    }
+    const buttons = document.createElement('div');
+    buttons.className = 'tjm-sidebar-buttons';
+    buttons.appendChild(button('Close', 'tjm-close', () => void this._close(s)));
+    buttons.appendChild(
+      button('Copy attach', 'tjm-copy', () => Clipboard.copyToSystem(attachCommand(s)))
+    );
+    buttons.appendChild(button('Open forward', 'tjm-forward', () => this._openForward(s)));
+    row.appendChild(buttons);
+    return row;
+  }
+
+  private async _close(s: ISession): Promise<void> {
+    const answer = await showDialog({
+      title: `Close TrainJob ${s.name}?`,
+      body: `This deletes the TrainJob and its pods in namespace ${s.namespace}, releasing ${
+        s.holds?.text ?? 'what it holds'
+      }. A kernel using it will say the session was closed.`,
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Close TrainJob' })]
+    });
+    if (!answer.button.accept) {
+      return;
+    }
+    try {
+      await closeJob(s.namespace, s.name);
+    } catch (err) {
+      await showErrorMessage('Could not close the TrainJob', String(err));
+    }
+  }
+}
+
+function line(className: string, text: string): HTMLElement {
+  const div = document.createElement('div');
+  div.className = className;
+  div.textContent = text;
+  return div;
+}
+
+function button(label: string, className: string, onClick: () => void): HTMLButtonElement {
+  const b = document.createElement('button');
+  b.className = `jp-Button jp-mod-styled jp-mod-reject tjm-button ${className}`;
+  b.textContent = label;
+  b.addEventListener('click', onClick);
+  return b;
+}

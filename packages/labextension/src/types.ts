@@ -1,0 +1,77 @@
+/** What the server extension answers (trainjob_magics/engine/inventory/records.py). */
+
+export interface IHolds {
+  gpu: number;
+  cpu: number;
+  memoryBytes: number;
+  heldSeconds: number;
+  gpuHours: number;
+  cpuHours: number;
+  idleSeconds: number | null;
+  text: string;
+}
+
+export interface IQueue {
+  localQueue: string;
+  state?: string;
+  position?: number | null;
+  clusterQueuePosition?: number | null;
+  message?: string;
+}
+
+export interface IPodRow {
+  name: string;
+  phase: string;
+  ready: boolean;
+}
+
+export interface IGone {
+  reason: string;
+  at: string | null;
+}
+
+export interface ISession {
+  name: string;
+  namespace: string;
+  uid: string;
+  state: string;
+  runtime?: string;
+  kernel?: string;
+  notebook?: string;
+  kernelAlive?: boolean;
+  created?: string | null;
+  ageSeconds?: number | null;
+  lastCommand?: string | null;
+  idleStopSeconds?: number | null;
+  idleStopIn?: number | null;
+  idleWarning?: boolean;
+  closing?: string;
+  pods: IPodRow[];
+  podsReady: string;
+  queue?: IQueue | null;
+  holds: IHolds | null;
+  gone: IGone | null;
+  problem?: string;
+}
+
+export interface ISnapshot {
+  version: number;
+  sessions: ISession[];
+  gone: ISession[];
+  problems: string[];
+  namespaces: string[];
+  user: string | null;
+}
+
+/** What a panel carries in its MIME bundle (magics/views/live.py). */
+export interface IPanelRef {
+  kind: string;
+  name: string;
+  namespace: string;
+  uid?: string;
+  alias?: string;
+  port?: number;
+  link?: string;
+}
+
+export const PANEL_MIME = 'application/vnd.trainjob-magics.panel+json';

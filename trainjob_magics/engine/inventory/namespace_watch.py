@@ -1,0 +1,132 @@
+"""One namespace's TrainJobs (of this project) and their pods, kept current by two watches in
+two daemon threads; the jobs that went away, with why."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from kubernetes.client import ApiClient
+
+from ..errors import TrainJobError
+from ..kube.names import (
+    JOBSET_NAME_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    TRAINJOB_RESOURCE,
+    pods_path,
+    trainjob_path,
+)
+from ..kube.watch import Watcher
+from .records import gone_reason, gone_record
+
+log = logging.getLogger(__name__)
+
+RETRY_SECONDS = 15.0  # after a failed list (no permission, server down): try again this late
+WATCH_SECONDS = 30  # the longest single watch request
+FOREVER = 10 * 365 * 86400.0
+MAX_GONE = 500  # tombstones kept per namespace
+
+
+def _uid(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+class NamespaceWatch:
+    """``jobs`` and ``pods`` are snapshots (replaced, never mutated) safe to read from any
+    thread; ``gone`` maps a vanished job's uid to its record; ``problem`` is one line while
+    the namespace cannot be read; ``synced`` once both lists succeeded."""
+
+    def __init__(self, api: ApiClient, namespace: str, changed: Callable[[], None]) -> None:
+        self.namespace = namespace
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.gone: dict[str, dict[str, Any]] = {}
+        self.problem = ""
+        self._synced = {"jobs": False, "pods": False}
+        self._changed = changed
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+        jobs = Watcher(
+            api,
+            trainjob_path(namespace),
+            resource=TRAINJOB_RESOURCE,
+            namespace=namespace,
+            label_selector=selector,
+        )
+        pods = Watcher(
+            api,
+            pods_path(namespace),
+            resource="pods",
+            namespace=namespace,
+            label_selector=JOBSET_NAME_LABEL,
+        )
+        self._threads = [
+            threading.Thread(
+                target=self._run, args=(w, kind), daemon=True, name=f"tjm-watch-{namespace}-{kind}"
+            )
+            for w, kind in ((jobs, "jobs"), (pods, "pods"))
+        ]
+        for t in self._threads:
+            t.start()
+
+    @property
+    def synced(self) -> bool:
+        return all(self._synced.values())
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self, watcher: Watcher, kind: str) -> None:
+        watcher.chunk_seconds = WATCH_SECONDS
+        seen = [""]
+
+        def check() -> bool | None:
+            if self._stop.is_set():
+                return True
+            if watcher.resource_version != seen[0] or not self._synced[kind]:
+                seen[0] = watcher.resource_version
+                self._publish(kind, dict(watcher.objects))
+            return None
+
+        while not self._stop.is_set():
+            try:
+                watcher.run(time.monotonic() + FOREVER, check)
+            except TrainJobError as exc:
+                self._failed(kind, str(exc).splitlines()[0])
+            except Exception as exc:  # never let the thread die: the view would freeze
+                log.debug("watch of %s in %s failed", kind, self.namespace, exc_info=True)
+                self._failed(kind, f"cannot watch {kind} ({type(exc).__name__})")
+
+    def _failed(self, kind: str, line: str) -> None:
+        with self._lock:
+            changed = self.problem != line
+            self.problem = line
+        if changed:
+            self._changed()
+        self._stop.wait(RETRY_SECONDS)
+
+    def _publish(self, kind: str, objects: dict[str, dict[str, Any]]) -> None:
+        with self._lock:
+            self._synced[kind] = True
+            self.problem = ""
+            if kind == "pods":
+                self.pods = objects
+            else:
+                now = datetime.now(timezone.utc)
+                live = {_uid(o) for o in objects.values()}
+                for name, old in self.jobs.items():
+                    uid = _uid(old)
+                    if uid not in live:
+                        self.gone[uid] = gone_record(
+                            name, self.namespace, uid, gone_reason(old), now
+                        )
+                while len(self.gone) > MAX_GONE:
+                    self.gone.pop(next(iter(self.gone)))
+                self.jobs = objects
+        self._changed()

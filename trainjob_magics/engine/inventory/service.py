@@ -1,0 +1,229 @@
+"""``SessionInventory``: this user's TrainJobs in every namespace they work in, one shared watch
+per namespace, read by every open page; closing one from the sidebar."""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+from typing import Any
+
+from ..errors import TrainJobError
+from ..kube import kubeconfig
+from ..kube.names import CLOSED_BY_ANNOTATION, CREATED_BY_ANNOTATION
+from ..kueue.api import Visibility, queue_status
+from ..kueue.labels import queue_of
+from ..trainjob.orphans import close_trainjob
+from ..validation import validate_name, validate_namespace
+from .namespace_watch import NamespaceWatch
+from .notes import annotate
+from .records import session_record
+
+QUEUE_CACHE_SECONDS = 5.0
+CLOSED_FROM = "the sidebar"
+
+
+def current_user() -> str:
+    """The user name the engine writes as ``created-by``."""
+    try:
+        return getpass.getuser()
+    except Exception:
+        return str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+
+
+class SessionInventory:
+    """Every TrainJob of this user in ``namespaces`` + the kubeconfig's + any added later (those
+    a panel or a kernel names). A kubeconfig that cannot be read is one ``problem`` line."""
+
+    def __init__(
+        self,
+        *,
+        config_file: str | None = None,
+        context: str | None = None,
+        namespaces: Iterable[str] = (),
+        all_users: bool = False,
+    ) -> None:
+        self.config_file, self.context = config_file, context
+        self.user = None if all_users else current_user()
+        self.problem = ""
+        self.default_namespace = ""
+        self._cond = threading.Condition()
+        self._version = 0
+        self._watches: dict[str, NamespaceWatch] = {}
+        self._queues: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        self._visibility: Visibility | None = None
+        self.listeners: list[Callable[[], None]] = []  # called (any thread) on every change
+        self.api: Any = None
+        try:
+            self.api, self.default_namespace = kubeconfig.load(config_file, context)
+        except TrainJobError as exc:
+            self.problem = str(exc).splitlines()[0]
+            return
+        for ns in [self.default_namespace, *namespaces]:
+            self.add_namespace(ns)
+
+    # ------------------------------------------------------------------ namespaces
+
+    def add_namespace(self, namespace: str) -> bool:
+        """Watch ``namespace`` too (idempotent); False when the name is not a namespace name."""
+        if self.api is None:
+            return False
+        try:
+            validate_namespace(namespace)
+        except TrainJobError:
+            return False
+        with self._cond:
+            if namespace not in self._watches:
+                self._watches[namespace] = NamespaceWatch(self.api, namespace, self._bump)
+        return True
+
+    def namespaces(self) -> list[str]:
+        with self._cond:
+            return list(self._watches)
+
+    def _bump(self) -> None:
+        with self._cond:
+            self._version += 1
+            self._cond.notify_all()
+        for listener in list(self.listeners):
+            with contextlib.suppress(Exception):
+                listener()
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def wait_change(self, version: int, timeout: float) -> int:
+        """Block until the version passes ``version`` or ``timeout``; the version then."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._version != version, timeout=timeout)
+            return self._version
+
+    # ------------------------------------------------------------------ reading
+
+    def _mine(self, job: dict[str, Any]) -> bool:
+        if self.user is None:
+            return True
+        notes = (job.get("metadata") or {}).get("annotations") or {}
+        return notes.get(CREATED_BY_ANNOTATION) == self.user
+
+    def _queue(self, namespace: str, job: dict[str, Any], state: str) -> dict[str, Any] | None:
+        lq = queue_of(job)
+        uid = str((job.get("metadata") or {}).get("uid") or "")
+        if not lq or state not in ("Suspended", "Pending"):
+            return None
+        cached = self._queues.get(uid)
+        if cached and time.monotonic() - cached[0] < QUEUE_CACHE_SECONDS:
+            return cached[1]
+        try:
+            if self._visibility is None:
+                self._visibility = Visibility(self.api)
+            qs = queue_status(self.api, namespace, uid, lq, self._visibility)
+            found: dict[str, Any] | None = {
+                "localQueue": lq,
+                "state": qs.state,
+                "position": qs.position_in_local_queue,
+                "clusterQueuePosition": qs.position_in_cluster_queue,
+                "message": qs.message,
+            }
+        except TrainJobError as exc:
+            found = {"localQueue": lq, "state": "Unknown", "message": str(exc).splitlines()[0]}
+        self._queues[uid] = (time.monotonic(), found)
+        return found
+
+    def snapshot(self) -> dict[str, Any]:
+        """``{version, sessions, gone, problems, namespaces}`` for the REST API."""
+        now = datetime.now(timezone.utc)
+        sessions: list[dict[str, Any]] = []
+        gone: list[dict[str, Any]] = []
+        problems = [self.problem] if self.problem else []
+        version = self._version
+        for ns, watch in list(self._watches.items()):
+            if watch.problem:
+                problems.append(f"namespace {ns}: {watch.problem}")
+            pods = list(watch.pods.values())
+            for job in watch.jobs.values():
+                if not self._mine(job):
+                    continue
+                record = session_record(job, pods, now=now)
+                record["queue"] = self._queue(ns, job, record["state"]) or record["queue"]
+                sessions.append(record)
+            gone += list(watch.gone.values())
+        sessions.sort(key=lambda r: (r["created"] or "", r["name"]))
+        return {
+            "version": version,
+            "sessions": sessions,
+            "gone": gone[-100:],
+            "problems": problems,
+            "namespaces": self.namespaces(),
+            "user": self.user,
+        }
+
+    def job(self, namespace: str, name: str, uid: str = "") -> dict[str, Any]:
+        """One job's record by name (and uid: a newer job of the same name is not it); a gone
+        record when it is not on the cluster; ``state: "Unknown"`` while the namespace is not
+        read yet or cannot be read."""
+        self.add_namespace(namespace)
+        watch = self._watches.get(namespace)
+        if watch is None:
+            return {
+                "name": name,
+                "namespace": namespace,
+                "uid": uid,
+                "state": "Unknown",
+                "problem": self.problem or f"{namespace!r} is not a namespace name",
+            }
+        job = watch.jobs.get(name)
+        if job is not None and (not uid or (job.get("metadata") or {}).get("uid") == uid):
+            record = session_record(job, watch.pods.values())
+            record["queue"] = self._queue(namespace, job, record["state"]) or record["queue"]
+            return record
+        if uid and uid in watch.gone:
+            return watch.gone[uid]
+        if not watch.synced:
+            return {
+                "name": name,
+                "namespace": namespace,
+                "uid": uid,
+                "state": "Unknown",
+                "problem": watch.problem or "reading the namespace",
+            }
+        reason = (
+            "replaced by a newer TrainJob of the same name"
+            if job is not None
+            else "not on the cluster: deleted before this Jupyter server saw it"
+        )
+        return {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "state": "Gone",
+            "gone": {"reason": reason, "at": None},
+            "pods": [],
+            "podsReady": "0/0",
+            "holds": None,
+        }
+
+    # ------------------------------------------------------------------ closing
+
+    def close(self, namespace: str, name: str, timeout: float = 120.0) -> str:
+        """Close a TrainJob of this project (saying it was closed from the sidebar)."""
+        validate_namespace(namespace)
+        validate_name(name)
+        if self.api is None:
+            raise TrainJobError(self.problem or "no kubeconfig")
+        # close_trainjob says what is wrong (not found, not ours, no permission)
+        with contextlib.suppress(TrainJobError):
+            annotate(self.api, namespace, name, {CLOSED_BY_ANNOTATION: CLOSED_FROM})
+        return close_trainjob(
+            name, namespace, context=self.context, config_file=self.config_file, timeout=timeout
+        )
+
+    def stop(self) -> None:
+        for watch in list(self._watches.values()):
+            watch.stop()
+        self._bump()

@@ -1,0 +1,92 @@
+"""The REST API: GET the sessions (long-poll on ``since``), GET one job by namespace, name and
+uid, POST close. Every handler is a Jupyter ``APIHandler`` behind ``@authenticated``; POST is
+XSRF-checked as every Jupyter API request that changes something. Nothing returned carries a
+credential: the records hold names, states, times and requests only."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from jupyter_server.base.handlers import APIHandler
+from tornado import web
+
+from ..engine import NotFoundError, SessionInventory, TrainJobError
+from .kernels_file import read_namespaces
+
+MAX_WAIT = 25.0
+
+
+class _Base(APIHandler):
+    @property
+    def inventory(self) -> SessionInventory:
+        return self.settings["trainjob_magics_inventory"]
+
+    def fail(self, status: int, message: str) -> None:
+        self.set_status(status)
+        self.finish(json.dumps({"message": message}))
+
+    async def notebooks_by_kernel(self) -> dict[str, str]:
+        """kernel id -> the path of the notebook (or console) its Jupyter session opened."""
+        found: dict[str, str] = {}
+        try:
+            sessions = await self.session_manager.list_sessions()
+        except Exception:
+            return found
+        for s in sessions:
+            kernel = (s.get("kernel") or {}).get("id")
+            if kernel:
+                found[str(kernel)] = str(s.get("path") or s.get("name") or "")
+        return found
+
+
+class SessionsHandler(_Base):
+    """``GET .../sessions[?since=VERSION&wait=SECONDS]``: every session of this user."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        inventory = self.inventory
+        for ns in read_namespaces(self.serverapp.runtime_dir):
+            inventory.add_namespace(ns)
+        since = self.get_query_argument("since", "")
+        if since.isdigit() and int(since) == inventory.version:
+            wait = min(MAX_WAIT, float(self.get_query_argument("wait", "0") or 0))
+            if wait > 0:
+                await self.settings["trainjob_magics_waiters"].wait(wait)
+        loop = asyncio.get_running_loop()
+        snapshot: dict[str, Any] = await loop.run_in_executor(None, inventory.snapshot)
+        notebooks = await self.notebooks_by_kernel()
+        for record in snapshot["sessions"]:
+            record["notebook"] = notebooks.get(record.get("kernel") or "", "")
+            record["kernelAlive"] = (record.get("kernel") or "") in notebooks
+        self.finish(json.dumps(snapshot))
+
+
+class JobHandler(_Base):
+    """``GET .../sessions/NAMESPACE/NAME[?uid=UID]``: one job's live record (a panel's)."""
+
+    @web.authenticated
+    async def get(self, namespace: str, name: str) -> None:
+        uid = self.get_query_argument("uid", "")
+        loop = asyncio.get_running_loop()
+        record = await loop.run_in_executor(None, self.inventory.job, namespace, name, uid)
+        record["version"] = self.inventory.version
+        self.finish(json.dumps(record))
+
+
+class CloseHandler(_Base):
+    """``POST .../sessions/NAMESPACE/NAME/close``: delete the TrainJob and wait for its pods."""
+
+    @web.authenticated
+    async def post(self, namespace: str, name: str) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            line = await loop.run_in_executor(None, self.inventory.close, namespace, name)
+        except NotFoundError:
+            self.fail(404, f"no TrainJob {name} in namespace {namespace}")
+            return
+        except TrainJobError as exc:
+            self.fail(400, str(exc).splitlines()[0])
+            return
+        self.finish(json.dumps({"message": line}))

@@ -1,0 +1,78 @@
+"""What the kernel tells the Jupyter server extension (the sidebar and the live panels): the
+namespaces its sessions use (a file beside its connection file), and on each session's TrainJob
+when the last command started, the idle stop and what closed it. Best effort: a note that
+cannot be written never fails a magic."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from ..engine import note_session
+
+log = logging.getLogger(__name__)
+
+ACTIVITY_EVERY = 60.0  # a busy session's last-command time is written at most this often
+
+
+def _runtime_dir(shell: Any) -> str | None:
+    kernel = getattr(shell, "kernel", None)
+    app = getattr(getattr(kernel, "parent", None), "connection_file", None)
+    path = app or getattr(getattr(shell, "config", None), "connection_file", None)
+    with contextlib.suppress(Exception):
+        from ipykernel.connect import get_connection_file
+
+        path = path or get_connection_file()
+    return os.path.dirname(os.path.abspath(path)) if isinstance(path, str) and path else None
+
+
+def note_namespace(shell: Any, namespace: str) -> None:
+    """Let the server extension watch ``namespace`` (the kernel's runtime directory)."""
+    from ..jupyter.kernels_file import note_namespace as write
+
+    where = _runtime_dir(shell)
+    if where:
+        write(where, namespace)
+
+
+def _background(session: Any, **notes: Any) -> None:
+    def run() -> None:
+        try:
+            note_session(session, **notes)
+        except Exception as exc:  # the sidebar's idle time is stale; nothing else breaks
+            log.debug("could not note %s on the TrainJob: %s", sorted(notes), exc)
+
+    threading.Thread(target=run, daemon=True, name="tjm-note").start()
+
+
+_last_written: dict[int, float] = {}
+
+
+def note_command(session: Any, force: bool = False) -> None:
+    """A command starts (or ends) in ``session``: its last-command time, in the background, at
+    most once a minute unless ``force``."""
+    now = time.monotonic()
+    key = id(session)
+    if not force and now - _last_written.get(key, -ACTIVITY_EVERY) < ACTIVITY_EVERY:
+        return
+    _last_written[key] = now
+    _background(session, last_command=datetime.now(timezone.utc))
+
+
+def note_idle_stop(session: Any, seconds: float | None) -> None:
+    _background(session, idle_stop=seconds or 0.0)
+
+
+def note_closed_by(session: Any, by: str) -> None:
+    """Said before the deletion, in this thread (one PATCH, 3 s at most)."""
+    if not by or not hasattr(session, "api_client"):
+        return
+    try:
+        note_session(session, closed_by=by)
+    except Exception as exc:
+        log.debug("could not note who closed the TrainJob: %s", exc)
