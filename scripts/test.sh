@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --browser
 ruff check .
 ruff format --check .
+# the lab extension (packages/labextension): strict types, eslint, its jest tests
+(cd packages/labextension && jlpm install --immutable >/dev/null && jlpm typecheck && jlpm lint \
+  && jlpm test --silent)
 # The real stack (docs/real-cluster.md): upstream Kubernetes, JobSet, Trainer and Kueue, built
 # from their Go modules (the first time about 20 minutes on 2 cores, then cached) and started for
 # the suite in artifacts/realstack. Without Go (or with TRAINJOB_MAGICS_REALSTACK=0) the tests

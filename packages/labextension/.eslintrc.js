@@ -17,6 +17,8 @@ module.exports = {
       'error',
       { selector: 'interface', format: ['PascalCase'], custom: { regex: '^I[A-Z]', match: true } }
     ],
+    // Lumino signals take the method and its thisArg: connect(this._render, this)
+    '@typescript-eslint/unbound-method': 'off',
     eqeqeq: 'error',
     curly: 'error',
     'prefer-const': 'error'

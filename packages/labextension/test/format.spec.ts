@@ -1,0 +1,81 @@
+import { durationWords, groupByKernel, idleWarning, stateLine, totals, totalsLine } from '../src/format';
+import { isStale, liveLine } from '../src/panel';
+import { ISession } from '../src/types';
+
+function session(over: Partial<ISession> = {}): ISession {
+  return {
+    name: 'a1b2c3d4e5f6',
+    namespace: 'team',
+    uid: 'u1',
+    state: 'Running',
+    pods: [{ name: 'p0', phase: 'Running', ready: true }],
+    podsReady: '1/1',
+    holds: {
+      gpu: 8,
+      cpu: 32,
+      memoryBytes: 0,
+      heldSeconds: 7800,
+      gpuHours: 17.3,
+      cpuHours: 69.3,
+      idleSeconds: 2460,
+      text: '8 GPU · 32 CPU · held 2 h 10 min (17.3 GPU-h) · idle 41 min'
+    },
+    gone: null,
+    ...over
+  };
+}
+
+describe('wording', () => {
+  it('says durations as the magics do', () => {
+    expect(durationWords(41)).toBe('41 s');
+    expect(durationWords(41 * 60)).toBe('41 min');
+    expect(durationWords(2 * 3600 + 600)).toBe('2 h 10 min');
+    expect(durationWords(3 * 86400 + 4 * 3600)).toBe('3 d 4 h');
+  });
+
+  it('gives state, pods ready and queue position', () => {
+    expect(stateLine(session())).toBe('Running · 1/1 pods ready');
+    const queued = session({
+      state: 'Suspended',
+      pods: [],
+      podsReady: '0/0',
+      queue: { localQueue: 'team-q', state: 'Queued', position: 1 }
+    });
+    expect(stateLine(queued)).toBe('Suspended · position 2 in team-q');
+  });
+
+  it('says why a job is gone', () => {
+    const gone = session({ state: 'Gone', gone: { reason: 'closed by the sidebar', at: null } });
+    expect(stateLine(gone)).toBe('Gone: closed by the sidebar');
+    expect(isStale(gone)).toBe(true);
+    expect(isStale(session())).toBe(false);
+    expect(liveLine({ kind: 'forward', name: gone.name, namespace: 'team', port: 6006 }, gone)).toBe(
+      'forward of port 6006 · TrainJob a1b2c3d4e5f6: Gone: closed by the sidebar · the forward is closed'
+    );
+  });
+
+  it('warns only within five minutes of an idle stop', () => {
+    expect(idleWarning(session({ idleWarning: false, idleStopIn: 900 }))).toBe('');
+    expect(idleWarning(session({ idleWarning: true, idleStopIn: 240 }))).toBe(
+      'Idle stop in 4 min: run a command to keep it'
+    );
+  });
+
+  it('adds up what the live sessions hold, not the gone ones', () => {
+    const t = totals([session(), session({ gone: { reason: 'deleted', at: null } })]);
+    expect(t).toEqual({ count: 1, gpu: 8, cpu: 32, gpuHours: 17.3 });
+    expect(totalsLine(t)).toBe('1 TrainJob · 8 GPU · 32 CPU');
+  });
+
+  it('groups by notebook, orphans under "no kernel"', () => {
+    const groups = groupByKernel([
+      session({ name: 'a', kernel: 'k1', kernelAlive: true, notebook: 'train.ipynb' }),
+      session({ name: 'b', kernel: 'k2', kernelAlive: false }),
+      session({ name: 'c', kernel: 'k1', kernelAlive: true, notebook: 'train.ipynb' })
+    ]);
+    expect(groups.map(([key, list]) => [key, list.map(s => s.name)])).toEqual([
+      ['train.ipynb', ['a', 'c']],
+      ['no kernel', ['b']]
+    ]);
+  });
+});
