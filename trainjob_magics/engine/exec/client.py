@@ -318,6 +318,10 @@ class ExecClient:
             )
         if status == 400 and _NOT_RUNNING.search(message):
             return not_running_error(pod, message, status=400, reason="BadRequest")
+        if status == 500 and _NEVER_STARTED.search(message):
+            # a real kubelet whose container just exited, before the pod's status says so:
+            # `container not found ("node")` through kube-apiserver's 500 (seen on the real node)
+            return not_running_error(pod, message, status=500, reason="InternalError")
         if status == 400 and resource != EXEC_RESOURCE:
             return InvalidInputError(
                 f"the API server refused {resource} of pod {pod}: {message or 'bad request'}",

@@ -1,0 +1,40 @@
+"""A real kubelet whose container just exited answers an exec, through kube-apiserver, with
+``500 container not found ("node")`` before the pod's status says so (seen on the real stack's
+node when the idle watchdog ended a job): the command never started, as for the 400s."""
+
+from __future__ import annotations
+
+import json
+
+import websocket
+from kubernetes.client import ApiClient, Configuration
+
+from trainjob_magics.engine import errors as E
+from trainjob_magics.engine.exec.client import ExecClient
+
+STATUS_500 = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "status": "Failure",
+    "message": 'container not found ("node")',
+    "code": 500,
+}
+
+
+def _error(status: int, body: dict) -> E.TrainJobError:
+    client = ExecClient(ApiClient(Configuration(host="https://127.0.0.1:1")))
+    exc = websocket.WebSocketBadStatusException(
+        "Handshake status %d %s", status, "Internal Server Error", {}, json.dumps(body).encode()
+    )
+    return client._handshake_error(exc, "ns", "p-0")
+
+
+def test_a_500_container_not_found_is_a_pod_not_running() -> None:
+    err = _error(500, STATUS_500)
+    assert isinstance(err, E.PodNotRunningError), repr(err)
+    assert "p-0" in str(err) and "\n" not in str(err)
+
+
+def test_another_500_stays_a_server_error() -> None:
+    err = _error(500, {**STATUS_500, "message": "etcdserver: request timed out"})
+    assert not isinstance(err, E.PodNotRunningError), repr(err)
