@@ -8,6 +8,7 @@ verification and keeps the user's token. The fixture keeps no token: only the SP
 request line and the negotiated subprotocol.
 
     python -m tests.helpers.spdy_recorder --local OUT.json            # the local cluster
+    python -m tests.helpers.spdy_recorder --kubeconfig K --namespace N --server TEXT OUT.json
     python -m tests.helpers.spdy_recorder --kubeconfig K --namespace N --pod P --port 8080 OUT.json
 """
 
@@ -140,6 +141,9 @@ def _contexts(kubeconfig: Path, workdir: Path) -> tuple[str, int, ssl.SSLContext
     elif "client-certificate" in user:
         client.load_cert_chain(user["client-certificate"], user.get("client-key"))
     kept = {k: v for k, v in user.items() if k in ("token", "tokenFile", "exec")}
+    # kubectl prompts for a user name when it has no credentials; the relay's client
+    # certificate authenticates (kube-apiserver tries x509 before tokens)
+    kept = kept or {"token": "unused-the-relay-authenticates"}
     return host.strip("[]"), int(port or 443), client, kept
 
 
@@ -213,40 +217,44 @@ def record(
     }
 
 
-def record_on_local_cluster() -> dict[str, Any]:
-    """Start the local cluster, serve a page in a pod, record kubectl against it."""
+def record_in_session(kubeconfig: Path, namespace: str, server: str) -> dict[str, Any]:
+    """Connect a session (its trainer pod serves a page), record kubectl against it: three
+    requests, then a port where nothing listens."""
     from trainjob_magics import connect
+
+    session = connect("torch-distributed", config_file=str(kubeconfig), namespace=namespace)
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        session.execute("mkdir -p www && printf 'recorded page' > www/index.html")
+        session.execute(
+            f"cd www && nohup python3 -m http.server {port} --bind 127.0.0.1 "
+            "> /dev/null 2>&1 < /dev/null &"
+        )
+        time.sleep(1.5)
+        result = record(kubeconfig, session.namespace, session.pod, port)
+        closed = port + 1
+        refused = record(kubeconfig, session.namespace, session.pod, closed, 0)
+        result["server"] = server
+        result["port"] = port
+        result["refused"] = {
+            "port": closed,
+            "client_to_server": refused["client_to_server"],
+            "server_to_client": refused["server_to_client"],
+        }
+        return result
+    finally:
+        session.close(timeout=60)
+
+
+def record_on_local_cluster() -> dict[str, Any]:
+    """Start the local cluster and record kubectl against its tunnel."""
     from trainjob_magics.localcluster import LocalCluster
 
     with LocalCluster() as cluster:
-        session = connect("torch-distributed", config_file=str(cluster.kubeconfig_path))
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            session.execute("mkdir -p www && printf 'recorded page' > www/index.html")
-            session.execute(
-                f"cd www && nohup python3 -m http.server {port} --bind 127.0.0.1 "
-                "> /dev/null 2>&1 < /dev/null &"
-            )
-            time.sleep(1.5)
-            result = record(Path(cluster.kubeconfig_path), session.namespace, session.pod, port)
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                closed = s.getsockname()[1]
-            refused = record(
-                Path(cluster.kubeconfig_path), session.namespace, session.pod, closed, 0
-            )
-            result["server"] = "trainjob_magics local cluster (portforward_spdy)"
-            result["port"] = port
-            result["refused"] = {
-                "port": closed,
-                "client_to_server": refused["client_to_server"],
-                "server_to_client": refused["server_to_client"],
-            }
-            return result
-        finally:
-            session.close(timeout=30)
+        server = "trainjob_magics local cluster (portforward_spdy)"
+        return record_in_session(Path(cluster.kubeconfig_path), "default", server)
 
 
 def main() -> None:
@@ -261,6 +269,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.local:
         result = record_on_local_cluster()
+    elif args.pod is None:  # a session of our own in --namespace serves the page
+        result = record_in_session(Path(args.kubeconfig), args.namespace, args.server)
     else:
         result = record(Path(args.kubeconfig), args.namespace, args.pod, args.port)
         result["server"], result["port"] = args.server, args.port

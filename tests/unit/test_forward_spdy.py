@@ -1,11 +1,13 @@
 """SPDY/3.1 framing, header compression and the client session of the port-forward tunnel,
-against bytes recorded from a real ``kubectl port-forward`` (v1.32) session.
+against bytes recorded from real ``kubectl port-forward`` (v1.32) sessions.
 
-``data/kubectl_portforward_local.json`` was recorded by ``python -m tests.helpers.spdy_recorder
---local``: a TLS-terminating relay between kubectl and the local cluster's tunnel server (the
-real stack was down when it was recorded). kubectl's side (client_to_server) is Go's: moby/
-spdystream framing, Go's zlib with SPDY/3's dictionary. The server's side is the local
-cluster's, which kubectl accepted (the recorded page bodies came through it).
+Both recordings were made by ``tests/helpers/spdy_recorder.py``: a TLS-terminating relay between
+kubectl and the API server that keeps both byte streams and takes the SPDY bytes out of the
+WebSocket messages. ``kubectl_portforward_realstack.json``: kube-apiserver v1.36.3 serving the
+tunnel in front of a real kubelet v1.36.3 and containerd v2.2.10 (``devtools.realstack``).
+``kubectl_portforward_local.json``: the local cluster's tunnel server, which kubectl accepted
+(the page bodies came through it). kubectl's side is Go's: moby/spdystream framing, Go's zlib
+with SPDY/3's dictionary.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,11 +25,20 @@ from trainjob_magics.engine.forward import spdy_frames as F
 from trainjob_magics.engine.forward.spdy_session import SpdySession
 from trainjob_magics.localcluster.kubelet import spdy as server_spdy
 
-RECORDING = json.loads((Path(__file__).parent / "data/kubectl_portforward_local.json").read_text())
+DATA = Path(__file__).parent / "data"
+RECORDINGS = {
+    name: json.loads((DATA / f"kubectl_portforward_{name}.json").read_text())
+    for name in ("realstack", "local")
+}
 
 
-def recorded(key: str, section: dict | None = None) -> bytes:
-    return base64.b64decode((section or RECORDING)[key])
+@pytest.fixture(params=sorted(RECORDINGS))
+def rec(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return RECORDINGS[request.param]
+
+
+def recorded(section: dict[str, Any], key: str) -> bytes:
+    return base64.b64decode(section[key])
 
 
 def frames(data: bytes) -> list[F.Frame]:
@@ -40,8 +52,8 @@ def test_the_dictionary_is_spdy3s() -> None:
     assert server_spdy.DICTIONARY == F.DICTIONARY
 
 
-def test_kubectls_frames_parse_whole_and_byte_by_byte() -> None:
-    data = recorded("client_to_server")
+def test_kubectls_frames_parse_whole_and_byte_by_byte(rec: dict[str, Any]) -> None:
+    data = recorded(rec, "client_to_server")
     whole = frames(data)
     parser = F.FrameParser(F.HeaderCodec())
     one_by_one = [f for i in range(len(data)) for f in parser.feed(data[i : i + 1])]
@@ -49,9 +61,9 @@ def test_kubectls_frames_parse_whole_and_byte_by_byte() -> None:
     assert parser.buffered == 0
 
 
-def test_kubectl_opens_an_error_then_a_data_stream_per_connection() -> None:
-    port = str(RECORDING["port"])
-    got = frames(recorded("client_to_server"))
+def test_kubectl_opens_an_error_then_a_data_stream_per_connection(rec: dict[str, Any]) -> None:
+    port = str(rec["port"])
+    got = frames(recorded(rec, "client_to_server"))
     syns = [f for f in got if f.kind == F.SYN_STREAM]
     assert [f.stream_id for f in syns] == [1, 3, 5, 7, 9, 11]  # odd, increasing
     for i, (error, data) in enumerate(zip(syns[::2], syns[1::2], strict=True)):
@@ -68,8 +80,8 @@ def test_kubectl_opens_an_error_then_a_data_stream_per_connection() -> None:
     assert ends[0].fin or (ends[0].kind, ends[0].value) == (F.RST_STREAM, F.CANCEL)
 
 
-def test_header_blocks_share_one_zlib_stream_per_direction() -> None:
-    data = recorded("client_to_server")
+def test_header_blocks_share_one_zlib_stream_per_direction(rec: dict[str, Any]) -> None:
+    data = recorded(rec, "client_to_server")
     first, second = (f for f in frames(data) if f.kind == F.SYN_STREAM and f.stream_id in (1, 3))
     assert first.headers and second.headers
     # the second block alone does not decompress: it refers back into the first's window
@@ -81,9 +93,9 @@ def test_header_blocks_share_one_zlib_stream_per_direction() -> None:
         F.HeaderCodec().decode(rest[18 : 8 + (struct.unpack_from("!I", rest, 4)[0] & 0xFFFFFF)])
 
 
-def test_our_session_says_what_kubectl_says_for_a_connection() -> None:
-    port = str(RECORDING["port"])
-    kubectl = [f for f in frames(recorded("client_to_server")) if f.stream_id in (1, 3)][:4]
+def test_our_session_says_what_kubectl_says_for_a_connection(rec: dict[str, Any]) -> None:
+    port = str(rec["port"])
+    kubectl = [f for f in frames(recorded(rec, "client_to_server")) if f.stream_id in (1, 3)][:4]
     session = SpdySession()
     session.take_outgoing()  # SETTINGS and the session window: ours, kubectl sends none
     headers = {"streamType": "error", "port": port, "requestID": "0"}
@@ -97,34 +109,34 @@ def test_our_session_says_what_kubectl_says_for_a_connection() -> None:
     ]
 
 
-def test_the_servers_recorded_answers_as_session_events() -> None:
+def test_the_servers_recorded_answers_as_session_events(rec: dict[str, Any]) -> None:
     session = SpdySession()
-    port = str(RECORDING["port"])
+    port = str(rec["port"])
     error = session.open_stream({"streamType": "error", "port": port, "requestID": "0"})
     session.close_stream(error)
     data = session.open_stream({"streamType": "data", "port": port, "requestID": "0"})
-    events = session.receive(recorded("server_to_client"))
+    events = session.receive(recorded(rec, "server_to_client"))
     mine = [(e.kind, e.stream_id) for e in events if e.stream_id in (error, data)]
     assert mine[:2] == [("reply", 1), ("reply", 3)]
     assert ("fin", 1) in mine and ("fin", 3) in mine
     body = b"".join(bytes(e.data) for e in events if e.kind == "data" and e.stream_id == data)
     assert body.startswith(b"HTTP/1.0 200 OK") and body.endswith(b"recorded page")
-    assert RECORDING["bodies"] == ["recorded page"] * 3
+    assert rec["bodies"] == ["recorded page"] * 3
     assert error not in session.streams  # both sides closed: forgotten
 
 
-def test_a_refused_connection_is_said_on_the_error_stream() -> None:
-    refused = RECORDING["refused"]
+def test_a_refused_connection_is_said_on_the_error_stream(rec: dict[str, Any]) -> None:
+    refused = rec["refused"]
     session = SpdySession()
     headers = {"streamType": "error", "port": str(refused["port"]), "requestID": "0"}
     error = session.open_stream(headers)
     session.close_stream(error)
     session.open_stream({**headers, "streamType": "data"})
-    events = session.receive(recorded("server_to_client", refused))
+    events = session.receive(recorded(refused, "server_to_client"))
     text = b"".join(bytes(e.data) for e in events if e.kind == "data" and e.stream_id == error)
     assert b"connect: connection refused" in text
     # kubectl gives up on the whole session after an error: GOAWAY
-    assert frames(recorded("client_to_server", refused))[-1].kind == F.GOAWAY
+    assert frames(recorded(refused, "client_to_server"))[-1].kind == F.GOAWAY
 
 
 def test_no_flow_control_against_a_peer_that_keeps_none() -> None:

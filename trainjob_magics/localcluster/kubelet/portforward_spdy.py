@@ -12,9 +12,10 @@ binary message carries SPDY bytes split anywhere) in front of a kubelet's SPDY p
 - Streams pair by ``requestID`` (without it, as old clients: the error stream's id, the data
   stream's id minus 2). A complete pair connects to 127.0.0.1:port (the pods' network is the
   host's); a failed connect writes portforward_ws's error text on the error stream.
+  (kubelet 1.36 + containerd, recorded: the data stream's FIN comes first, then the error.)
 - Then bytes flow both ways on the data stream in DATA frames of at most ``CHUNK`` (io.Copy's
-  buffer). The client's FIN half-closes the TCP connection; the pod's EOF closes the error
-  stream, then the data stream (the kubelet's deferred closes); a reset ends the pair.
+  buffer). The client's FIN half-closes the TCP connection; the pod's EOF closes the data
+  stream, then the error stream; a reset ends the pair.
 - PINGs are echoed; SETTINGS and WINDOW_UPDATE are ignored: spdystream keeps no flow control.
 - The tunnel ends when the client goes, sends GOAWAY, the cluster stops, or the pod's sandbox
   stops (a deleted pod: kubectl then says ``lost connection to pod``).
@@ -217,6 +218,7 @@ class _Session:
 
     # -- the pod's side ---------------------------------------------------------------------
     async def _forward(self, pair: _Pair) -> None:
+        error = b""
         try:
             try:
                 reader, writer = await asyncio.wait_for(
@@ -224,8 +226,7 @@ class _Session:
                 )
             except (OSError, asyncio.TimeoutError) as exc:
                 pair.connected.set()
-                text = connect_error(self.pod, pair.port, exc)
-                await self._send(spdy.data(pair.error_sid, text.encode()))
+                error = connect_error(self.pod, pair.port, exc).encode()
                 return
             pair.writer = writer
             pair.connected.set()
@@ -238,9 +239,11 @@ class _Session:
                     break
                 await self._send(spdy.data(pair.data_sid, chunk))
         finally:
-            if not pair.reset:  # the kubelet's deferred closes: the error stream first
-                await self._send(spdy.data(pair.error_sid, fin=True))
+            if not pair.reset:  # as recorded from kubelet 1.36 + containerd: data, then error
                 await self._send(spdy.data(pair.data_sid, fin=True))
+                if error:
+                    await self._send(spdy.data(pair.error_sid, error))
+                await self._send(spdy.data(pair.error_sid, fin=True))
             self._forget(pair)
 
     def _forget(self, pair: _Pair) -> None:
