@@ -10,7 +10,7 @@ export class SessionsStatus extends Widget {
   constructor(model: SessionsModel, onClick: () => void) {
     super();
     this._model = model;
-    this.addClass('tjm-status');
+    this.addClass('tjm-statusbar-item');
     this.node.title = 'TrainJob sessions (click for the sidebar)';
     this.node.addEventListener('click', onClick);
     model.changed.connect(this._render, this);
