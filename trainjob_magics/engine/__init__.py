@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from . import errors
 from .connecting import attach, connect
+from .detach.state import DetachedRun, DetachedState
 from .errors import (
     ApiServerError,
     CommandInterruptedError,
     ConfigError,
     ConnectionLostError,
     ConnectTimeoutError,
+    DetachedRunError,
     ExecTimeoutError,
     IdleReleasedError,
     InvalidInputError,
@@ -74,6 +76,9 @@ __all__ = [
     "ConfigError",
     "ConnectTimeoutError",
     "ConnectionLostError",
+    "DetachedRun",
+    "DetachedRunError",
+    "DetachedState",
     "ExecResult",
     "ExecTimeoutError",
     "Forward",

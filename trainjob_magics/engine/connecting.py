@@ -3,6 +3,7 @@ wait until it is ready and return a :class:`~.session.TrainJobSession`."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -413,7 +414,7 @@ def attach(
     target = trainer_target(api, ns, name, info.obj if info is not None else None)
     queue = queue_of(trainjob)
     job_uid = str((trainjob.get("metadata") or {}).get("uid") or "") or None
-    return _session_when_ready(
+    session = _session_when_ready(
         api,
         ns,
         name,
@@ -427,6 +428,9 @@ def attach(
         idle_timeout=idle_timeout_of(trainjob),
         created=False,
     )
+    with contextlib.suppress(TrainJobError):
+        session.detached(lines=0)  # a run another kernel detached: close() then asks for force
+    return session
 
 
 def _session_when_ready(

@@ -176,12 +176,22 @@ class RemotePythonError(TrainJobError):
         self.partial = result
 
 
+class DetachedRunError(TrainJobError):
+    """A detached run is in the way: one is alive already (one at a time per session), or
+    ``close()`` without ``force`` would kill it; ``run`` is its ``DetachedState`` when known."""
+
+    def __init__(self, message: str, *, run: Any = None) -> None:
+        super().__init__(message)
+        self.run = run
+
+
 __all__ = [
     "ApiServerError",
     "CommandInterruptedError",
     "ConfigError",
     "ConnectTimeoutError",
     "ConnectionLostError",
+    "DetachedRunError",
     "ExecTimeoutError",
     "IdleReleasedError",
     "InvalidInputError",

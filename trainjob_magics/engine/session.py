@@ -19,8 +19,11 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
+from .detach.control import read_detached, start_detached
+from .detach.state import DetachedRun, DetachedState
 from .errors import (
     ConnectionLostError,
+    DetachedRunError,
     IdleReleasedError,
     InvalidInputError,
     NotFoundError,
@@ -145,6 +148,7 @@ class TrainJobSession:
         if queue and job_uid:
             self._evictions = eviction_baseline(api_client, namespace, job_uid)
         self._forwards: list[Forward] = []
+        self._detached: DetachedState | None = None  # the newest detached run seen
         self._heartbeat = self._start_heartbeat()
         self._python = PythonCalls(
             self._exec, namespace, self.start, self._targets, lambda: self.container
@@ -622,8 +626,8 @@ class TrainJobSession:
 
     def _raise_if_idle(self, exc: PodNotRunningError) -> None:
         """Raise :class:`IdleReleasedError` when the job ended itself (idle watchdog)."""
-        if not self.idle_timeout or isinstance(exc, IdleReleasedError):
-            return
+        if not self.idle_timeout or isinstance(exc, IdleReleasedError) or self._detached:
+            return  # a job with a detached run ends with the run, not for want of heartbeats
         try:
             state = self.status().state
         except TrainJobError:
@@ -875,12 +879,90 @@ class TrainJobSession:
         for fwd in self.forwards:
             fwd.close(reason="session closed")
 
+    # -- detached runs ----------------------------------------------------------------------
+    def detach(self, command: str | Sequence[str], *, container: str | None = None) -> DetachedRun:
+        """Start ``command`` (a str runs with ``sh -c``) as a run that belongs to the TrainJob:
+        it returns at once, and the run outlives this process. The keep-alive watchdog holds
+        the job while the run lives and ends it with the run's exit code once it ended. It runs
+        in every pod running the keep-alive (torch: every node pod; MPI: the launcher). Its
+        output goes to the container's log (``logs()``, ``kubectl logs``) and to a file in the
+        pod. One at a time: raises :class:`DetachedRunError` while one lives."""
+        self._check_open()
+        argv, _, _ = validate_exec(command, None, None)
+        text = command if isinstance(command, str) else " ".join(argv)
+        run = start_detached(
+            self._exec,
+            self.api_client,
+            self.namespace,
+            self.name,
+            argv,
+            text,
+            replicated_job=getattr(self.target, "replicated_job", None),
+            trainer_pod=self.pod,
+            container=container or self.container,
+        )
+        self._detached = DetachedState(
+            self.name, run.run, text, run.started, run.pods[0], dict.fromkeys(run.pods)
+        )
+        return run
+
+    def detached(self, lines: int = 10) -> DetachedState | None:
+        """The newest detached run of the TrainJob (started here or by any kernel): command,
+        start, exit code per pod once ended, and its last ``lines`` lines; None without one."""
+        state = read_detached(
+            self._exec,
+            self.api_client,
+            self.namespace,
+            self.name,
+            replicated_job=getattr(self.target, "replicated_job", None),
+            trainer_pod=self.pod,
+            container=self.container,
+            known=self._detached,
+            lines=lines,
+        )
+        if state is not None:
+            self._detached = state
+        return state
+
+    @property
+    def detached_run(self) -> DetachedState | None:
+        """The newest detached run as last read or started here (no I/O); ``detached()``
+        reads it again."""
+        return self._detached
+
+    def _live_detached(self) -> DetachedState | None:
+        """The detached run that closing would kill, None when none lives (one read)."""
+        if self._detached is None:
+            return None
+        try:
+            state = self.detached(lines=0)
+        except TrainJobError:
+            state = self._detached  # cannot tell: do not kill what may still run
+        return state if state is not None and state.live else None
+
+    def leave(self) -> None:
+        """Stop sending heartbeats and close the forwards, but leave the TrainJob (and its
+        detached run) alone: what kernel exit does to a job with a live detached run."""
+        self._close_forwards()
+        self._stop_heartbeat()
+
     # -- closing ----------------------------------------------------------------------------
-    def close(self, timeout: float = 180) -> None:
-        """Delete the TrainJob and wait until its pods are gone (warn, not raise, on timeout)."""
+    def close(self, timeout: float = 180, *, force: bool = False) -> None:
+        """Delete the TrainJob and wait until its pods are gone (warn, not raise, on timeout).
+
+        A live detached run is not killed by accident: without ``force`` this raises
+        :class:`DetachedRunError` saying what it would kill (``leave()`` lets it run)."""
         with self._close_lock:
             if self._closed:
                 return
+            live = None if force else self._live_detached()
+            if live is not None:
+                raise DetachedRunError(
+                    f"{live.summary()}; closing would kill it: close(force=True) "
+                    "(%trainjob_close --force) deletes TrainJob "
+                    f"{self.name} and the run, or leave it: it ends the job when it ends",
+                    run=live,
+                )
             self._close_forwards()
             self._stop_heartbeat()
             self._spill.close()  # results still held keep their spill files until collected
@@ -912,4 +994,8 @@ class TrainJobSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        try:
+            self.close()
+        except DetachedRunError as err:
+            log.warning("%s", err)
+            self.leave()

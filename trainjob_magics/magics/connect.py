@@ -15,6 +15,7 @@ from ..engine import (
     manifest_yaml,
 )
 from . import restarts
+from .detach import show_after_attach
 from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, cluster_settings, parse_env
@@ -129,6 +130,8 @@ def connect(host: MagicsHost, args: Any) -> None:
     entry.watch(widget)
     if not getattr(view, "widgets", False):  # the panel says it; text front ends get a line
         print(ready_line(alias, session))
+    if settings["attach"]:
+        show_after_attach(session)  # the job's detached run: command, since when, last lines
 
 
 def ready_line(alias: str, session: Any) -> str:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .detach import show_after_follow
 from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive
@@ -147,6 +148,8 @@ def logs(host: MagicsHost, args: Any) -> None:
         "" if ok else f"; {len(found.errors)} could not be read: {', '.join(found.errors)}"
     )
     view.finish(summary, ok=ok)
+    if args.follow and not stop.is_set():
+        show_after_follow(session)  # the log ended with the container: how the run ended
     if not ok:
         raise TrainJobMagicError(summary)
 

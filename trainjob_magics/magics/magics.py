@@ -12,7 +12,7 @@ from typing import Any
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from . import cell, connect, files, forward, python, restarts, sessions
+from . import cell, connect, detach, files, forward, python, restarts, sessions
 from .config import TrainJobConfig
 from .host import MagicsHost
 from .options import (
@@ -84,6 +84,12 @@ class TrainJobMagics(Magics, TrainJobConfig):
         "(default: the trainer). Output grouped per pod.",
     )
     @argument("--python", action="store_true", help=PYTHON_HELP)
+    @argument(
+        "--detach",
+        action="store_true",
+        help="Start the cell as a run of the TrainJob, not of this kernel: returns at once, "
+        "outlives the kernel, ends the job with its exit code (%%trainjob_logs --follow).",
+    )
     @exec_args
     @output_args
     @cell_magic
@@ -95,6 +101,8 @@ class TrainJobMagics(Magics, TrainJobConfig):
         is kept in ``_trainjob`` (and ``trainjob_magics.magics.last_result()``).
         """
         args = parse(self.trainjob, line)
+        if args.detach:
+            return detach.detach_cell(self.host, args, cell_body)
         if args.python:
             return python.run_cell(self.host, args, cell_body)
         cell.run_cell(self.host, args, cell_body)
@@ -160,6 +168,11 @@ class TrainJobMagics(Magics, TrainJobConfig):
     @magic_arguments()
     @session_args
     @argument("--all", action="store_true", help="Close every session of this kernel.")
+    @argument(
+        "--force",
+        action="store_true",
+        help="Also when a detached run lives: delete the TrainJob and kill the run.",
+    )
     @argument(
         "--timeout",
         type=float,

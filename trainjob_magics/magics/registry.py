@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine import DetachedRunError
 from .failures import TrainJobUsageError
 from .sidebar_notes import note_closed_by
 
@@ -55,9 +56,13 @@ class CloseReport:
     alias: str
     name: str
     error: str = ""
+    left: str = ""  # left running: its detached run lives (what the line says)
+    refused: str = ""  # %trainjob_close without --force: what it would kill
 
     def line(self) -> str:
         """``Closed session 'a' (TrainJob x deleted).`` or why it could not be closed."""
+        if self.left or self.refused:
+            return self.left or self.refused
         if self.error:
             return f"Could not close session {self.alias!r} (TrainJob {self.name}): {self.error}"
         return f"Closed session {self.alias!r} (TrainJob {self.name} deleted)."
@@ -127,20 +132,36 @@ class SessionRegistry:
             return self._entries.pop(alias, None)
 
     def close(
-        self, alias: str | None = None, timeout: float | None = None, by: str = ""
+        self,
+        alias: str | None = None,
+        timeout: float | None = None,
+        by: str = "",
+        *,
+        force: bool = False,
     ) -> CloseReport:
         """Close one session (default when None) and forget it, even when closing failed;
-        ``by``: what closes it (``%trainjob_close``), said in its panels."""
+        ``by``: what closes it (``%trainjob_close``), said in its panels. A live detached run
+        is killed only with ``force``: ``%trainjob_close`` keeps the session and reports what
+        it would kill (``refused``); anything else leaves the job running (``left``)."""
         entry = self.get(alias)
-        self.remove(entry.alias)
-        return _close_entry(entry, timeout, by=by)
+        report = _close_entry(entry, timeout, by=by, force=force)
+        if not report.refused:
+            self.remove(entry.alias)
+        return report
 
     def close_all(
-        self, timeout: float | None = None, final_state: str = "Deleted", by: str = ""
+        self,
+        timeout: float | None = None,
+        final_state: str = "Deleted",
+        by: str = "",
+        *,
+        force: bool = False,
     ) -> list[CloseReport]:
         """Close every session concurrently; waits at most about ``timeout`` seconds overall.
 
-        Their widgets then show ``final_state`` ("Closed at kernel exit" on shutdown)."""
+        Their widgets then show ``final_state`` ("Closed at kernel exit" on shutdown). A
+        session whose detached run lives is kept (``%trainjob_close``) or left (anything else)
+        unless ``force``, as :meth:`close` does."""
         with self._lock:
             entries = list(self._entries.values())
             self._entries.clear()
@@ -149,7 +170,7 @@ class SessionRegistry:
         reports: dict[str, CloseReport] = {}
 
         def run(e: Entry) -> None:
-            reports[e.alias] = _close_entry(e, timeout, final_state, by)
+            reports[e.alias] = _close_entry(e, timeout, final_state, by, force)
 
         threads = [
             threading.Thread(target=run, args=(e,), daemon=True, name=f"trainjob-close-{e.alias}")
@@ -160,22 +181,48 @@ class SessionRegistry:
         wait = None if timeout is None else timeout + 5.0
         for t in threads:
             t.join(wait)
+        with self._lock:
+            for e in entries:
+                if reports.get(e.alias) is not None and reports[e.alias].refused:
+                    self._entries.setdefault(e.alias, e)
         return [
             reports.get(e.alias) or CloseReport(e.alias, session_name(e.session), "still closing")
             for e in entries
         ]
 
 
+def left_line(alias: str, session: Any, error: BaseException) -> str:
+    """The one line of a session left alone because its detached run lives."""
+    name = session_name(session)
+    state = getattr(error, "run", None)
+    what = state.summary() if state is not None else str(error)
+    return (
+        f"Left session {alias!r} running, its TrainJob is not deleted: {what}. Attach with "
+        f"%trainjob_connect --attach {name}; end it with %trainjob_close {name} --force"
+    )
+
+
 def _close_entry(
-    entry: Entry, timeout: float | None, final_state: str = "Deleted", by: str = ""
+    entry: Entry,
+    timeout: float | None,
+    final_state: str = "Deleted",
+    by: str = "",
+    force: bool = False,
 ) -> CloseReport:
     name = session_name(entry.session)
     note_closed_by(entry.session, by or ("kernel exit" if final_state.endswith("exit") else ""))
+    kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+    if force:
+        kwargs["force"] = True
     try:
-        if timeout is None:
-            entry.session.close()
-        else:
-            entry.session.close(timeout=timeout)
+        entry.session.close(**kwargs)
+    except DetachedRunError as exc:
+        if by == "%trainjob_close":
+            return CloseReport(entry.alias, name, refused=f"{exc}")
+        entry.session.leave()  # kernel exit, restart, %reset, %unload_ext: the run goes on
+        line = left_line(entry.alias, entry.session, exc)
+        entry.push_final("Left running", line)
+        return CloseReport(entry.alias, name, left=line)
     except Exception as exc:
         report = CloseReport(entry.alias, name, f"{type(exc).__name__}: {exc}")
         entry.push_final("Close failed", report.line())

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..engine import NotFoundError, validate_name
 from . import restarts
+from .detach import detached_mark
 from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import chosen_session, cluster_settings
@@ -35,6 +36,7 @@ def list_sessions(host: MagicsHost, args: Any) -> None:
             state = f"unknown ({type(exc).__name__})"
             ns = getattr(e.session, "namespace", "?")
             runtime = e.settings.get("runtime") or ""
+        state += detached_mark(e.session)
         rows.append(
             SessionRow(e.alias, session_name(e.session), ns, runtime, state, e.alias == default)
         )
@@ -168,15 +170,28 @@ def close(host: MagicsHost, args: Any) -> None:
             return
         alias = named[0].alias  # %trainjob_close TRAINJOB-NAME of a session of this kernel
     if args.all or (alias is None and not host.registry.entries()):
-        reports = host.registry.close_all(timeout=timeout, by="%trainjob_close")
+        reports = host.registry.close_all(timeout=timeout, by="%trainjob_close", force=args.force)
         if not reports:
             print("No sessions to close.")
     else:
         reports = [
-            host.registry.close(host.entry(alias).alias, timeout=timeout, by="%trainjob_close")
+            host.registry.close(
+                host.entry(alias).alias, timeout=timeout, by="%trainjob_close", force=args.force
+            )
         ]
     for rep in reports:
-        print(rep.line())
+        if not rep.refused:
+            print(rep.line())
+    refused = [r for r in reports if r.refused]
+    if refused:
+        raise TrainJobUsageError(
+            "; ".join(
+                r.refused.replace(
+                    "close(force=True) (%trainjob_close --force)", "%trainjob_close --force"
+                )
+                for r in refused
+            )
+        )
     failed = [r for r in reports if r.error]
     if failed:
         raise TrainJobMagicError(

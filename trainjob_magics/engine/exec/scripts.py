@@ -129,22 +129,49 @@ mkdir -p "$d" 2>/dev/null && : >"$d/heartbeat"
 
 
 # The keep-alive watchdog ($1 idle seconds, $2 check interval). If the state dir is unusable it
-# never idles out (it must not end a session it cannot hear). SIGTERM/SIGINT end it at once
-# (as PID 1 of a container a shell otherwise ignores them until the grace period runs out), with
-# 143 as a killed process: a deleted or evicted pod then ends Failed and its Job replaces it
-# (backoffLimit); exit 0 would make the kubelet mark it Succeeded, complete the Job's index and
-# so the whole TrainJob. Only the idle release exits 0: it is meant to end the job.
+# never idles out (it must not end a session it cannot hear). While a detached run
+# (detach_scripts.py) lives it never idles out either; once the run ended (its runner sends
+# SIGUSR1 at once; checked every few seconds too) it exits with the run's exit code, so the pod,
+# and with it the TrainJob, ends Complete or Failed. A non-zero code is also noted in /dev/shm,
+# which is the pod's and outlives a container restart (restartPolicy OnFailure): the restarted
+# watchdog exits with it again at once instead of idling, until the Job's backoffLimit fails it.
+# SIGTERM/SIGINT end it at once (as PID 1 of a container a shell otherwise ignores them until
+# the grace period runs out), with 143 as a killed process: a deleted or evicted pod then ends
+# Failed and its Job replaces it (backoffLimit); exit 0 would make the kubelet mark it
+# Succeeded, complete the Job's index and so the whole TrainJob. Only the idle release and a
+# detached run that ended 0 exit 0: they are meant to end the job.
 WATCHDOG = f"""d={STATE_DIR}
-hb="$d/heartbeat"; t=$1; s=$2
+hb="$d/heartbeat"; t=$1; s=$2; r="$d/detached"; m="/dev/shm/trainjob-magics.$HOSTNAME.exit"
 trap 'kill $! 2>/dev/null; exit 143' TERM INT
+trap ':' USR1
+if read -r c 2>/dev/null <"$m"; then
+  echo "trainjob-magics: the detached run of this pod ended with exit code $c: exiting with it"
+  exit "$c"
+fi
 if ! {{ mkdir -p "$d" && : >"$hb"; }} 2>/dev/null; then
   echo "trainjob-magics: $d is not writable: idle release is off"
   while :; do sleep 3600 & wait $!; done
 fi
+echo $$ >"$d/keepalive.pid"
 echo "trainjob-magics: idle watchdog: exits after ${{t}}s without a heartbeat"
-idle=0
+idle=0; w=$s
 while :; do
-  sleep "$s" & wait $!
+  sleep "$w" & wait $!
+  kill $! 2>/dev/null; w=$s
+  n=; read -r n 2>/dev/null <"$r/current"
+  if [ -n "$n" ] && [ -r "$r/$n/exit" ]; then
+    read -r c <"$r/$n/exit"; case $c in ''|*[!0-9]*) c=1;; esac
+    [ "$c" = 0 ] || echo "$c" >"$m" 2>/dev/null
+    echo "trainjob-magics: detached run $n ended with exit code $c: ending the trainer with it"
+    exit "$c"
+  fi
+  if [ -n "$n" ]; then
+    p=; read -r p 2>/dev/null <"$r/$n/pid"
+    if [ -n "$p" ] && ! kill -0 "$p" 2>/dev/null && [ ! -d "/proc/$p" ]; then
+      [ -e "$r/$n/exit" ] || echo 137 >"$r/$n/exit"
+    fi
+    rm -f "$hb"; idle=0; w=$((s<5?s:5)); continue
+  fi
   if [ -e "$hb" ]; then rm -f "$hb"; idle=0; else idle=$((idle+s)); fi
   if [ "$idle" -ge "$t" ]; then
     echo "trainjob-magics: no heartbeat for ${{idle}}s (idle_timeout ${{t}}s):" \

@@ -1,0 +1,1 @@
+"""Detached runs: commands that belong to the TrainJob, not to the kernel (``session.detach``)."""
