@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import errors
 from .connecting import attach, connect
+from .detach.lookup import detached_run_of
 from .detach.state import DetachedRun, DetachedState
 from .errors import (
     ApiServerError,
@@ -119,6 +120,7 @@ __all__ = [
     "attach",
     "close_trainjob",
     "connect",
+    "detached_run_of",
     "duration_words",
     "errors",
     "find_trainjobs",

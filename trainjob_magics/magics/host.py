@@ -32,6 +32,7 @@ class EngineCalls:
     new_name: Callable[[], str] = engine.new_trainjob_name
     find_trainjobs: Callable[..., Any] = engine.find_trainjobs
     close_trainjob: Callable[..., str] = engine.close_trainjob
+    detached_run_of: Callable[..., Any] = engine.detached_run_of
     holding_text: Callable[[Any], str] = engine.holding_text
 
 

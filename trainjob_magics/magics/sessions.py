@@ -199,6 +199,21 @@ def close(host: MagicsHost, args: Any) -> None:
         )
 
 
+def _refuse_if_detached(host: MagicsHost, name: str, where: dict[str, Any]) -> None:
+    """``%trainjob_close NAME`` without --force: one line saying what it would kill."""
+    try:
+        live = host.engine.detached_run_of(
+            name, where["namespace"], context=where["context"], config_file=where["config_file"]
+        )
+    except Exception:
+        return  # no such job, no permission: closing says it
+    if live is not None and live.live:
+        raise TrainJobUsageError(
+            f"{live.summary()}; closing would kill it: %trainjob_close {name} --force deletes "
+            f"TrainJob {name} and the run, or leave it: it ends the job when it ends"
+        )
+
+
 def _close_by_name(host: MagicsHost, args: Any, name: str, timeout: float) -> None:
     """``%trainjob_close NAME`` for a TrainJob that is not a session of this kernel."""
     known = host.known_aliases()
@@ -209,6 +224,8 @@ def _close_by_name(host: MagicsHost, args: Any, name: str, timeout: float) -> No
             f"no session named {name!r} (this kernel's sessions: {known})"
         ) from None
     where = cluster_settings(args, host.settings)
+    if not args.force:
+        _refuse_if_detached(host, name, where)
     try:
         print(
             host.engine.close_trainjob(
