@@ -178,30 +178,28 @@ def record(
         local = s.getsockname()[1]
     env = dict(os.environ, KUBECONFIG=str(workdir / "kubeconfig"))
     argv = ["kubectl", "port-forward", "-n", namespace, f"pod/{pod}", f"{local}:{port}"]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = workdir / "kubectl.out", workdir / "kubectl.err"
+    with open(out, "wb") as fo, open(err, "wb") as fe:
+        proc = subprocess.Popen(argv, env=env, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{local}/"
     bodies = []
     try:
-        time.sleep(1.0)
         deadline = time.monotonic() + 30
-        while requests:
-            try:
-                bodies.append(
-                    urllib.request.urlopen(f"http://127.0.0.1:{local}/", timeout=10).read()
-                )
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        for _ in range(max(0, requests - 1)):
-            bodies.append(urllib.request.urlopen(f"http://127.0.0.1:{local}/", timeout=10).read())
+        while b"Forwarding from" not in out.read_bytes():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"kubectl port-forward: {err.read_text()[-500:]}")
+            time.sleep(0.05)
+        try:
+            bodies += [urllib.request.urlopen(url, timeout=10).read() for _ in range(requests)]
+        except OSError as exc:
+            raise RuntimeError(f"{exc}; kubectl port-forward: {err.read_text()[-500:]}") from None
         if not requests:
             with contextlib.suppress(OSError):
-                urllib.request.urlopen(f"http://127.0.0.1:{local}/", timeout=10).read()
+                urllib.request.urlopen(url, timeout=10).read()
         time.sleep(0.5)
     finally:
         proc.terminate()
-        proc.communicate(timeout=10)
+        proc.wait(timeout=10)
         time.sleep(0.3)
         relay.close()
     version = subprocess.run(["kubectl", "version", "--client"], capture_output=True, text=True)
