@@ -78,7 +78,8 @@ def test_live_panels_after_kubectl_delete_and_reload(
     tag = f"{frontend}-{theme.split()[-1].lower() if theme else 'default'}"
     nbp.screenshot_cell(1, screenshot_path("live_panels", f"{tag}-running"))
 
-    # a reload: the panels still read the job's state (nothing from the kernel needed)
+    # saved, then a reload: the reopened panels read the job's state (nothing from the kernel)
+    nbp.save()
     nbp.page.reload()
     nbp.cells().first.wait_for()
     _wait_state(_live_state(nbp, 1), "Running", 5)
