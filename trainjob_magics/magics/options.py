@@ -232,10 +232,13 @@ def _did_you_mean(fn: Callable[..., Any], msg: str) -> str:
         return ""
     known = [o for o in parser._option_string_actions if o.startswith("--")]
     unknown = [w for w in msg.split("unrecognized arguments:", 1)[1].split() if w.startswith("--")]
+    # compared without the dashes every option shares: with them, "--bogus" is "close" to "--out"
+    names = {o[2:]: o for o in known}
     for word in unknown:
-        close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.6)
+        typed = word.split("=", 1)[0][2:]
+        close = difflib.get_close_matches(typed, list(names), n=1, cutoff=0.6)
         if close:
-            return f" (did you mean {close[0]}?)"
+            return f" (did you mean {names[close[0]]}?)"
     return ""
 
 
