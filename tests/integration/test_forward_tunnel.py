@@ -200,3 +200,40 @@ def test_closing_mid_transfer_leaves_nothing_behind(local_cluster, session, serv
         assert len(rest) == SIZE - (1 << 20), "the transfer ended short without an error"
     conn.close()
     assert fwd.active == 0
+
+
+SLOW_SERVER = """
+import http.server, sys, time
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        time.sleep(2)
+        body = b"slow ok"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_an_unanswered_connection_moves_to_the_next_tunnel(local_cluster, tmp_path) -> None:
+    proxy = FaultProxy(local_cluster.port)
+    config = proxy.kubeconfig(Path(local_cluster.kubeconfig_path), tmp_path / "kubeconfig")
+    s = connect("torch-distributed", config_file=str(config))
+    try:
+        port = free_port()
+        assert s.execute(f"cat > slow.py << 'EOF'\n{SLOW_SERVER}\nEOF").ok
+        assert s.execute(f"nohup python3 slow.py {port} > slow.log 2>&1 < /dev/null &").ok
+        fwd = s.forward(port)
+        wait_until(lambda: serving(fwd.url), timeout=30)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(fetch, fwd.url, 30)
+            wait_until(lambda: fwd.active == 1, timeout=10)
+            time.sleep(0.5)  # the request is in the pod, which answers after 2 s
+            proxy.drop_established()
+            # the pod had not answered: the request goes again through a new tunnel
+            assert answer.result() == b"slow ok"
+        assert fwd.mode == "tunnel"
+    finally:
+        s.close(timeout=30)
+        proxy.close()

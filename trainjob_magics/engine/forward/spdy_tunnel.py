@@ -81,6 +81,7 @@ class Connection:
     sent: int = 0  # bytes delivered to the local client
     replay: bytearray | None = field(default_factory=bytearray)  # its bytes, while unanswered
     retried: bool = False  # already moved to another tunnel once
+    first: bytes = b""  # sent into a tunnel that dropped: goes first on this one
     received: int = 0  # bytes of the client sent on to the pod
     events: int = 0  # what the selector watches now
 
@@ -142,8 +143,8 @@ class SpdyTunnel:
         with self._lock:
             if not self.alive:
                 return None
-            conn = Connection(sock, self._next_request, on_end, retried=retried)
-            conn.replay = None if retried else bytearray(first)
+            conn = Connection(sock, self._next_request, on_end, retried=retried, first=first)
+            conn.replay = None if retried else bytearray()
             conn.received = len(first)
             self._next_request += 1
             self._new.append(conn)
@@ -247,8 +248,9 @@ class SpdyTunnel:
             conn.error_sid = self.session.open_stream(headers)
             self.session.close_stream(conn.error_sid)  # we never write to it
             conn.data_sid = self.session.open_stream({**headers, "streamType": "data"})
-            if conn.received:  # the bytes it sent into a tunnel that dropped
-                self.session.send_data(conn.data_sid, bytes(conn.replay or b""))
+            if conn.first:  # the bytes it sent into a tunnel that dropped
+                self.session.send_data(conn.data_sid, conn.first)
+                conn.first = b""
             conn.sock.setblocking(False)
             self.conns[conn.data_sid] = conn
             self.by_error[conn.error_sid] = conn
