@@ -241,6 +241,21 @@ def ipc_kernel_config(directory: str | Path) -> Config:
     return Config({"KernelManager": {"transport": "ipc", "ip": str(Path(directory) / "kernel")}})
 
 
+RESTART_TAG = "restart-kernel"  # a cell with this tag is followed by Kernel > Restart
+
+
+class _RestartingClient(NotebookClient):
+    """Restarts the kernel (as Kernel > Restart does: a polite shutdown, then a new kernel on
+    the same connection) after each cell tagged ``restart-kernel``."""
+
+    async def async_execute_cell(self, cell: Any, cell_index: int, *args: Any, **kw: Any) -> Any:
+        done = await super().async_execute_cell(cell, cell_index, *args, **kw)
+        if RESTART_TAG in (cell.get("metadata", {}).get("tags") or []):
+            await self.km.restart_kernel(now=False)
+            await self.kc._async_wait_for_ready(timeout=self.startup_timeout)
+        return done
+
+
 def run_notebook(
     path: str | Path,
     output: str | Path | None = None,
@@ -256,14 +271,15 @@ def run_notebook(
     ``kubeconfig`` is exported as ``KUBECONFIG`` to the kernel. Execution stops at the first
     failing cell, as Run All does; the notebook is saved either way. ``on_cell_executed`` is
     nbclient's hook, called with ``cell=``, ``cell_index=`` and ``execute_reply=`` after each
-    cell, while the kernel still runs.
+    cell, while the kernel still runs. After a cell tagged ``restart-kernel`` the kernel is
+    restarted, as Kernel > Restart does.
     """
     nb = nbformat.read(str(path), as_version=4)
     env_before = os.environ.get("KUBECONFIG")
     if kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(kubeconfig)
     sockets = tempfile.TemporaryDirectory(prefix="nb-kernel-")
-    client = NotebookClient(
+    client = _RestartingClient(
         nb,
         kernel_name="python3",
         store_widget_state=True,

@@ -51,12 +51,16 @@ class TrainJobMagics(Magics, TrainJobConfig):
         exiting = reason in ("shutdown", "restart")
         final = "Closed at kernel exit" if exiting else "Deleted"
         by = {"reset": "%reset", "unload": "%unload_ext"}.get(reason, "")
-        for report in self.host.registry.close_all(
+        reports = self.host.registry.close_all(
             timeout=self.exit_close_timeout, final_state=final, by=by
-        ):
+        )
+        for report in reports:
             print(report.line())
         if exiting:  # for the kernel after a restart: the panels it cannot update any more
-            restarts.note_exit(self.shell, restart=reason == "restart")
+            # a session left running (its detached run lives) was not closed: the next kernel
+            # says so ("list them with %trainjob_sessions --all"), as after a crash
+            closed = not any(r.left for r in reports)
+            restarts.note_exit(self.shell, restart=reason == "restart", closed=closed)
 
     def unload(self) -> None:
         """Close this kernel's sessions and remove the hooks."""

@@ -52,14 +52,15 @@ def note_live_panels(shell: Any) -> None:
         _write(path, closed=False)
 
 
-def note_exit(shell: Any, restart: bool) -> None:
-    """The kernel exits with its sessions closed: on a restart, say so to the next kernel;
-    for good, remove the note (no kernel comes after it)."""
+def note_exit(shell: Any, restart: bool, closed: bool = True) -> None:
+    """The kernel exits with its sessions closed (``closed``; False when one was left running):
+    on a restart, say so to the next kernel; for good, remove the note (no kernel comes after
+    it)."""
     path = note_path(shell)
     if path is None or str(path) not in _noted:
         return
     if restart:
-        _write(path, closed=True)
+        _write(path, closed=closed)
     else:
         with contextlib.suppress(OSError):
             path.unlink()
