@@ -19,7 +19,7 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from .detach.control import read_detached, start_detached
+from .detach.control import PODS_GONE, read_detached, start_detached
 from .detach.state import DetachedRun, DetachedState
 from .errors import (
     ConnectionLostError,
@@ -920,9 +920,27 @@ class TrainJobSession:
             known=self._detached,
             lines=lines,
         )
+        if state is not None and state.ended_by == PODS_GONE:
+            state = dataclasses.replace(state, ended_by=self._why_pods_gone())
         if state is not None:
             self._detached = state
         return state
+
+    def _why_pods_gone(self) -> str:
+        """What took a detached run's pods away: Kueue's eviction or preemption, the pod's
+        disruption, else the job's state (what attach, the logs and the panel then say)."""
+        try:
+            st = self.status()
+        except TrainJobError:
+            return PODS_GONE
+        evicted = st.queue.last_eviction if st.queue is not None else None
+        if evicted:
+            taken = st.queue.taken_away if st.queue is not None else "evicted"
+            return f"Kueue {taken} TrainJob {self.name} ({evicted[0]}: {evicted[1]}); {PODS_GONE}"
+        if st.disruption:
+            return st.disruption
+        why = f"TrainJob {st.state}" + (f": {st.message}" if st.message else "")
+        return f"{PODS_GONE} ({why})"
 
     @property
     def detached_run(self) -> DetachedState | None:

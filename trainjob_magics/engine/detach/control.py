@@ -35,6 +35,7 @@ from .state import DetachedRun, DetachedState, PodReading, parse_reading
 START_TIMEOUT = 20.0  # seconds for the start exec (it returns at once)
 READ_TIMEOUT = 20.0
 MAX_PARALLEL = 16
+PODS_GONE = "its pods are gone"
 
 
 def keepalive_pods(
@@ -197,7 +198,7 @@ def read_detached(
             pod=known.pod,
             exit_codes={**known.exit_codes},
             tail=known.tail,
-            ended_by=known.ended_by or "its pods are gone",
+            ended_by=known.ended_by or PODS_GONE,
         )
     main = trainer_pod if trainer_pod in with_run else next(iter(with_run))
     first = with_run[main]
@@ -212,4 +213,4 @@ def read_detached(
     )
 
 
-__all__ = ["keepalive_pods", "read_detached", "start_detached"]
+__all__ = ["PODS_GONE", "keepalive_pods", "read_detached", "start_detached"]
