@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from ..engine import CommandInterruptedError, CommandRun, MultiExecResult, PodGoneError
+from . import idle_stop
 from .failures import TrainJobCellError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, check_var, chosen_session
@@ -42,8 +43,17 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> None:
     check_positive(args.timeout, "--timeout")
     if not cell.strip():
         raise TrainJobUsageError("the cell is empty: write the shell commands below %%trainjob")
+    idle_stop.check_not_stopped(host, chosen_session(args))
     entry = host.entry(chosen_session(args))
     session = entry.session
+    idle_stop.cell_started(session)
+    try:
+        _run_in(host, args, cell, entry, session)
+    finally:
+        idle_stop.cell_ended(session)
+
+
+def _run_in(host: MagicsHost, args: Any, cell: str, entry: Any, session: Any) -> None:
     pump = Pump()
     pods = args.pod.strip() if args.pod and args.pod.strip() != "trainer" else None
     try:

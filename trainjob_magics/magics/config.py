@@ -27,6 +27,12 @@ class TrainJobConfig(Configurable):
     connect_timeout = _setting(
         Float, 600.0, "Seconds %trainjob_connect waits for the trainer pod before giving up."
     )
+    idle_stop = _setting(
+        Unicode,
+        "",
+        "Close a session after this long without a command (30m, 2h); empty: off "
+        "(%trainjob_connect --idle-stop overrides it).",
+    )
     keep_alive_command = _setting(
         Unicode, "", "Shell command that keeps the trainer pod alive; empty: the engine's default."
     )

@@ -14,7 +14,7 @@ from ..engine import (
     SessionClosedError,
     manifest_yaml,
 )
-from . import restarts
+from . import idle_stop, restarts
 from .detach import show_after_attach
 from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
@@ -117,6 +117,7 @@ def connect(host: MagicsHost, args: Any) -> None:
             print(closed.line())
         else:
             host.registry.remove(alias)
+    idle_stop.parse_idle_stop(getattr(args, "idle_stop", None) or host.settings.idle_stop)
     timeout = args.timeout if args.timeout is not None else host.settings.connect_timeout
     try:
         session, view = run_connect(host, settings, timeout, alias)
@@ -125,6 +126,7 @@ def connect(host: MagicsHost, args: Any) -> None:
             host.registry.add(alias, still.job, settings)
         raise TrainJobMagicError(str(still)) from None
     entry = host.registry.add(alias, session, queued.settings if queued is not None else settings)
+    idle_stop.arm(host, alias, session, getattr(args, "idle_stop", None) or host.settings.idle_stop)
     widget = getattr(view, "widget_view", None)
     entry.status_widget = widget
     entry.watch(widget)

@@ -128,6 +128,13 @@ def connect_args(f: Callable[..., Any]) -> Callable[..., Any]:
                 help="Kueue WorkloadPriorityClass (label kueue.x-k8s.io/priority-class).",
             ),
             argument(
+                "--idle-stop",
+                dest="idle_stop",
+                metavar="DURATION",
+                help="Close the session after this long without a command (30m, 2h); "
+                "default TrainJobMagics.idle_stop (off).",
+            ),
+            argument(
                 "--max-runtime",
                 dest="max_runtime",
                 metavar="DURATION",
