@@ -142,6 +142,12 @@ def tcp(port: int) -> Callable[[], socket.socket]:
     return connect
 
 
+def reachable(port: int) -> bool:
+    """Whether the pod's port answers on this host (no: a real node's pod network)."""
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 def raw_fetch(target: k8s.KubeTarget, namespace: str, pod: str, port: int) -> Fetch:
     """A fetch through ``baselines.raw_portforward`` (counts only: no sink)."""
 
@@ -357,8 +363,9 @@ def measure(
             }
             fetches["raw"] = raw_fetch(target, namespace, pod, port)
             warm_up(fetches, size, want)
-            connects["direct"] = tcp(port)
-            fetches["direct"] = socket_fetch(tcp(port))
+            if reachable(port):  # pods on this host's network (the local cluster, kwok)
+                connects["direct"] = tcp(port)
+                fetches["direct"] = socket_fetch(tcp(port))
             rounds(fetches, connects, out, size, n, CONNECTIONS, firsts, many)
             out.modes = {"ours": fwd.mode, "v4": v4.mode}
             if fwd.errors or v4.errors:
@@ -463,6 +470,11 @@ def rows(m: Measured, what: str, stack: bool = False) -> list[Row]:
 
 def direct_note(m: Measured, where: str) -> str:
     """The reference without any forward (the pod's port on this host's network)."""
+    if "direct" not in m.download:
+        return (
+            f"Port forward{where}: the pod has a network of its own (a real node), so no "
+            "direct connection to its port is measured."
+        )
     return (
         f"Port forward{where}: {LABELS['direct']} (no forward; pods share this host's network): "
         f"{m.size >> 20} MB in {secs(m.download['direct'].median)}, requests "

@@ -266,7 +266,7 @@ class Forward:
         when nothing listens."""
         mine, theirs = socket.socketpair()
         ended = threading.Event()
-        conn = tunnel.add(theirs, lambda _conn: ended.set())
+        conn = tunnel.add(theirs, lambda _conn: ended.set(), retried=True)  # never moved
         try:
             if conn is not None and not ended.wait(PROBE_WAIT):
                 tunnel.cut(conn)
