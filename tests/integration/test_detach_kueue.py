@@ -55,3 +55,24 @@ def test_a_detached_run_keeps_its_admission_and_preemption_says_so(kcluster) -> 
     finally:
         kcluster.kueue.set_quota({"cpu": "1"})
         session.close(force=True)
+
+
+def test_max_runtime_still_caps_a_job_with_a_detached_run(kcluster) -> None:
+    session = connect(
+        "torch-distributed",
+        cpu="1",
+        queue="user-queue",
+        config_file=str(kcluster.kubeconfig_path),
+        max_runtime="4s",
+        timeout=60,
+    )
+    try:
+        started = time.monotonic()
+        session.detach("for i in $(seq 60); do echo tick-$i; sleep 1; done")
+        wait_until(lambda: not session.detached().live, timeout=40)
+        took = time.monotonic() - started
+        ended = session.detached()
+        assert "Kueue evicted" in ended.ended_by and "MaximumExecutionTime" in ended.ended_by
+        assert took < 30, took  # the 60 s run was cut at the job's 4 s limit
+    finally:
+        session.close(force=True)
