@@ -10,6 +10,7 @@ import time
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+from tests.helpers.kernels import load_magics_code
 from tests.helpers.kube import get_trainjob
 from tests.helpers.polling import wait_until
 from trainjob_magics import DetachedRun
@@ -89,3 +90,35 @@ def test_reset_and_unload_leave_a_live_detached_run_alone(shell, cluster, capsys
     ok, out = shown(shell, f"%trainjob_close {name} --force", capsys)
     assert ok and "deleted" in out, out
     wait_until(lambda: get_trainjob(cluster.kubeconfig_path, name) is None, timeout=60)
+
+
+def test_interrupting_a_follow_stops_following_not_the_run(cluster, kernel) -> None:
+    reply, out = kernel.run_text(
+        load_magics_code(cluster.kubeconfig_path, widgets="off")
+        + "\n%trainjob_connect mpi-interactive\n",
+        timeout=120,
+    )
+    assert reply["status"] == "ok", out
+    body = "for i in $(seq 40); do echo tick-$i; sleep 0.5; done"
+    reply, out = kernel.run_text(f"%%trainjob --detach\n{body}\n")
+    assert reply["status"] == "ok", out
+    kc = kernel.kc
+    msg_id = kc.execute("%trainjob_logs --follow")
+    seen: list[str] = []
+    deadline = time.monotonic() + 30
+    while not any("tick-3" in s for s in seen):  # following live
+        assert time.monotonic() < deadline, seen
+        msg = kc.get_iopub_msg(timeout=10)
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
+            seen.append(msg["content"]["text"])
+    kernel.km.interrupt_kernel()
+    reply = kc.get_shell_msg(timeout=30)
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = kc.get_shell_msg(timeout=30)
+    assert reply["content"]["status"] == "ok"  # stopped following: no error, no traceback
+    reply, out = kernel.run_text("%trainjob_sessions")  # the run was not stopped
+    assert "detached run 1" in out and "(ended)" not in out, out
+    reply, out = kernel.run_text("%%trainjob\ncat ${TMPDIR:-/tmp}/trainjob-magics/detached/1/exit")
+    assert reply["status"] == "error", out  # no exit code yet: it still runs
+    reply, out = kernel.run_text("%trainjob_close --force", timeout=120)
+    assert reply["status"] == "ok" and "deleted" in out, out
