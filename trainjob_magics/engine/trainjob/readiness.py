@@ -25,7 +25,7 @@ from ..errors import (
     TrainJobFailedError,
 )
 from ..kube.events import events_about
-from ..kube.objects import is_running, is_terminating, pod_name, pod_phase
+from ..kube.objects import is_ready, is_running, is_terminating, pod_name, pod_phase
 from ..kube.retry import window_of
 from ..kueue.admission import QueueReporter, admit_or_raise
 from ..kueue.api import find_workload
@@ -199,6 +199,23 @@ def wait_for_trainer_pod(
         waiting = [p for p in pods if not is_running(p) and not is_terminating(p)]
         return min(waiting, key=pod_name) if waiting else None
 
+    def lagging_pod(pods: list[dict[str, Any]], trainer: dict[str, Any]) -> dict[str, Any] | None:
+        """With the trainer running, the first other pod of the job not yet Running and Ready
+        (``{}`` while fewer pods than the job's nodes exist): an MPI launcher's ``mpirun``
+        reaches the node pods by their DNS names over ssh, and a node pod answers only once it
+        has an address and its sshd listens (the runtimes' readiness probe on port 2222). On a
+        real node the launcher runs seconds before them (Trainer <= 2.2 has no dependsOn)."""
+        others = [
+            p
+            for p in pods
+            if p is not trainer and pod_phase(p) != "Succeeded" and not is_terminating(p)
+        ]
+        waiting = [p for p in others if not (is_running(p) and is_ready(p))]
+        if waiting:
+            return min(waiting, key=pod_name)
+        nodes = ((trainjob.get("spec") or {}).get("trainer") or {}).get("numNodes") or 1
+        return {} if len(others) + 1 < int(nodes) else None
+
     def why_no_pod() -> PodProblem | None:
         """The Job controller's FailedCreate (a missing service account) on the trainer's Job
         ``<name>-<replicated job>-0``, else the JobSet's JobCreationFailed (an invalid pod
@@ -219,10 +236,19 @@ def wait_for_trainer_pod(
     def check() -> dict[str, Any] | None:
         pods = list(watcher.objects.values())
         trainer = select_trainer_pod(pods, target)
-        found = why_waiting(trainer if trainer is not None else blocking_pod(pods))
+        subject = trainer if trainer is not None else blocking_pod(pods)
+        lagging = None
+        if trainer is not None and is_running(trainer):
+            lagging = lagging_pod(pods, trainer)
+            subject = lagging or trainer
+        found = why_waiting(subject)
         status = job_status(name, namespace, runtime, trainjob, pods, target, started)
         if found is not None:
             status = dataclasses.replace(status, problem=found.line())
+        elif lagging:
+            status = dataclasses.replace(
+                status, problem=f"waiting for pod {pod_name(lagging)} to be ready"
+            )
         reporter.report(status)
         if found is not None and found.hopeless and found.fix and found.reason != "Unschedulable":
             raise PodStartError(f"{found.fix}; {found.reason}: {found.message}")
@@ -231,14 +257,14 @@ def wait_for_trainer_pod(
             raise PodStartError(f"{found.fix}{hint}; the scheduler says: {found.message}")
         if found is not None and found.hopeless:
             raise PodStartError(
-                f"{'the trainer pod' if trainer is not None else 'a pod'} of TrainJob {name} "
+                f"{'the trainer pod' if subject is trainer else 'a pod'} of TrainJob {name} "
                 f"cannot start: {found.line()}; fix the "
                 f"image (or what it needs) and connect again"
             )
         if trainer is None:
             return None
         if is_running(trainer):
-            return trainer
+            return trainer if lagging is None else None
         phase = pod_phase(trainer)
         if replaced_by_its_job(trainer):
             return None  # wait for the replacement; refresh() reports a Job that gave up
