@@ -305,7 +305,7 @@ def test_a_pod_evicted_by_the_kubelet_is_named_so(runtime: str) -> None:
     try:
         with pytest.raises(E.TrainJobError) as err:
             # over the emptyDir's sizeLimit: the kubelet's eviction manager evicts the pod
-            s.execute("head -c 64M /dev/zero > /scratch/fill; sleep 120", timeout=200)
+            s.execute("head -c 64M /dev/zero > /scratch/fill; sleep 300", timeout=360)
         text = str(err.value)
         assert "evicted by the kubelet" in text and "\n" not in text, text
     finally:

@@ -64,6 +64,9 @@ def kubelet_config(ctx: StackContext, base: Path, cert: Path, key: Path, runtime
             "nodefs.inodesFree": "1%",
         },
         "evictionPressureTransitionPeriod": "10s",
+        # emptyDir and log usage measured every 10 s (default 1 m): a pod over its limits is
+        # evicted within seconds, as the tests expect of a loaded cluster's kubelet
+        "volumeStatsAggPeriod": "10s",
         "maxPods": ctx.nodes.pods,
         "serializeImagePulls": False,
         "nodeStatusUpdateFrequency": "10s",

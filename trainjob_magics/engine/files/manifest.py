@@ -38,6 +38,25 @@ def _packed(code: str) -> str:
 _ARGS = f"boot='{_BOOT}'; d=$1 n=$2 code=$3; shift 3; py=; for c do "
 _ARGS += 'if command -v "$c" >/dev/null 2>&1; then py=$c; break; fi; done; '
 
+NO_TOOLS = "#trainjob-notools"
+# Neither python3 nor tar (a minimal image): "#trainjob-notools" on stderr, exit 127, before
+# anything is made in the pod (no_tools_message says what to do)
+_NEEDS = (
+    'if [ -z "$py" ] && ! command -v tar >/dev/null 2>&1; then '
+    'echo "#trainjob-notools" >&2; exit 127; fi; '
+)
+_NEEDS_TAR = 'command -v tar >/dev/null 2>&1 || { echo "#trainjob-notools" >&2; exit 127; }; '
+
+
+def no_tools_message(pod: str) -> str:
+    """One line for a pod whose image has neither python3 nor tar."""
+    return (
+        f"file transfer needs python3 or tar in the pod, and pod {pod} has neither: use an "
+        "image with one of them (python3 also runs %%trainjob --python), or copy files with "
+        "a command of your own (e.g. base64 in a %%trainjob cell)"
+    )
+
+
 # Without python3: hash_files PATH prints "#trainjob-TOOL" (openssl, sha256sum or wc), then one
 # line per regular file under PATH (given as ./NAME: a name may start with "-").
 _HASH_FILES = (
@@ -54,6 +73,7 @@ _HASH_FILES = (
 # stdout); without it, "tar xf -", then the files that landed are hashed.
 UPLOAD_SH = (
     _ARGS
+    + _NEEDS
     + 'mkdir -p -- "$d" && cd -- "$d" || exit; '
     + 'if [ -n "$py" ]; then exec "$py" -I -S -c "$boot" "$code" "$n"; fi; '
     + "tar xf - || exit; "
@@ -66,7 +86,7 @@ UPLOAD_SH = (
 # python3 packs and hashes in one read (PACK_PY); without it, "tar cf -" and, next to it, the
 # hashing of the same files. The exit status is tar's.
 DOWNLOAD_SH = (
-    _ARGS + 'cd -- "$d" 2>/dev/null || { echo "#trainjob-missing" >&2; exit 2; }; '
+    _ARGS + _NEEDS + 'cd -- "$d" 2>/dev/null || { echo "#trainjob-missing" >&2; exit 2; }; '
     'if [ ! -e "$n" ] && [ ! -L "$n" ]; then echo "#trainjob-missing" >&2; exit 2; fi; '
     'if [ -L "$n" ] || { [ ! -f "$n" ] && [ ! -d "$n" ]; }; then '
     'echo "#trainjob-other" >&2; exit 2; fi; '
@@ -82,9 +102,9 @@ DOWNLOAD_SH = (
 _UNTAR, _PACK = _packed(UNTAR_PY), _packed(PACK_PY)
 
 # verify=False: plain tar, as kubectl cp does.
-UNPACK_SH = 'mkdir -p -- "$1" && exec tar xf - -C "$1"'
+UNPACK_SH = _NEEDS_TAR + 'mkdir -p -- "$1" && exec tar xf - -C "$1"'
 PACK_SH = (
-    'cd -- "$1" 2>/dev/null || { echo "#trainjob-missing" >&2; exit 2; }; '
+    _NEEDS_TAR + 'cd -- "$1" 2>/dev/null || { echo "#trainjob-missing" >&2; exit 2; }; '
     'if [ ! -e "$2" ] && [ ! -L "$2" ]; then echo "#trainjob-missing" >&2; exit 2; fi; '
     'if [ -d "$2" ]; then k=dir; else k=file; fi; echo "#trainjob-kind $k 0" >&2; '
     'exec tar cf - -- "$2"'

@@ -41,9 +41,11 @@ from ..exec.stop import INTERRUPT_WAIT
 from ..result import ExecResult
 from .archive import STREAM_CHUNK, UNPACK_CHUNK, ChunkStream, TarStream, place, unpack
 from .manifest import (
+    NO_TOOLS,
     FileInfo,
     compare,
     download_argv,
+    no_tools_message,
     parse_files,
     upload_argv,
 )
@@ -158,6 +160,8 @@ class _ProgressTotal:
 
 
 def _check(result: ExecResult, what: str, pod: str) -> None:
+    if result.returncode == 127 and NO_TOOLS in result.stderr:
+        raise TransferError(no_tools_message(pod))
     if result.returncode != 0:
         detail = _one_line(result.stderr or result.stdout) or f"exit code {result.returncode}"
         raise TransferError(f"{what} failed in pod {pod}: {detail}")
@@ -489,6 +493,8 @@ def download(
 
 
 def _check_download(res: ExecResult, report: _PodReport, remote: str, pod: str) -> None:
+    if report.marker("notools") is not None:
+        raise TransferError(no_tools_message(pod))
     if report.marker("missing") is not None:
         raise TransferError(f"{remote} does not exist in pod {pod}")
     if report.marker("other") is not None:

@@ -46,7 +46,8 @@ class Target:
 
 def missing_python(target: Target) -> PythonNotFoundError:
     return PythonNotFoundError(
-        f"{target.where()} has no Python interpreter {target.python!r} on its PATH; set "
+        f"%%trainjob --python needs Python 3.8+ in the pod, and {target.where()} has no "
+        f"interpreter {target.python!r} on its PATH; set "
         "TrainJobMagics.python (interpreter=... in the engine) to one the image has, e.g. "
         "/usr/bin/python3, or use an image with Python 3.8+"
     )
