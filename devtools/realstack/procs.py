@@ -186,3 +186,17 @@ def quiet_ok(argv: Sequence[str | os.PathLike], timeout: float = 10.0) -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0
+
+
+def kill(run: Path, name: str) -> bool:
+    """SIGKILL the component's process group at once (a machine that goes away); True if it
+    ran. ``restart`` starts it again as it was."""
+    pid = pid_of(run, name)
+    if pid is None:
+        return False
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and alive(pid):
+        time.sleep(0.05)
+    return True

@@ -1,10 +1,13 @@
 """Faults only a real stack throws (docs/faults.md, "Faults on the real stack"): kube-apiserver
-and etcd restarts, the Kueue controller down while a connect is queued, a node deleted under a
-running session. Each asserts what the user sees, within a bound.
+and etcd restarts, the Kueue controller down while a connect is queued, the node lost under a
+running session. Each asserts what the user sees, within a bound, on the real node (kubelet and
+containerd).
 
 Faults are destructive, so the module starts a stack of its own (devtools.realstack.stack.up in
-a temporary folder) and takes it down at the end. Without kubectl or the stack's builds (Go) it
-skips, naming what is missing; with ``TRAINJOB_MAGICS_REQUIRE_REALSTACK=1`` it fails.
+a temporary folder, its node in a slot of its own beside the suite's stack) and takes it down at
+the end: then the host must be as the module found it (network links, sysctls, iptables, mounts,
+cgroups, network namespaces). Without kubectl or the stack's builds (Go) it skips, naming what
+is missing; with ``TRAINJOB_MAGICS_REQUIRE_REALSTACK=1`` it fails.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from devtools.realstack import fixtures, nodes, paths, procs, stack
+from devtools.realstack import fixtures, paths, procs, realnode, stack
 from devtools.realstack.context import NodeShape, StackContext
-from devtools.realstack.podrunner import KubeApi
+from devtools.realstack.realnode import host
 from devtools.realstack.versions import Versions
 from trainjob_magics import TrainJobSession, connect
 from trainjob_magics.engine import errors as E
@@ -48,13 +51,16 @@ def rs() -> Iterator[StackContext]:
     if shutil.which("go") is None and not paths.bin_dir("kubernetes", versions.kubernetes).exists():
         _missing("Go is not installed and the real stack's builds are not cached")
     run = Path(tempfile.mkdtemp(prefix="tjm-faults-"))
+    before = host.snapshot()
     try:
-        ctx = stack.up(run, versions, NodeShape(count=2, cpus="4", memory="16Gi", gpus=0))
+        ctx = stack.up(run, versions, NodeShape(gpus=0))
     except procs.StackError as exc:
         stack.down(run)
         _missing(f"the real stack did not start: {exc}")
     yield ctx
     stack.down(run)
+    after = host.snapshot()
+    assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
 
 
 def kc(ctx: StackContext) -> str:
@@ -175,8 +181,11 @@ def test_cell_started_while_etcd_is_down_waits_then_runs(rs, session) -> None:
 
 def test_kueue_down_while_a_connect_is_queued(rs) -> None:
     ns, queue = fixtures.QUEUED_NAMESPACE, fixtures.LOCAL_QUEUES[0]
+    # the ClusterQueue's cpu quota is the real node's allocatable: two pods of half each fill
+    # it (and the node), so the next session waits for quota
+    half = f"{int(_millicores(rs.nodes.cpus) * rs.nodes.count / 2)}m"
     blocker = connect(
-        RUNTIME, config_file=kc(rs), namespace=ns, queue=queue, num_nodes=2, cpu=4, timeout=120
+        RUNTIME, config_file=kc(rs), namespace=ns, queue=queue, num_nodes=2, cpu=half, timeout=120
     )
     seen: list[Any] = []
     out: dict[str, Any] = {}
@@ -188,7 +197,7 @@ def test_kueue_down_while_a_connect_is_queued(rs) -> None:
                 config_file=kc(rs),
                 namespace=ns,
                 queue=queue,
-                cpu=1,
+                cpu="500m",
                 timeout=300,
                 on_status=seen.append,
             )
@@ -224,15 +233,16 @@ def test_kueue_down_while_a_connect_is_queued(rs) -> None:
         blocker.close(timeout=120)
 
 
-def test_node_deleted_under_a_running_session(rs) -> None:
-    """Last: it deletes a node (put back at the end)."""
+def test_node_lost_under_a_running_session(rs) -> None:
+    """Last: the node's machine goes away (its kubelet, runtime and containers killed, its Node
+    deleted, as a cloud's node controller does), then comes back."""
     s = connect(RUNTIME, config_file=kc(rs), namespace=fixtures.NAMESPACE, timeout=120)
     try:
         old = s.pod
         node = s.status().pods[0].node
         cell = Cell(s, "echo before; sleep 300")
         started = time.monotonic()
-        kubectl(rs, "delete", "node", node, "--wait=false")
+        realnode.lose(rs)
         cell.wait()
         err = cell.error
         assert isinstance(err, E.PodGoneError), repr(err or cell.result)
@@ -241,20 +251,25 @@ def test_node_deleted_under_a_running_session(rs) -> None:
         )
         assert err.partial.stdout == "before\n" and cell.ended - started < 30
         assert "was lost" in s.status().disruption
-        # the pod still reads Running until the pod GC removes it (~40 s): the next command
-        # says so, or (once it is gone) runs on the Job's replacement
+        # while the node is gone the next command says so in one line
+        with pytest.raises(E.PodNotRunningError) as gone:
+            s.execute("echo next", timeout=BOUND)
+        assert f"its node {node} was deleted" in one_line(gone.value)
         t = time.monotonic()
-        try:
-            result = s.execute("echo next", timeout=BOUND)
-        except E.PodNotRunningError as exc:
-            assert f"its node {node} was deleted" in one_line(exc)
-            result = until(
-                "the replacement pod to run the command",
-                lambda: s.execute("echo next", timeout=BOUND),
-                timeout=150,
-            )
-        assert result.stdout == "next\n" and s.pod != old
-        assert time.monotonic() - t < 180
+        realnode.revive(rs)
+        # the node is back: the session runs on the pod again, or on its Job's replacement
+        result = until(
+            "the session to run a command on the node that came back",
+            lambda: s.execute("echo next", timeout=BOUND),
+            timeout=180,
+        )
+        assert result.stdout == "next\n" and s.status().state == "Running"
+        assert time.monotonic() - t < 240
     finally:
+        if procs.pid_of(rs.run, "kubelet") is None:
+            realnode.revive(rs)
         s.close(timeout=120)
-        nodes.ensure_nodes(KubeApi(rs.admin_kubeconfig), rs, rs.ports["nodeagent"])
+
+
+def _millicores(cpu: str) -> int:
+    return int(cpu[:-1]) if cpu.endswith("m") else int(float(cpu) * 1000)

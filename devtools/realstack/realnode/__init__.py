@@ -19,7 +19,7 @@ from devtools.realstack import gobuild, images, procs
 from devtools.realstack.context import StackContext
 from devtools.realstack.realnode import containerd, dns, host, kubelet, kubeproxy, relay
 
-__all__ = ["COMPONENTS", "prepare", "start", "stop"]
+__all__ = ["COMPONENTS", "lose", "prepare", "revive", "start", "stop"]
 
 COMPONENTS = ("apiserver-relay", "containerd", "kubelet", "kube-proxy", "coredns")
 
@@ -133,6 +133,49 @@ def _kubelet_api_access(ctx: StackContext) -> None:
         ],
     }
     kubectl(ctx, "apply", "-f", "-", input=json.dumps(binding))
+
+
+NODE_PROCESSES = ("kubelet", "kube-proxy", "coredns", "containerd")
+
+
+def lose(ctx: StackContext) -> None:
+    """The node's machine goes away: its kubelet, containerd, shims and every container die at
+    once (SIGKILL), and its Node object is deleted, as a cloud's node controller deletes the
+    Node of a vanished VM. ``revive`` brings a node of the same name back."""
+    from devtools.realstack.controllers import kubectl
+
+    for name in NODE_PROCESSES:
+        procs.kill(ctx.run, name)
+    host.kill_under(ctx.run / "node")
+    host.kill_cgroup(host.cgroup_root(ctx.node_slot))
+    kubectl(ctx, "delete", "node", kubelet.NODE_NAME, "--wait=false")
+
+
+def revive(ctx: StackContext) -> None:
+    """Start the node's processes again (the kubelet registers its Node anew)."""
+    for name in reversed(NODE_PROCESSES):
+        procs.restart(ctx.run, name)
+        if name == "containerd":
+            ctr = gobuild.build(
+                "containerd", ctx.versions.containerd, ctx.run / "logs" / "build.log"
+            )
+            argv = [str(ctr / "ctr"), "--address", str(containerd.socket(ctx)), "version"]
+            procs.wait_for(
+                "containerd's socket",
+                lambda argv=argv: procs.quiet_ok(argv),
+                timeout=60,
+                run=ctx.run,
+                name="containerd",
+            )
+        if name == "kubelet":
+            procs.wait_for(
+                "the kubelet's node to be Ready",
+                lambda: kubelet.node_ready(ctx),
+                timeout=120,
+                run=ctx.run,
+                name="kubelet",
+            )
+            measure(ctx)
 
 
 def stop(ctx: StackContext) -> list[str]:

@@ -268,15 +268,20 @@ def cgroup_pids(root: str) -> set[int]:
     return pids
 
 
-def remove_cgroup_root(root: str, timeout: float = 15.0) -> list[str]:
-    """SIGKILL what still runs under ``root``, then remove its folders deepest first; returns
-    what could not be removed."""
+def kill_cgroup(root: str, timeout: float = 15.0) -> None:
+    """SIGKILL every task under ``root`` until none is left (or ``timeout``)."""
     deadline = time.monotonic() + timeout
     while (pids := cgroup_pids(root)) and time.monotonic() < deadline:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.1)
+
+
+def remove_cgroup_root(root: str, timeout: float = 15.0) -> list[str]:
+    """SIGKILL what still runs under ``root``, then remove its folders deepest first; returns
+    what could not be removed."""
+    kill_cgroup(root, timeout)
     left = []
     for h in hierarchies():
         base = h / root.lstrip("/")
