@@ -467,7 +467,8 @@ def test_delete_cascades_with_grace(
     cluster: LocalCluster, kube: Kube, unique_name: Callable[[str], str]
 ) -> None:
     name = unique_name("t")
-    kube.create_tj(trainjob(name, nodes=2, command=["sh", "-c", "echo $$ > pid; sleep 60"]))
+    kube.create_tj(trainjob(name, nodes=2, command=["sh", "-c", "echo $$$$ > pid; sleep 60"]))
+    # "$$$$": the kubelet turns "$$" in a container's command into "$"
     pods = running(kube, name, 2)
     pid_file = cluster.pod_dir("default", pods[0].metadata.name) / "pid"
     pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip()))

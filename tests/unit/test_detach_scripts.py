@@ -121,3 +121,10 @@ def test_a_run_killed_without_its_code_ends_the_watchdog_with_137(pod, tmp_path)
     runner = int(started.stdout.split()[2])
     subprocess.run(["sh", "-c", f"kill -9 {runner}; pkill -KILL -P {runner}"], check=False)
     assert dog.wait(20) in (137, 143)
+
+
+def test_the_keep_alive_is_left_alone_by_the_kubelets_expansion() -> None:
+    """The kubelet expands "$(NAME)" and turns "$$" into "$" in a container's command
+    (kubecontainer.ExpandContainerCommandAndArgs): the keep-alive must hold neither."""
+    for arg in R.keep_alive_command(1800):
+        assert "$$" not in arg and not re.search(r"\$\([A-Za-z_][A-Za-z0-9_.-]*\)", arg), arg

@@ -135,6 +135,8 @@ mkdir -p "$d" 2>/dev/null && : >"$d/heartbeat"
 # and with it the TrainJob, ends Complete or Failed. A non-zero code is also noted in /dev/shm,
 # which is the pod's and outlives a container restart (restartPolicy OnFailure): the restarted
 # watchdog exits with it again at once instead of idling, until the Job's backoffLimit fails it.
+# No "$$" and no "$(NAME)" in it: the kubelet expands both in a container's command ("$$" -> "$");
+# its pid comes from a child's $PPID instead.
 # SIGTERM/SIGINT end it at once (as PID 1 of a container a shell otherwise ignores them until
 # the grace period runs out), with 143 as a killed process: a deleted or evicted pod then ends
 # Failed and its Job replaces it (backoffLimit); exit 0 would make the kubelet mark it
@@ -152,7 +154,7 @@ if ! {{ mkdir -p "$d" && : >"$hb"; }} 2>/dev/null; then
   echo "trainjob-magics: $d is not writable: idle release is off"
   while :; do sleep 3600 & wait $!; done
 fi
-echo $$ >"$d/keepalive.pid"
+sh -c 'echo "$PPID"' >"$d/keepalive.pid"
 echo "trainjob-magics: idle watchdog: exits after ${{t}}s without a heartbeat"
 idle=0; w=$s
 while :; do

@@ -20,7 +20,7 @@ from ..kubelet import mount_namespace, processes
 from ..kubelet.container_status import container_image, image_id, image_ref, waiting_status
 from ..kubelet.image_pull import ImageService
 from ..kubelet.node import NodeResources
-from ..kubelet.pod_env import ContainerConfigError, container_env, uses_references
+from ..kubelet.pod_env import ContainerConfigError, container_env, expand, uses_references
 from ..kubelet.volumes import (
     PodIdentity,
     PodVolumes,
@@ -244,6 +244,14 @@ class PodLifecycle:
                 sandbox.log_path.touch()
             await asyncio.Event().wait()  # a daemon: Running until deleted
             return
+        # the kubelet expands $(NAME) of the container's env and "$$" -> "$" in command and
+        # args (kubecontainer.ExpandContainerCommandAndArgs); the sandbox's own names are not env
+        spec_env = {
+            k: v
+            for k, v in sandbox.env.items()
+            if k not in _SANDBOX_ENV and k != "TMPDIR" and not k.startswith("TRAINJOB_LOCAL")
+        }
+        argv = [expand(arg, spec_env) for arg in argv]
         code = await processes.run_container(sandbox, argv)
         self._terminate_pod(ns, name, code, "Completed" if code == 0 else "Error")
 
