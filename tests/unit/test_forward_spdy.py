@@ -230,3 +230,14 @@ def test_the_local_cluster_reads_our_session_and_skips_flow_control() -> None:
         (0, sid, b"hello", server_spdy.FLAG_FIN),
     ]
     assert parsed[0].headers == {"streamtype": "data", "port": "80", "requestid": "7"}
+
+
+def test_goaway_ends_new_streams_not_old_ones() -> None:
+    session = SpdySession()
+    sid = session.open_stream({"streamType": "data", "port": "80", "requestID": "0"})
+    events = session.receive(F.goaway(0))
+    assert [(e.kind, e.value) for e in events] == [("goaway", 0)]
+    with pytest.raises(F.SpdyProtocolError, match="going away"):
+        session.open_stream({"streamType": "data", "port": "80", "requestID": "1"})
+    events = session.receive(F.data(sid, b"still here", fin=True))
+    assert [(e.kind, bytes(e.data)) for e in events] == [("data", b"still here"), ("fin", b"")]

@@ -243,6 +243,11 @@ class SpdyTunnel:
             new, self._new = list(self._new), deque()
             cuts, self._cuts = list(self._cuts), deque()
         for conn in new:
+            if self.session.gone_away:  # the server said GOAWAY: to the next tunnel
+                if not self._hand_over(conn):
+                    conn.broken = True
+                    self._end(conn)
+                continue
             headers = {"streamType": "error", "port": str(self.port)}
             headers["requestID"] = str(conn.request_id)
             conn.error_sid = self.session.open_stream(headers)
