@@ -167,21 +167,23 @@ def read_detached(
 
     def ask(pod: dict[str, Any]) -> PodReading | None:
         code = _terminated_code(pod, box)
+        run = known.run if known is not None else 0
+        # one of the run's pods: a restart (restartPolicy OnFailure) or an exec that finds its
+        # container gone means the run ended; its code is the container's last termination
+        ours = known is not None and pod_name(pod) in known.exit_codes
+        ending = PodReading(run=run, exit_code=code, alive=code is None)
         if not is_running(pod) or (code is not None and pod_phase(pod) != "Running"):
-            return PodReading(run=known.run if known else 0, exit_code=code, alive=False)
+            return PodReading(run=run, exit_code=code, alive=False)
         try:
             result = client.run(
                 namespace, pod_name(pod), read_argv(sep, lines), container=box, timeout=READ_TIMEOUT
             )
         except TrainJobError:
-            if code is None:
-                return None
-            return PodReading(run=known.run if known else 0, exit_code=code, alive=False)
+            if ours or code is not None:
+                return ending
+            return None
         reading = parse_reading(result.stdout, sep)
-        if reading.run == 0 and code is not None and known is not None:
-            # a container restarted after its run ended (restartPolicy OnFailure)
-            return PodReading(run=known.run, exit_code=code, alive=False)
-        return reading
+        return ending if reading.run == 0 and ours else reading
 
     readings = {
         pod_name(p): r for p, r in zip(pods, _each(pods, ask), strict=True) if r is not None
