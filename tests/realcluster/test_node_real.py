@@ -139,7 +139,7 @@ def test_the_seed_end_to_end_list_through_the_magics(mpi_runtime: str) -> None:
         assert reply["status"] == "ok", out
         reply, out = kernel.run_text("%%trainjob\nmpirun hostname | sort\n", timeout=180)
         assert reply["status"] == "ok", out
-        hosts = set(re.findall(r"\S+-(?:launcher|node)-\d+-\d+\S*", out))
+        hosts = set(re.findall(r"^(\S+-(?:launcher|node)-\d+-\d+)$", out, re.M))
         assert len(hosts) == 4, out
         reply, out = kernel.run_text("%%trainjob\necho hello from $(hostname)\n", timeout=120)
         assert reply["status"] == "ok" and re.search(r"hello from \S+-launcher-0-0", out), out

@@ -11,6 +11,7 @@ output so far is kept.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
@@ -33,6 +34,10 @@ from .scripts import new_exec_id, wants_wrapper, wrap
 from .stop import stop_command, stop_summary
 
 STOP_WAIT = 30.0  # seconds to wait for the stoppers before reporting "did not answer"
+# A real kubelet writes an evicted pod's status (Failed, Evicted, DisruptionTarget) after it
+# killed the containers: a killed command reads its pod for this long before calling it
+# undisturbed (seen on the real stack's node: an emptyDir over its sizeLimit)
+DISRUPTION_SETTLE = 5.0
 
 
 def interrupted_message(pod: str, reports: list[StopReport], *, wrapped: bool = True) -> str:
@@ -159,11 +164,19 @@ class CommandRunner:
             self._oom_kills[key] = kills
         return note
 
-    def _pod_gone(self, pod: str, partial: ExecResult | None, ended: str) -> PodGoneError | None:
-        """The error for a command whose pod was deleted, evicted or preempted, or None."""
+    def _pod_gone(
+        self, pod: str, partial: ExecResult | None, ended: str, settle: float = 0.0
+    ) -> PodGoneError | None:
+        """The error for a command whose pod was deleted, evicted or preempted, or None (after
+        reading the pod again for up to ``settle`` seconds)."""
         if self.api_client is None:
             return None
-        found = pod_disruption(self.api_client, self.namespace, pod)
+        deadline = time.monotonic() + settle
+        while True:
+            found = pod_disruption(self.api_client, self.namespace, pod)
+            if found is not None or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
         if found is None:
             return None
         return PodGoneError(
@@ -197,13 +210,16 @@ class CommandRunner:
         self.release(begun)
         begun.command.result = result
         if result.returncode in KILLED_EXIT_CODES:
-            gone = self._pod_gone(
-                begun.pod, result, f"it was killed, exit code {result.returncode}"
-            )
+            ended = f"it was killed, exit code {result.returncode}"
+            gone = self._pod_gone(begun.pod, result, ended)
             if gone is not None:
                 raise gone
             if result.returncode == 137:
                 result.note = self._out_of_memory(begun.pod, begun.command.container)
+            if not result.note and not begun.command.stop_requested:
+                gone = self._pod_gone(begun.pod, result, ended, settle=DISRUPTION_SETTLE)
+                if gone is not None:
+                    raise gone
         return result
 
     def failed(
@@ -300,6 +316,7 @@ class CommandRunner:
         def stop(item: tuple[str, InFlightCommand]) -> None:
             key, command = item
             assert command.exec_id is not None
+            command.stop_requested = True
             report = stop_command(
                 self.client, self.namespace, command.pod, command.container, command.exec_id
             )

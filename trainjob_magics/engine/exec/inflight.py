@@ -26,6 +26,7 @@ class InFlightCommand:
     exec_id: str | None  # its pid-file id; None when it is not wrapped (cannot be stopped)
     snapshot: Snapshot | None = None
     result: ExecResult | None = None  # set once it ended
+    stop_requested: bool = False  # an interrupt or timeout of ours is stopping it
 
     def output_so_far(self) -> ExecResult:
         """Its result once it ended, else what it has sent so far."""
