@@ -34,3 +34,20 @@ if [ "${1:-}" = "--browser" ]; then
     apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
 fi
+# The real stack's node (docs/real-cluster.md): Debian's runc, CNI plugins, mmdebstrap (its
+# images), socat (its API server relay) and iptables (kube-proxy), when test.sh will start it.
+if [ "${1:-}" = "--browser" ] && [ "${TRAINJOB_MAGICS_REALSTACK:-1}" != 0 ] \
+   && { command -v go >/dev/null 2>&1 || [ "${TRAINJOB_MAGICS_REQUIRE_REALSTACK:-}" = 1 ]; }; then
+  missing=()
+  command -v runc >/dev/null 2>&1 || missing+=(runc)
+  [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+  command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+  command -v socat >/dev/null 2>&1 || missing+=(socat)
+  command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+  command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
+  if [ "${#missing[@]}" -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+fi
