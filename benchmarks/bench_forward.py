@@ -76,6 +76,8 @@ class Measured:
     at_once_wall: dict[str, float] = field(default_factory=dict)
     rss_growth: dict[str, int] = field(default_factory=dict)  # bytes, while ``at_once`` ran
     modes: dict[str, str] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)  # requests that failed, per client
+    first_failure: dict[str, str] = field(default_factory=dict)
 
 
 def free_port() -> int:
@@ -160,6 +162,24 @@ def raw_fetch(target: k8s.KubeTarget, namespace: str, pod: str, port: int) -> Fe
     return fetch
 
 
+class Failed(Exception):
+    """A client's request failed: counted in ``Measured.failures``, its sample left out."""
+
+
+def counted(fetch: Fetch, who: str, failures: dict[str, int], first: dict[str, str]) -> Fetch:
+    """``fetch``, with each failure counted for ``who`` (the first one's text kept)."""
+
+    def run(path: str, size: int, sink: Any = None) -> None:
+        try:
+            fetch(path, size, sink)
+        except OSError as exc:
+            failures[who] = failures.get(who, 0) + 1
+            first.setdefault(who, f"{type(exc).__name__}: {exc}"[:160])
+            raise Failed(str(exc)) from None
+
+    return run
+
+
 def burst(fetch: Fetch, n: int, connections: int) -> list[float]:
     """``n`` requests of the small file, ``connections`` at a time: each one's latency (s)."""
 
@@ -167,8 +187,9 @@ def burst(fetch: Fetch, n: int, connections: int) -> list[float]:
         out = []
         for _ in range(count):
             t0 = time.perf_counter()
-            fetch(SMALL, SMALL_SIZE, None)
-            out.append(time.perf_counter() - t0)
+            with contextlib.suppress(Failed):
+                fetch(SMALL, SMALL_SIZE, None)
+                out.append(time.perf_counter() - t0)
         return out
 
     shares = [n // connections + (1 if i < n % connections else 0) for i in range(connections)]
@@ -217,10 +238,13 @@ def at_once(fetch: Fetch, n: int, size: int) -> tuple[list[float], float, int]:
         while not done.wait(0.005):
             peak["rss"] = max(peak["rss"], rss())
 
-    def one(_i: int) -> float:
+    def one(_i: int) -> float | None:
         start.wait()
         t0 = time.perf_counter()
-        fetch(MID, size, None)
+        try:
+            fetch(MID, size, None)
+        except Failed:
+            return None
         return time.perf_counter() - t0
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -229,7 +253,7 @@ def at_once(fetch: Fetch, n: int, size: int) -> tuple[list[float], float, int]:
         futures = [pool.submit(one, i) for i in range(n)]
         start.wait()
         t0 = time.perf_counter()
-        times = [f.result() for f in futures]
+        times = [t for f in futures if (t := f.result()) is not None]
         wall = time.perf_counter() - t0
     done.set()
     sampler.join()
@@ -278,7 +302,10 @@ def warm_up(fetches: dict[str, Fetch], size: int, want: str) -> None:
     (the raw stream only counts), and one request per connection."""
     for who, fetch in fetches.items():
         h = None if who == "raw" else hashlib.sha256()
-        fetch(BIG, size, h)
+        try:
+            fetch(BIG, size, h)
+        except Failed:
+            continue
         if h is not None and h.hexdigest() != want:
             raise AssertionError(f"{who}: sha256 {h.hexdigest()} != the pod's {want}")
         burst(fetch, CONNECTIONS, CONNECTIONS)
@@ -306,14 +333,17 @@ def rounds(
         rng.shuffle(order)
         for who in order:
             t0 = time.perf_counter()
-            fetches[who](BIG, size, None)
-            dl[who].append(time.perf_counter() - t0)
+            with contextlib.suppress(Failed):
+                fetches[who](BIG, size, None)
+                dl[who].append(time.perf_counter() - t0)
         rng.shuffle(order)
         for who in order:
             lat[who] += burst(fetches[who], n, conns)
         rng.shuffle(order)
         for who in order:
-            fb[who] += [first_byte(connects[who], fetches[who]) for _ in range(firsts)]
+            for _ in range(firsts):
+                with contextlib.suppress(Failed, OSError):
+                    fb[who].append(first_byte(connects[who], fetches[who]))
         if i == 0:
             for who in order:
                 times, wall, grew = at_once(fetches[who], many, MID_SIZE)
@@ -363,10 +393,15 @@ def measure(
                 who: socket_fetch(c) for who, c in connects.items() if c is not None
             }
             fetches["raw"] = raw_fetch(target, namespace, pod, port)
+            fetches = {
+                who: counted(f, who, out.failures, out.first_failure) for who, f in fetches.items()
+            }
             warm_up(fetches, size, want)
             if reachable(port):  # pods on this host's network (the local cluster, kwok)
                 connects["direct"] = tcp(port)
-                fetches["direct"] = socket_fetch(tcp(port))
+                fetches["direct"] = counted(
+                    socket_fetch(tcp(port)), "direct", out.failures, out.first_failure
+                )
             rounds(fetches, connects, out, size, n, CONNECTIONS, firsts, many)
             out.modes = {"ours": fwd.mode, "v4": v4.mode}
             if fwd.errors or v4.errors:
@@ -470,6 +505,19 @@ def rows(m: Measured, what: str, stack: bool = False) -> list[Row]:
     return [download, requests, first, at_once_row]
 
 
+def failure_note(m: Measured, where: str) -> list[str]:
+    """One note naming the clients whose requests failed (left out of the figures), if any."""
+    failed = [
+        f"{LABELS[who]}: {n} ({m.first_failure.get(who, '')})"
+        for who, n in sorted(m.failures.items())
+    ]
+    if not failed:
+        return []
+    return [
+        f"Port forward{where}: requests that failed, left out of the figures: " + "; ".join(failed)
+    ]
+
+
 def direct_note(m: Measured, where: str) -> str:
     """The reference without any forward (the pod's port on this host's network)."""
     if "direct" not in m.download:
@@ -529,7 +577,7 @@ def run_stack(ctx: Context) -> list[Row]:
     finally:
         fixtures.cleanup(sub)
     load = f"{load0[0]:.2f} at start, {os.getloadavg()[0]:.2f} at end"
-    notes = [direct_note(m, " on the real stack")]
+    notes = [direct_note(m, " on the real stack"), *failure_note(m, " on the real stack")]
     if "realstack" in ctx.shared:  # bench_realstack ran first: its header has its own load
         notes.append(f"Port forward on the real stack: load average {load}.")
     shared = ctx.shared.setdefault(
@@ -545,4 +593,6 @@ def run(ctx: Context) -> list[Row]:
         raise RuntimeError("bench_forward needs kubectl on PATH (the baseline)")
     m = _measure(ctx, fixtures.session(ctx), ctx.workdir)
     ctx.note(direct_note(m, ""))
+    for note in failure_note(m, ""):
+        ctx.note(note)
     return rows(m, "Port forward") + run_stack(ctx)
