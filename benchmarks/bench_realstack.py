@@ -1,5 +1,5 @@
 """On the real stack (devtools/realstack: upstream kube-apiserver, scheduler, controller-manager,
-kwok nodes, a node agent serving exec over SPDY, real JobSet/Trainer/Kueue controllers): the
+a real node: kubelet and containerd, real JobSet/Trainer/Kueue controllers): the
 exec round trip vs ``kubectl exec`` through the same apiserver, fan-out to 64 pods, and
 ``connect()`` to the first output vs the same API calls made by hand.
 
@@ -72,7 +72,8 @@ def stack_info(run: Path) -> dict[str, Any]:
 def describe(info: dict[str, Any]) -> str:
     """One line: versions and node shape."""
     v, n = info["versions"], info["nodes"]
-    parts = [f"kube-apiserver {v['kubernetes']}", f"etcd {v['etcd']}", f"kwok {v['kwok']}"]
+    parts = [f"kube-apiserver {v['kubernetes']}", f"etcd {v['etcd']}"]
+    parts.append(f"kubelet {v['kubernetes']} + containerd {v.get('containerd', '?')}")
     parts += [f"Trainer {v['trainer']}", f"JobSet {v['jobset']}"]
     if v.get("kueue"):
         parts.append(f"Kueue {v['kueue']}")

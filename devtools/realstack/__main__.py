@@ -35,15 +35,11 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--jobset", default="", help="default: the version Trainer's go.mod needs")
         s.add_argument("--trainer", default=DEFAULT.trainer)
         s.add_argument("--kueue", default=DEFAULT.kueue, help="a version, or none")
-        s.add_argument("--nodes", type=int, default=NodeShape.count)
-        s.add_argument("--cpus", default=NodeShape.cpus, help="per node")
-        s.add_argument("--memory", default=NodeShape.memory, help="per node")
-        s.add_argument("--gpus", type=int, default=NodeShape.gpus, help="nvidia.com/gpu per node")
         s.add_argument(
-            "--node",
-            choices=("real", "kwok"),
-            default=NodeShape.kind,
-            help="real: kubelet + containerd (default); kwok: simulated nodes and the pod runner",
+            "--gpus",
+            type=int,
+            default=NodeShape.gpus,
+            help="nvidia.com/gpu the node advertises (a stand-in: there is no GPU)",
         )
     sub.add_parser("status", help="what runs, and the kubeconfigs")
     logs = sub.add_parser("logs", help="a component's log")
@@ -62,13 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     run = args.run or run_dir()
     try:
         if args.command == "up":
-            shape = NodeShape(
-                count=args.nodes,
-                cpus=args.cpus,
-                memory=args.memory,
-                gpus=args.gpus,
-                kind=args.node,
-            )
+            shape = NodeShape(gpus=args.gpus)
             ctx = stack.up(run, _versions(args), shape)
             print(ctx.admin_kubeconfig)
         elif args.command == "build":

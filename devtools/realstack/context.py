@@ -14,12 +14,17 @@ from devtools.realstack.versions import Versions
 
 @dataclass
 class NodeShape:
+    """The stack's node: one real node, whose cpu, memory and pods the kubelet measures at
+    start (``realnode.measure``), and the GPU stand-in it advertises."""
+
     count: int = 2
     cpus: str = "32"
     memory: str = "128Gi"
     gpus: int = 4
     pods: int = 110
-    kind: str = "real"  # "real": kubelet + containerd; "kwok": simulated nodes and the pod runner
+
+
+_SHAPE_FIELDS = ("count", "cpus", "memory", "gpus", "pods")
 
 
 @dataclass
@@ -74,7 +79,9 @@ class StackContext:
         data = json.loads((run / "state.json").read_text())
         return cls(
             run=run,
-            versions=Versions(**data["versions"]),
-            nodes=NodeShape(**data["nodes"]),
+            versions=Versions(
+                **{k: v for k, v in data["versions"].items() if k in Versions.__dataclass_fields__}
+            ),
+            nodes=NodeShape(**{k: v for k, v in data["nodes"].items() if k in _SHAPE_FIELDS}),
             ports=data["ports"],
         )

@@ -4,7 +4,8 @@
   ``go install pkg@version`` refuses, so a generated wrapper module requires it and pins every
   staging module to the matching ``v0.N.M`` tag (as out-of-tree scheduler plugins do).
 - etcd: ``go.etcd.io/etcd/server/v3`` has ``replace`` directives too; the same kind of wrapper.
-- JobSet, Trainer, Kueue, kwok: ``go install module/cmd@version`` (no replace directives).
+- JobSet, Trainer, Kueue, containerd, CoreDNS, crictl: a wrapper module that requires the
+  module at the version (no replace directives), then ``go build``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ KUBE_BINARIES = (
 
 # component -> (module, package paths, binary names)
 GO_INSTALL = {
-    "kwok": ("sigs.k8s.io/kwok", ("cmd/kwok",), ("kwok",)),
     "jobset": ("sigs.k8s.io/jobset", ("",), ("jobset",)),
     "trainer": (
         "github.com/kubeflow/trainer/v2",

@@ -1,5 +1,6 @@
-"""Bring a whole stack up and down: control plane, kwok nodes with the pod runner, the JobSet,
-Trainer and Kueue controllers, and the test fixtures (queues, priorities, namespaces, RBAC)."""
+"""Bring a whole stack up and down: control plane, the real node (kubelet, containerd, CNI,
+kube-proxy, CoreDNS) with the provisioner, the JobSet, Trainer and Kueue controllers, and the test
+fixtures (queues, priorities, namespaces, RBAC)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from devtools.realstack import (
     fixtures,
     gobuild,
     images,
-    nodes,
     procs,
     provisioner,
     realnode,
@@ -34,8 +34,6 @@ COMPONENTS = (
     *control_plane.COMPONENTS,
     *realnode.COMPONENTS,
     "provisioner",
-    "kwok",
-    "podrunner",
     "jobset",
     "trainer",
     "kueue",
@@ -50,7 +48,6 @@ def build_all(versions: Versions, log: Path) -> dict[str, float]:
         ("etcd", versions.etcd),
         ("containerd", versions.containerd),
         ("coredns", versions.coredns),
-        ("kwok", versions.kwok),
         ("jobset", versions.jobset),
         ("trainer", versions.trainer),
     ]
@@ -68,30 +65,24 @@ def up(run: Path, versions: Versions, shape: NodeShape) -> StackContext:
     versions = versions.resolved()
     if (run / "state.json").exists():
         old = StackContext.load(run)
-        # a real node's shape is what its kubelet measured: only its kind is asked for
-        same = old.nodes == shape or (old.nodes.kind == shape.kind == "real")
-        if procs.running(run) and old.versions == versions and same:
+        # the node's shape is what its kubelet measured: only the GPU stand-in is asked for
+        if procs.running(run) and old.versions == versions and old.nodes.gpus == shape.gpus:
             with contextlib.suppress(Exception):
                 if _ready(old):
                     return old
         down(run)
     ctx = StackContext(run=run, versions=versions, nodes=shape)
     ctx.save()
-    if shape.kind == "real":
-        realnode.prepare(ctx)  # the node's slot: the API server's certificate names its relay
+    realnode.prepare(ctx)  # the node's slot: the API server's certificate names its relay
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     timings.update(
         {f"build {k}": v for k, v in build_all(versions, run / "logs" / "build.log").items()}
     )
-    node_steps = (
-        (("node", realnode.start), ("provisioner", provisioner.start))
-        if shape.kind == "real"
-        else (("nodes", nodes.start),)
-    )
     for name, step in (
         ("control plane", control_plane.start),
-        *node_steps,
+        ("node", realnode.start),
+        ("provisioner", provisioner.start),
         ("controllers", controllers.start),
         ("fixtures", fixtures.apply),
     ):
@@ -118,8 +109,7 @@ def down(run: Path, *, keep_state: bool = False) -> list[str]:
     stopped: list[str] = []
     if (run / "state.json").exists():
         ctx = StackContext.load(run)
-        node_stop = (provisioner.stop, realnode.stop) if ctx.nodes.kind == "real" else (nodes.stop,)
-        for step in (controllers.stop, *node_stop, control_plane.stop):
+        for step in (controllers.stop, provisioner.stop, realnode.stop, control_plane.stop):
             with contextlib.suppress(Exception):
                 step(ctx)
     for name in procs.running(run):  # anything a step did not know about

@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 
 KUBERNETES = "v1.36.3"
 ETCD = "v3.6.16"  # the etcd 3.6 line that Kubernetes 1.36's go.mod uses (client v3.6.8)
-KWOK = "v0.8.0"
 # the real node: containerd 2.2 (kubelet 1.36 warns that 1.x loses support in 1.37), the CoreDNS
 # that kubeadm v1.36.3 installs (cmd/kubeadm/app/constants/constants.go CoreDNSVersion)
 CONTAINERD = "v2.2.10"
@@ -35,7 +34,6 @@ JOBSET_FOR_TRAINER = {
 class Versions:
     kubernetes: str = KUBERNETES
     etcd: str = ETCD
-    kwok: str = KWOK
     containerd: str = CONTAINERD
     coredns: str = COREDNS
     trainer: str = "v2.2.1"

@@ -1,5 +1,6 @@
 """The real-cluster suite (tests/realcluster) against the real stack: upstream kube-apiserver,
-scheduler and controller-manager, kwok nodes, and the JobSet, Trainer and Kueue controllers
+scheduler and controller-manager, a real node (kubelet, containerd), the JobSet, Trainer and
+Kueue controllers
 (devtools/realstack), every test on each runtime of ``stack.RUNTIMES`` (torch-distributed,
 deepspeed-distributed, mlx-distributed: ``TRAINJOB_MAGICS_E2E_RUNTIMES`` from ``stack.test_env``).
 scripts/test.sh starts the stack when Go is installed; without one this

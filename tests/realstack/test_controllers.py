@@ -162,7 +162,7 @@ def test_trainjob_on_torch_distributed_gets_its_jobset_jobs_and_pods(stack, crea
     assert env.get("PET_NNODES") == "2", env  # Trainer's torch plugin
     # JobSet's pod webhook labels the pods (jobset.sigs.k8s.io/jobset-name objectSelector)
     assert all("jobset.sigs.k8s.io/job-index" in p["metadata"]["labels"] for p in pods)
-    if kubectl_json(stack, "get", "nodes")["items"]:  # the scheduler places them on kwok nodes
+    if kubectl_json(stack, "get", "nodes")["items"]:  # the scheduler places them on the real node
         until(
             "both pods Running",
             lambda: all(
