@@ -44,7 +44,6 @@ GO_INSTALL = {
         ("cmd/containerd", "cmd/containerd-shim-runc-v2", "cmd/ctr"),
         ("containerd", "containerd-shim-runc-v2", "ctr"),
     ),
-    "coredns": ("github.com/coredns/coredns", ("",), ("coredns",)),
     "crictl": ("sigs.k8s.io/cri-tools", ("cmd/crictl",), ("crictl",)),
 }
 
@@ -198,10 +197,36 @@ def build_go_install(component: str, version: str, log: Path) -> Path:
     return out
 
 
+# The plugins the stack's Corefile uses (realnode/dns.py). CoreDNS's own main links every plugin,
+# cloud DNS providers' SDKs included (about 5 minutes on 2 cores); a main of our own with these
+# is CoreDNS's documented way to build with selected plugins (coremain.Run, the plugins imported
+# for their registration; dnsserver.Directives still orders them).
+COREDNS_PLUGINS = ("bind", "cache", "errors", "health", "kubernetes", "template")
+
+
+def build_coredns(version: str, log: Path) -> Path:
+    out = bin_dir("coredns", version)
+    if (out / "coredns").exists():
+        return out
+    src = _wrapper("coredns", version, "github.com/coredns/coredns", [], log)
+    imports = "\n".join(f'\t_ "github.com/coredns/coredns/plugin/{p}"' for p in COREDNS_PLUGINS)
+    (src / "main.go").write_text(
+        'package main\n\nimport (\n\t"github.com/coredns/coredns/coremain"\n'
+        f"{imports}\n)\n\nfunc main() {{\n\tcoremain.Run()\n}}\n"
+    )
+    (src / "tools.go").unlink(missing_ok=True)
+    go_run(["mod", "tidy"], src, log)
+    out.mkdir(parents=True, exist_ok=True)
+    go_run(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "coredns"), "."], src, log)
+    return out
+
+
 def build(component: str, version: str, log: Path) -> Path:
     """The folder with the component's binaries at ``version``, built when missing."""
     if component == "kubernetes":
         return build_kubernetes(version, log)
+    if component == "coredns":
+        return build_coredns(version, log)
     if component == "etcd":
         return build_etcd(version, log)
     return build_go_install(component, version, log)
