@@ -3,8 +3,8 @@ that outlives its kernel, holds the keep-alive watchdog while it lives, and ends
 with its exit code on every pod. Same variables as test_e2e_real.py; CI runs it on the real stack
 for each runtime, the normal suite on the local cluster (test_realcluster_suite.py).
 
-The runs are short (20 lines at one a second where the issue says 60; a second's lines suffice
-to outlast the 4 s idle timeout with no kernel alive) to keep the suite's time modest.
+The runs are short (24 lines at one a second where the issue says 60: enough to outlast the
+12 s idle timeout with no kernel alive) to keep the suite's time modest.
 
 A non-zero exit on a pod whose restartPolicy is OnFailure (JobSet's default for Trainer's
 runtimes) restarts the container, and the Job fails only after its backoffLimit of restarts, at
@@ -36,7 +36,10 @@ RUNTIMES = [
 ]
 NAMESPACE = os.environ.get("TRAINJOB_MAGICS_E2E_NAMESPACE") or None
 WAIT = float(os.environ.get("TRAINJOB_MAGICS_E2E_TIMEOUT", "600"))
-IDLE = 4  # idle_timeout: a dead kernel's job would idle out within 5 s without its run
+# idle_timeout: a dead kernel's job would idle out within 13 s without its run (not shorter: an
+# MPI launcher's keep-alive starts before connect returns and heartbeats begin, while the node
+# pods get ready, which took 6 s on the real stack)
+IDLE = 12
 FAILED_WAIT = 150.0  # seconds of crash back-off this suite waits for a Failed job at most
 SELECTOR = "jobset.sigs.k8s.io/jobset-name={}"
 
@@ -142,7 +145,7 @@ def _setup(runtime: str) -> str:
 
 
 def test_a_detached_run_outlives_a_killed_kernel_and_fails_the_job(runtime: str, api) -> None:
-    body = "for i in $(seq 20); do echo line-$i; sleep 1; done; exit 3"
+    body = "for i in $(seq 24); do echo line-$i; sleep 1; done; exit 3"
     with Kernel() as first:
         reply, out = first.run_text(_setup(runtime), timeout=WAIT + 60)
         assert reply["status"] == "ok", out
@@ -156,7 +159,7 @@ def test_a_detached_run_outlives_a_killed_kernel_and_fails_the_job(runtime: str,
         name, ns, *run_pods = handle.split()
         os.kill(first.pid(), signal.SIGKILL)  # no close, no heartbeat from here on
     # no kernel lives: the watchdog (idle_timeout 4 s) must hold while the run does
-    wait_for(lambda: "line-10\n" in _log(api, ns, run_pods[0]), 60, "line 10 of the run")
+    wait_for(lambda: "line-16\n" in _log(api, ns, run_pods[0]), 60, "line 16 of the run")
     assert _state(_trainjob(api, ns, name)) == "Running"
     with Kernel() as second:
         attach = _setup(runtime).rsplit("\n", 1)[0] + f"\n%trainjob_connect --attach {name}"
@@ -167,7 +170,7 @@ def test_a_detached_run_outlives_a_killed_kernel_and_fails_the_job(runtime: str,
         reply, out = second.run_text("%trainjob_logs --follow", timeout=180)
         assert reply["status"] == "ok", out
         lines = [int(n) for n in re.findall(r"\bline-(\d+)$", out, re.M)]
-        assert lines == list(range(1, 21)), out  # every line, followed to its end
+        assert lines == list(range(1, 25)), out  # every line, followed to its end
         assert f"Detached run 1 in TrainJob {name}: ended with exit code 3" in out, out
         trainer_rjob = "launcher" if "launcher" in run_pods[0] else "node"
         backoff = _crash_backoff(api, ns, name, trainer_rjob, len(run_pods))
