@@ -49,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("env", help="shell exports that point tests/realcluster at the stack")
     m = sub.add_parser("matrix", help="tests/realcluster for every version pair")
     m.add_argument("--pairs", default="", help="e.g. v2.2.1:v0.19.2,v2.1.0:v0.14.8")
+    m.add_argument(
+        "--suites",
+        default="realcluster,differential",
+        help="comma list of realcluster (always run) and differential",
+    )
     m.add_argument("pytest_args", nargs="*")
     return p
 
@@ -83,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "matrix":
             from devtools.realstack import matrix
 
-            return matrix.run(run.parent, args.pairs, args.pytest_args)
+            suites = tuple({"realcluster", *args.suites.split(",")} - {""})
+            return matrix.run(run.parent, args.pairs, args.pytest_args, suites)
     except StackError as exc:
         print(f"realstack: {exc}", file=sys.stderr)
         return 1

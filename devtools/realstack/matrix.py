@@ -109,9 +109,15 @@ def run_suite(suite: str, env: dict[str, str], out: Path, args: list[str]) -> di
     return row
 
 
-def run_pair(parent: Path, trainer: str, kueue: str | None, pytest_args: list[str]) -> dict:
+def run_pair(
+    parent: Path,
+    trainer: str,
+    kueue: str | None,
+    pytest_args: list[str],
+    suites: tuple[str, ...] = tuple(SUITES),
+) -> dict:
     versions = Versions(trainer=trainer, kueue=kueue).resolved()
-    row: dict = {"trainer": trainer, "kueue": kueue, "jobset": versions.jobset}
+    row: dict = {"trainer": trainer, "kueue": kueue, "jobset": versions.jobset, "node": "real"}
     name = f"matrix-{trainer}-{kueue or 'none'}"
     run = parent / name
     t0 = time.monotonic()
@@ -127,7 +133,7 @@ def run_pair(parent: Path, trainer: str, kueue: str | None, pytest_args: list[st
     try:
         env = {**os.environ, **stack.test_env(ctx), "TRAINJOB_MAGICS_E2E_TIMEOUT": "300"}
         for key, suite in SUITES.items():
-            if key != "realcluster" and not (REPO / suite).is_dir():
+            if key not in suites or (key != "realcluster" and not (REPO / suite).is_dir()):
                 continue
             args = pytest_args if key == "realcluster" else []
             got = run_suite(suite, env, parent / f"{name}-{key}", args)
@@ -158,9 +164,9 @@ def _differential(r: dict) -> str:
 
 def _table(rows: list[dict]) -> str:
     head = (
-        "| Trainer | JobSet | Kueue | result | passed | failed | skipped "
+        "| Trainer | JobSet | Kueue | node | result | passed | failed | skipped "
         "| per runtime (passed/run) | tests/differential | build s | up s | tests s | run (UTC) |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     )
     lines = []
     for r in rows:
@@ -189,6 +195,8 @@ def _table(rows: list[dict]) -> str:
                     r["trainer"],
                     r["jobset"],
                     r["kueue"] or "none",
+                    # rows before the real node ran on kwok nodes with the stack's pod runner
+                    r.get("node", "kwok (pod runner)"),
                     result,
                     *cells,
                 ]
@@ -237,16 +245,19 @@ def merge(new: list[dict], saved: Path) -> list[dict]:
     return rows
 
 
-def run(parent: Path, pairs: str, pytest_args: list[str]) -> int:
-    """Every pair (or those of ``pairs``); rows of pairs not run this time are kept from SAVED,
-    so the table can be filled a few pairs at a time."""
+def run(
+    parent: Path, pairs: str, pytest_args: list[str], suites: tuple[str, ...] = tuple(SUITES)
+) -> int:
+    """Every pair (or those of ``pairs``), with ``suites`` (realcluster always decides); rows of
+    pairs not run this time are kept from SAVED, so the table can be filled a few pairs at a
+    time."""
     parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for trainer, kueue, note in _pairs(pairs):
         row = _not_served(trainer, kueue, note, parent) if kueue in NOT_SERVED else None
         if row is None:
             print(f"matrix: Trainer {trainer} + Kueue {kueue} ...", file=sys.stderr, flush=True)
-            row = run_pair(parent, trainer, kueue, pytest_args)
+            row = run_pair(parent, trainer, kueue, pytest_args, suites)
         row["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         rows.append(row)
         print(f"matrix: {json.dumps(row)}", file=sys.stderr, flush=True)
