@@ -33,8 +33,9 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
 @pytest.fixture
 def pod(tmp_path: Path) -> Iterator[dict[str, str]]:
     host = f"tjm-test-{secrets.token_hex(6)}"
-    yield {**os.environ, "TMPDIR": str(tmp_path), "HOSTNAME": host}
-    Path(f"/dev/shm/trainjob-magics.{host}.exit").unlink(missing_ok=True)
+    shm = tmp_path / "shm"  # the pod's /dev/shm (what the local cluster gives each pod)
+    shm.mkdir()
+    yield {**os.environ, "TMPDIR": str(tmp_path), "HOSTNAME": host, "TRAINJOB_LOCAL_SHM": str(shm)}
 
 
 def _watchdog(env: dict[str, str], log: Path, idle: float = 2) -> subprocess.Popen:
@@ -95,6 +96,9 @@ def test_a_restarted_watchdog_exits_with_the_runs_nonzero_code_at_once(pod, tmp_
     again = subprocess.run(R.keep_alive_command(2), env=fresh, capture_output=True, text=True,
                            timeout=5)  # fmt: skip
     assert again.returncode == 5 and "ended with exit code 5" in again.stdout
+    marker = Path(pod["TRAINJOB_LOCAL_SHM"]) / f"trainjob-magics.{pod['HOSTNAME']}.exit"
+    assert marker.read_text().strip() == "5"
+    assert not Path(f"/dev/shm/trainjob-magics.{pod['HOSTNAME']}.exit").exists()
 
 
 def test_one_detached_run_at_a_time(pod, tmp_path) -> None:

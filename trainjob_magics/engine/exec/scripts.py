@@ -135,15 +135,18 @@ mkdir -p "$d" 2>/dev/null && : >"$d/heartbeat"
 # and with it the TrainJob, ends Complete or Failed. A non-zero code is also noted in /dev/shm,
 # which is the pod's and outlives a container restart (restartPolicy OnFailure): the restarted
 # watchdog exits with it again at once instead of idling, until the Job's backoffLimit fails it.
-# No "$$" and no "$(NAME)" in it: the kubelet expands both in a container's command ("$$" -> "$");
-# its pid comes from a child's $PPID instead.
+# The local cluster's pods share the host's /dev/shm: it gives each pod a directory of its own
+# instead ($TRAINJOB_LOCAL_SHM), so a pod never finds another's code. No "$$" and no "$(NAME)"
+# in it: the kubelet expands both in a container's command ("$$" -> "$"); its pid comes from a
+# child's $PPID instead.
 # SIGTERM/SIGINT end it at once (as PID 1 of a container a shell otherwise ignores them until
 # the grace period runs out), with 143 as a killed process: a deleted or evicted pod then ends
 # Failed and its Job replaces it (backoffLimit); exit 0 would make the kubelet mark it
 # Succeeded, complete the Job's index and so the whole TrainJob. Only the idle release and a
 # detached run that ended 0 exit 0: they are meant to end the job.
 WATCHDOG = f"""d={STATE_DIR}
-hb="$d/heartbeat"; t=$1; s=$2; r="$d/detached"; m="/dev/shm/trainjob-magics.$HOSTNAME.exit"
+hb="$d/heartbeat"; t=$1; s=$2; r="$d/detached"
+m="${{TRAINJOB_LOCAL_SHM:-/dev/shm}}/trainjob-magics.$HOSTNAME.exit"
 trap 'kill $! 2>/dev/null; exit 143' TERM INT
 trap ':' USR1
 if read -r c 2>/dev/null <"$m"; then

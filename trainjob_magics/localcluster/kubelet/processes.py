@@ -71,6 +71,10 @@ def make_sandbox(
     tmpdir = workdir / ".tmp"
     tmpdir.mkdir(exist_ok=True)
     full_env.setdefault("TMPDIR", str(tmpdir))
+    # ... and its own /dev/shm, which a real pod's containers share and which outlives a
+    # container restart (the keep-alive keeps a detached run's exit code there)
+    shm = workdir / ".shm"
+    shm.mkdir(exist_ok=True)
     # The cluster's choice of mpirun (real Open MPI or the imitation, kubelet/mpirun.py).
     if MPIRUN_MODE_ENV in os.environ:
         full_env.setdefault(MPIRUN_MODE_ENV, os.environ[MPIRUN_MODE_ENV])
@@ -81,6 +85,7 @@ def make_sandbox(
             "PATH": f"{SHIMS_DIR}{os.pathsep}{host_path}",
             "TRAINJOB_LOCAL_ROOT": str(root),
             "TRAINJOB_LOCAL_HOSTFILE": str(hostfile) if hostfile else "",
+            "TRAINJOB_LOCAL_SHM": str(shm),
             "POD_NAME": pod_name,
             "POD_NAMESPACE": namespace,
         }
