@@ -459,3 +459,42 @@ def test_logs_folds_start_with_the_pods_not_a_stray_mark(published: list[dict[st
     page = last_bundle(published)["text/html"]
     heads = re.findall(r"<summary[^>]*>([^<]*)</summary>", page)
     assert heads == ["3 pods: identical output (node-0, node-1, node-2)", "launcher-0"], heads
+
+
+def _opened_folds(page: str) -> list[str]:
+    """The titles of the ``<details>`` that start open."""
+    folds = re.findall(r"<details([^>]*)><summary[^>]*>([^<]*)</summary>", page)
+    return [title for attrs, title in folds if " open" in attrs]
+
+
+def test_pod_all_opens_only_the_failed_pods_folds(published: list[dict[str, Any]]) -> None:
+    """docs/magics.md: each group's output in a fold, failed ones open; short output of pods
+    that succeeded stays folded (its row has the last line)."""
+    view = MultiPodWidgetView(FOUR, interval=0.0)
+    for i, (pod, label) in enumerate(FOUR):
+        view.write(pod, "stdout", f"hello from {label}\n")
+        view.pod_done(pod, res(3 if i == 2 else 0), None)
+    view.finish("", ok=False)
+    page = last_bundle(published)["text/html"]
+    assert len(re.findall(r"<details", page)) == 4
+    assert _opened_folds(page) == ["✗ output of node-1"] and "tjm-pod-failed" in page
+    failed = re.search(r"<details[^>]* open[^>]*>.*?</details>", page, re.S)
+    assert failed is not None and "hello from node-1" in failed.group(0)
+
+    view = MultiPodWidgetView(FOUR, interval=0.0)  # all succeed: every fold closed
+    for pod, label in FOUR:
+        view.write(pod, "stdout", f"hello from {label}\n")
+        view.pod_done(pod, res(0), None)
+    view.finish("4 pods ok · 0.50 s")
+    page = last_bundle(published)["text/html"]
+    assert len(re.findall(r"<details", page)) == 4 and _opened_folds(page) == []
+
+
+def test_logs_folds_stay_open_when_short(published: list[dict[str, Any]]) -> None:
+    """Logs have no failed pod to open: their short folds open, as asked for."""
+    view = MultiPodWidgetView(FOUR, interval=0.0, live_summary=False)
+    for pod, label in FOUR:
+        view.write(pod, "stdout", f"log of {label}\n")
+    view.finish("logs of 4 pods")
+    page = last_bundle(published)["text/html"]
+    assert len(_opened_folds(page)) == 4

@@ -352,9 +352,9 @@ class MultiPodWidgetView:
 
     def static_html(self, summary: str = "", ok: bool = True) -> str:
         """What the widget shows, as HTML that needs no kernel: the summary, then each group of
-        identical output in a ``<details>`` (failed ones, or all when short, open), the
-        hidden-lines note at its end too; beyond ``STATIC_GROUPS`` groups a note says where the
-        rest is. A group without output has its summary row only."""
+        identical output in a ``<details>`` (a command's failed ones open; logs' when short or
+        alone), the hidden-lines note at its end too; beyond ``STATIC_GROUPS`` groups a note
+        says where the rest is. A group without output has its summary row only."""
         from .output import render_lines_html, scroll_box_html
 
         outcomes = self.outcomes()
@@ -373,7 +373,10 @@ class MultiPodWidgetView:
             if hidden:
                 note = html.escape(hidden_note(hidden, self.where))
                 body += f'<div class="tjm-note" style="{NOTE_STYLE};font-size:12px">{note}</div>'
-            opened = " open" if g.failed or short or len(shown) == 1 else ""
+            # a command's folds: the failed ones open (the rows say how the others ended);
+            # logs have no outcome: open when short, or when there is only one
+            logs_open = not self.has_outcomes and (short or len(shown) == 1)
+            opened = " open" if g.failed or logs_open else ""
             title = html.escape(self._fold_title(g, alone=len(groups) == 1))
             parts.append(
                 f'<details class="tjm-pod-output"{opened} style="margin:2px 0">'
