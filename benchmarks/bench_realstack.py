@@ -12,31 +12,58 @@ helpers of bench_roundtrip, bench_fanout and bench_connect.
 from __future__ import annotations
 
 import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bench_connect, bench_fanout, bench_roundtrip, fixtures
+from benchmarks import (
+    bench_cell_overhead,
+    bench_connect,
+    bench_fanout,
+    bench_large_output,
+    bench_roundtrip,
+    bench_transfer,
+    fixtures,
+)
 from benchmarks.common import NOT_AVAILABLE, Context, Row
 
 NAME = "realstack"
 ENV = "TRAINJOB_MAGICS_REALSTACK_DIR"
 SECTION = "## On the real stack"
-FANOUT_CPU = "100m"  # per pod: 64 pods fit the default 2 x 32-cpu nodes many times over
+FANOUT_CPU = None  # no request: the one node has 2 cpus, and 32 pods must fit on it
+FANOUT_SIZES = [16, 32]
+LARGE_REPS = 3
+TRANSFER_REPS = 5
 
-# Goals, set after two measured runs at load 14-19 (README, "On the real stack"). Every client
-# takes the same path (apiserver -> node agent over SPDY -> pod runner), about 15 ms for `true`
-# here, 3x the local cluster's, so the kubectl goal is the local 10x scaled down: what is left
-# between ours and kubectl is kubectl's own start-up (~230 ms). The stock client and the floor
-# keep the local goals.
+# Goals, re-derived on the real node (README, "On the real stack") from a measured run at load
+# 7-17. Every exec now pays the runtime's own cost: the kubelet asks containerd for the exec,
+# containerd's shim runs `runc exec` (a new process joining the container's namespaces and
+# cgroups), all on the same 2 cores. That is part of the floor: `true` takes ~70 ms p50 for
+# every client (~15 ms with the old pod runner). kubectl adds its own start-up (~150 ms), so a
+# client at the floor is only (70 + 150) / 70 ~ 3x faster than kubectl: ours must be 2.5x (the
+# local 10x and the old 5x are out of any client's reach). The stock client and the floor keep
+# the local goals.
 ROUNDTRIP_GOALS: tuple[tuple[str, str, str, float], ...] = (
-    ("kubectl", "`kubectl exec POD -- true`", ">= 5x faster (p50 and p95)", 5.0),
+    ("kubectl", "`kubectl exec POD -- true`", ">= 2.5x faster (p50 and p95)", 2.5),
     ("stock", "`kubernetes.stream.stream` loop", "no slower (p50 and p95)", 1.0),
     ("raw", "raw socket reader (floor)", "reference", 0.0),
 )
-# Each exec costs CPU in the apiserver, the node agent and the pod runner, all on this
-# machine's 2 cores: the floor itself was only 4.6-7.9x faster than one after another, so
-# ours must be 3x (not the local 5x); near the floor keeps the local cluster's 1.25x, as the
-# engine is the same.
+# The cell's overhead is this process's own work (magics, display), whatever the cluster: the
+# local goal.
+CELL_LIMIT = 0.005
+# 1 GB: the server side is the bottleneck (apiserver, kubelet and containerd's stream server
+# relay ~85 MB/s here, less than half the local cluster's raw stream), so the client has slack:
+# ours must stay within 1.25x of the raw reader (locally 2x).
+LARGE_LIMIT = 1.25
+# 256 MB: as locally (no slower than kubectl cp, within 1.5x of the raw stream, which neither
+# writes the file nor checks its sha256).
+TRANSFER_LIMIT = 1.5
+# Each exec costs CPU in the apiserver, the kubelet, containerd and runc on the 2 cores, so the
+# floor itself is only ~4-5x faster than one pod after another at 16-32 pods: ours must be 3x
+# (not the local 5x). Near the floor keeps the local 1.25x, as the engine is the same.
 FANOUT_SEQ_NEED = 3.0
 FANOUT_FLOOR_LIMIT = 1.25
 CONNECT_LIMIT = 1.5
@@ -77,7 +104,8 @@ def describe(info: dict[str, Any]) -> str:
     parts += [f"Trainer {v['trainer']}", f"JobSet {v['jobset']}"]
     if v.get("kueue"):
         parts.append(f"Kueue {v['kueue']}")
-    return ", ".join(parts) + f"; {n['count']} nodes x {n['cpus']} cpu"
+    nodes = f"{n['count']} node{'s' if str(n['count']) != '1' else ''}"
+    return ", ".join(parts) + f"; {nodes} x {n['cpus']} cpu"
 
 
 def skipped(why: str) -> list[Row]:
@@ -86,7 +114,8 @@ def skipped(why: str) -> list[Row]:
 
 
 def run(ctx: Context) -> list[Row]:
-    """Round trip, fan-out, connect, on the stack, each with its baseline in the same run."""
+    """Round trip, cell overhead, large output, transfer, fan-out, connect, on the stack, each
+    with its baseline and floor in the same run."""
     run_dir = stack_dir(ctx)
     if run_dir is None:
         return skipped(f"no real stack given (--realstack-dir DIR or {ENV})")
@@ -105,67 +134,39 @@ def run(ctx: Context) -> list[Row]:
     )
     sub.workdir.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
-    try:
-        # 1. exec round trip, all four clients interleaved on one pod
-        pod = fixtures.base_pod(sub)
-        why, sess = "", None
+    loads: list[str] = []
+
+    def part(label: str, fn: Callable[[], list[Row]]) -> None:
+        """One part's rows, its 1-minute load average before and after; an error is its row."""
+        l0 = os.getloadavg()[0]
+        t0 = time.monotonic()
+        print(f"[bench] realstack: {label} ...", file=sys.stderr, flush=True)
         try:
-            sess = fixtures.session(sub)
+            got = fn()
         except fixtures.Unavailable as e:
-            why = str(e)
-        st = bench_roundtrip.measure(
-            sub.kubeconfig,
-            sub.namespace,
-            pod,
-            sess,
-            str(sub.workdir / "kubectl-cache"),
-            n=5 if ctx.smoke else 80,
-            n_kubectl=3 if ctx.smoke else 30,
-        )
-        rows += bench_roundtrip.rows(
-            st, why, ROUNDTRIP_GOALS, what="Real stack: exec round trip of `true`", bench=NAME
-        )
-        fixtures.cleanup(sub)  # free the nodes for the fan-out
+            got = [Row(f"Real stack: {label}", f"{NOT_AVAILABLE}: {e}", "-", "-", "-", "n/a")]
+        except Exception as e:
+            traceback.print_exc()
+            msg = f"error: {type(e).__name__}: {e}".replace("|", "/")[:200]
+            got = [Row(f"Real stack: {label}", msg, "-", "-", "-", "n/a")]
+        for r in got:
+            r.bench = NAME
+        rows.extend(got)
+        took = time.monotonic() - t0
+        loads.append(f"{label} {l0:.1f} -> {os.getloadavg()[0]:.1f} ({took:.0f} s)")
 
-        # 2. fan-out: ours, one after another, and the floor, on the same pods
-        fan = bench_fanout.measure(
-            sub.kubeconfig,
-            sub.namespace,
-            [2, 4] if ctx.smoke else [8, 64],
-            1 if ctx.smoke else 5,
-            sub.shared.setdefault("jobs", []),
-            cpu=FANOUT_CPU,
-            timeout=300,
-        )
-        rows += bench_fanout.rows(
-            fan,
-            bench=NAME,
-            where=" on the real stack",
-            floor_limit=FANOUT_FLOOR_LIMIT,
-            floor_goal=f"<= {FANOUT_FLOOR_LIMIT}x the floor at every size (as locally)",
-            seq_need=FANOUT_SEQ_NEED,
-        )
-        starts = ", ".join(f"{n}: {s:.1f} s" for n, s in fan.startup.items())
-        sub.note(
-            f"Fan-out: TrainJob created -> all its pods Running took {starts} "
-            f"(cpu request {FANOUT_CPU} per pod; not a goal, the stack's own speed)."
-        )
-
-        # 3. connect() to the first output vs the floor, alternating
-        o, f, counts = bench_connect.measure(sub.kubeconfig, sub.namespace, 1 if ctx.smoke else 7)
-        rows.append(
-            bench_connect.row(
-                o,
-                f,
-                counts,
-                "Real stack: `connect()` -> first output of `echo hi`",
-                limit=CONNECT_LIMIT,
-                bench=NAME,
-            )
-        )
+    try:
+        part("exec round trip", lambda: _roundtrip(ctx, sub))
+        part("cell overhead", lambda: _cell(ctx, sub))
+        part("large output", lambda: _large(ctx, sub))
+        part("transfer", lambda: _transfer(ctx, sub))
+        fixtures.cleanup(sub)  # free the node for the fan-out
+        part("fan-out", lambda: _fanout(ctx, sub))
+        part("connect", lambda: _connect(ctx, sub))
     finally:
         fixtures.cleanup(sub)
     load1 = os.getloadavg()
+    sub.note("Load average (1 min) at each part's start -> end: " + "; ".join(loads) + ".")
     ctx.shared["realstack"] = {
         "stack": describe(info),
         "load": f"{load0[0]:.2f} at start, {load1[0]:.2f} at end "
@@ -173,3 +174,101 @@ def run(ctx: Context) -> list[Row]:
         "notes": sub.notes,
     }
     return rows
+
+
+def _roundtrip(ctx: Context, sub: Context) -> list[Row]:
+    """All four clients interleaved on one pod."""
+    pod = fixtures.base_pod(sub)
+    why, sess = "", None
+    try:
+        sess = fixtures.session(sub)
+    except fixtures.Unavailable as e:
+        why = str(e)
+    st = bench_roundtrip.measure(
+        sub.kubeconfig,
+        sub.namespace,
+        pod,
+        sess,
+        str(sub.workdir / "kubectl-cache"),
+        n=5 if ctx.smoke else 80,
+        n_kubectl=3 if ctx.smoke else 30,
+    )
+    return bench_roundtrip.rows(
+        st, why, ROUNDTRIP_GOALS, what="Real stack: exec round trip of `true`", bench=NAME
+    )
+
+
+def _cell(ctx: Context, sub: Context) -> list[Row]:
+    """`%%trainjob true` through run_cell_magic vs session.execute, on a session of its own."""
+    samples = bench_cell_overhead.measure(sub.kubeconfig, 5 if ctx.smoke else 60, sub.namespace)
+    return bench_cell_overhead.rows(
+        samples, "Real stack: cell overhead `%%trainjob true`", bench=NAME, limit=CELL_LIMIT
+    )
+
+
+def _large(ctx: Context, sub: Context) -> list[Row]:
+    """1 GB of stdout: ours vs the raw reader, interleaved (no stock loop: quadratic)."""
+    size = (4 if ctx.smoke else 1024) * bench_large_output.MB
+    return bench_large_output.compare(
+        sub,
+        [size],
+        {size: 2 if ctx.smoke else LARGE_REPS},
+        stock_size=None,
+        what="Real stack: large output",
+        raw_limit=LARGE_LIMIT,
+        bench=NAME,
+    )
+
+
+def _transfer(ctx: Context, sub: Context) -> list[Row]:
+    """One 256 MB file up and down: ours vs kubectl cp vs the raw stream."""
+    return bench_transfer.compare(
+        sub,
+        3 if ctx.smoke else TRANSFER_REPS,
+        (4 if ctx.smoke else 256) << 20,
+        None,
+        what="Real stack: ",
+        raw_limit=TRANSFER_LIMIT,
+        bench=NAME,
+    )
+
+
+def _fanout(ctx: Context, sub: Context) -> list[Row]:
+    """Ours, one after another and the floor, on the same pods, at each size."""
+    fan = bench_fanout.measure(
+        sub.kubeconfig,
+        sub.namespace,
+        [2, 4] if ctx.smoke else FANOUT_SIZES,
+        1 if ctx.smoke else 5,
+        sub.shared.setdefault("jobs", []),
+        cpu=FANOUT_CPU,
+        timeout=300,
+    )
+    starts = ", ".join(f"{n}: {s:.1f} s" for n, s in fan.startup.items())
+    sub.note(
+        f"Fan-out: TrainJob created -> all its pods Running took {starts} (no cpu request: "
+        "the node has 2 cpus; not a goal, the node's own speed)."
+    )
+    return bench_fanout.rows(
+        fan,
+        bench=NAME,
+        where=" on the real stack",
+        floor_limit=FANOUT_FLOOR_LIMIT,
+        floor_goal=f"<= {FANOUT_FLOOR_LIMIT}x the floor at every size (as locally)",
+        seq_need=FANOUT_SEQ_NEED,
+    )
+
+
+def _connect(ctx: Context, sub: Context) -> list[Row]:
+    """connect() to the first output vs the floor, alternating."""
+    o, f, counts = bench_connect.measure(sub.kubeconfig, sub.namespace, 1 if ctx.smoke else 7)
+    return [
+        bench_connect.row(
+            o,
+            f,
+            counts,
+            "Real stack: `connect()` -> first output of `echo hi`",
+            limit=CONNECT_LIMIT,
+            bench=NAME,
+        )
+    ]

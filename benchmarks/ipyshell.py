@@ -39,8 +39,9 @@ def quiet() -> Iterator[NullWriter]:
         sys.stdout = old
 
 
-def make_shell(kubeconfig: str, widgets: str = "off") -> Any:
-    """The InteractiveShell singleton with the extension loaded and pointed at the cluster."""
+def make_shell(kubeconfig: str, widgets: str = "off", namespace: str = "") -> Any:
+    """The InteractiveShell singleton with the extension loaded and pointed at the cluster
+    (``namespace``: new sessions' namespace; empty: the kubeconfig context's)."""
     fixtures.magics_available()
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -48,6 +49,7 @@ def make_shell(kubeconfig: str, widgets: str = "off") -> Any:
     shell.extension_manager.load_extension("trainjob_magics")
     set_widgets(shell, widgets)
     shell.run_line_magic("config", f"TrainJobMagics.kubeconfig = {kubeconfig!r}")
+    shell.run_line_magic("config", f"TrainJobMagics.namespace = {namespace!r}")
     return shell
 
 

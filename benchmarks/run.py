@@ -134,8 +134,9 @@ def render_realstack(
     lines = [SECTION, "", f"Run: {info['date']} · mode: {mode} · command: `{_command(args)}`", ""]
     if stack:
         lines += [
-            f"Stack: {stack['stack']} (devtools/realstack: pods run as local processes on this "
-            "machine, exec goes apiserver -> node agent over SPDY -> pod runner).",
+            f"Stack: {stack['stack']} (devtools/realstack: one real node on this machine's 2 "
+            "cores, pods in their own network namespaces; an exec goes apiserver -> kubelet "
+            "-> containerd's CRI stream server -> runc exec in the container).",
             "",
             f"{_machine(info)}. Load average {stack['load']}.",
             "",
