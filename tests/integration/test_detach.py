@@ -122,3 +122,19 @@ def test_interrupting_a_follow_stops_following_not_the_run(cluster, kernel) -> N
     assert reply["status"] == "error", out  # no exit code yet: it still runs
     reply, out = kernel.run_text("%trainjob_close --force", timeout=120)
     assert reply["status"] == "ok" and "deleted" in out, out
+
+
+def test_idle_stop_leaves_a_live_detached_run_alone(shell, cluster, capsys) -> None:
+    shell.run_line_magic("trainjob_connect", "mpi-interactive --as i --idle-stop 2s")
+    ok, out = shown(shell, "%%trainjob --detach i\nsleep 60\n", capsys)
+    assert ok, out
+    name = shell.user_ns["_trainjob"].trainjob
+    registry = shell.magics_manager.registry["TrainJobMagics"].registry
+    wait_until(lambda: "i" not in registry, timeout=30)  # the idle stop acted
+    assert _state(cluster, name) == "Running"
+    ok, out = shown(shell, "%%trainjob i\necho hi\n", capsys)
+    lines = [x for x in out.splitlines() if "idle stop at" in x]
+    assert not ok and len(lines) == 1 and "Left session 'i' running" in lines[0], out
+    assert f"%trainjob_close {name} --force" in lines[0] and "sleep 60" in lines[0], out
+    ok, out = shown(shell, f"%trainjob_close {name} --force", capsys)
+    assert ok and "deleted" in out, out

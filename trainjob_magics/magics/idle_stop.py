@@ -24,6 +24,7 @@ CHECK_EVERY = 1.0
 
 _stoppers: dict[int, IdleStop] = {}  # id(session) -> its stopper
 _stopped: dict[tuple[int, str], tuple[datetime, float]] = {}  # (id(registry), alias) -> when
+_left: dict[tuple[int, str], str] = {}  # stopped, but left running: its detached run lives
 
 
 class IdleStop:
@@ -55,8 +56,11 @@ class IdleStop:
             entry = self.host.registry.find(self.alias)
             if entry is None or entry.session is not self.session:
                 return
-            _stopped[(id(self.host.registry), self.alias)] = (datetime.now(), self.seconds)
-            self.host.registry.close(self.alias, by="idle stop")
+            key = (id(self.host.registry), self.alias)
+            _stopped[key] = (datetime.now(), self.seconds)
+            report = self.host.registry.close(self.alias, by="idle stop")
+            if report.left:  # a live detached run: the job stays, the next cell says so
+                _left[key] = report.left
             return
 
 
@@ -76,6 +80,7 @@ def arm(host: Any, alias: str, session: Any, value: Any) -> None:
     """Start the idle clock of a new session (nothing when off)."""
     seconds = parse_idle_stop(value)
     _stopped.pop((id(host.registry), alias), None)
+    _left.pop((id(host.registry), alias), None)
     old = _stoppers.pop(id(session), None)
     if old is not None:
         old.cancel()
@@ -94,6 +99,8 @@ def check_not_stopped(host: Any, alias: str | None) -> None:
     if live or key not in _stopped:
         return
     when, seconds = _stopped[key]
+    if key in _left:
+        raise TrainJobMagicError(f"idle stop at {when:%H:%M:%S}: {_left[key]}")
     raise TrainJobMagicError(
         f"session {key[1]!r} was stopped for being idle (no command for "
         f"{duration_words(seconds)}) at {when:%H:%M:%S}; reconnect with %trainjob_connect "
