@@ -146,3 +146,17 @@ def test_pod_all_timeout_reads_timed_out_not_stopped(published: list[dict[str, A
     text = published[-1]["data"]["text/plain"]
     assert "stopped" not in text
     assert text.count("timed out") >= 2, text  # the pod that timed out and the one still running
+
+
+def test_the_pod_table_wraps_its_long_columns_to_fit_a_narrow_window() -> None:
+    """Pod and node names and the waiting reason may break (the sanitizer keeps
+    ``word-break``); the short columns stay on one line (tests/browser/test_pod_table_width.py
+    measures it at 800 px)."""
+    import re
+
+    page = StatusWidget(_status("Pending", "Pending"), show=False).html
+    cells = re.findall(r'<td style="([^"]*)">', page)
+    assert len(cells) == 8, cells
+    wraps = [("white-space:normal" in c and "word-break:break-all" in c) for c in cells]
+    # NAME, ROLE, PHASE, READY, NODE, RESTARTS, AGE, WAITING
+    assert wraps == [True, False, False, False, True, False, False, True], cells

@@ -84,16 +84,29 @@ PUSH_INTERVAL = 0.25  # seconds between two updates of the connect panel's displ
 COMPACT_CELL = CELL_STYLE + ";padding-top:0;padding-bottom:0;line-height:1.35"
 
 
+# The long columns wrap, inside a name where needed, so the table fits a narrow window (800 px)
+# instead of scrolling sideways; the short ones stay on one line. ``word-break:break-all`` is
+# what JupyterLab's sanitizer keeps in an untrusted notebook; ``overflow-wrap:anywhere`` breaks
+# only where needed where it applies. Both let the table shrink below its names' length.
+WRAP_COLUMNS = ("NAME", "NODE", "WAITING")
+WRAP_CELL = COMPACT_CELL + ";white-space:normal;word-break:break-all;overflow-wrap:anywhere"
+
+
+def _cell_styles() -> list[str]:
+    return [WRAP_CELL if c in WRAP_COLUMNS else COMPACT_CELL for c in POD_COLUMNS]
+
+
 def _pod_table(pods: list[Any], now: datetime | None, fold: str = "") -> str:
     """The pod table; folded under one line beyond ``POD_TABLE_LIMIT`` pods or under
     ``fold`` (the session ended: the phases are the last ones seen)."""
     e = html.escape
+    styles = _cell_styles()
     th = "".join(f'<th style="{COMPACT_CELL}">{c.title()}</th>' for c in POD_COLUMNS)
     rows = []
     for row in pod_rows(pods, now):
-        cells = "".join(f'<td style="{COMPACT_CELL}">{e(c)}</td>' for c in row)
+        cells = "".join(f'<td style="{st}">{e(c)}</td>' for st, c in zip(styles, row, strict=True))
         rows.append(f"<tr>{cells}</tr>")
-    table = (  # scrolls sideways in a narrow window instead of being cut off
+    table = (  # fits the width (WRAP_COLUMNS); scrolls only where even that cannot
         f'<div class="tjm-pods-scroll" style="overflow-x:auto;max-width:100%">'
         f'<table class="tjm-pods" style="{TABLE_STYLE}"><thead><tr>{th}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></div>"
