@@ -77,6 +77,11 @@ def test_dry_run_prints_a_trainjob_kubectl_applies(
         assert server_owned not in manifest["metadata"]
     assert "status" not in manifest
     assert manifest["metadata"]["labels"]["team"] == "vision"
+    # the keep-alive script reads as a script: a literal block, one line of it per line
+    script = max(manifest["spec"]["trainer"]["command"], key=len)
+    assert script.count("\n") > 10 and "\\n" not in out and '\\"' not in out, out
+    shown_lines = {line.strip() for line in out.splitlines()}
+    assert all(line.strip() in shown_lines for line in script.splitlines()), out
     assert name not in _trainjobs(cluster)  # nothing created by the dry run
     path = tmp_path / "tj.yaml"
     path.write_text(out)

@@ -52,10 +52,20 @@ def clean_manifest(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def to_yaml(obj: Mapping[str, Any]) -> str:
-    """The manifest as YAML (block style, keys in their order)."""
+    """The manifest as YAML (block style, keys in their order). A multi-line string (the
+    keep-alive script) is a literal block, one line of the script per line, not one quoted
+    string full of ``\\n`` and ``\\"``; it loads back the same."""
     import yaml  # PyYAML comes with the kubernetes client
 
-    return yaml.safe_dump(dict(obj), sort_keys=False, default_flow_style=False)
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+        style = "|" if "\n" in value else None  # PyYAML quotes what a block cannot hold
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, text)
+    return yaml.dump(dict(obj), Dumper=Dumper, sort_keys=False, default_flow_style=False)
 
 
 __all__ = ["DRY_RUN_QUERY", "clean_manifest", "to_yaml"]
