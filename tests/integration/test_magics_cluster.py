@@ -64,6 +64,16 @@ def test_connect_reuse_status_close(
     assert trainjobs(cluster).count(session.name) == 1
     with pytest.raises(TrainJobUsageError, match="live with other settings"):
         shell.run_line_magic("trainjob_connect", "mpi-interactive --nodes 3")
+    # an unknown runtime is named, with the runtimes there are, before the live session's
+    # settings; --replace does not close the live session for it
+    for extra in ("", " --replace"):
+        capsys.readouterr()
+        result = shell.run_cell(f"%trainjob_connect no-such-runtime{extra}")
+        error = "".join(result.error_in_exec._render_traceback_())  # what the user sees
+        assert "unknown runtime 'no-such-runtime' in namespace default" in error, error
+        assert "torch-distributed" in error and "mpi-interactive" in error, error
+        assert "other settings" not in error and "\n" not in error.strip(), error
+        assert not session.closed and session.name in trainjobs(cluster)
     shell.run_line_magic("trainjob_status", "")
     out = capsys.readouterr().out
     assert f"TrainJob {session.name}" in out and out.count(" Running ") >= 2

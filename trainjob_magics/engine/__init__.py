@@ -7,7 +7,7 @@ Everything a front end (the magics, a script) may use is in ``__all__``; the roo
 from __future__ import annotations
 
 from . import errors
-from .connecting import attach, connect
+from .connecting import attach, check_runtime, connect
 from .detach.lookup import detached_run_of
 from .detach.state import DetachedRun, DetachedState
 from .errors import (
@@ -118,6 +118,7 @@ __all__ = [
     "UnsafeArchiveError",
     "abandon_trainjob",
     "attach",
+    "check_runtime",
     "close_trainjob",
     "connect",
     "detached_run_of",

@@ -374,6 +374,25 @@ def lost_tolerations(pod: Mapping[str, Any], shaping: PodShaping) -> list[str]:
     return [t.describe() for t in shaping.tolerations if (t.key, t.value, t.effect) not in have]
 
 
+def check_runtime(
+    runtime: str,
+    namespace: str | None = None,
+    context: str | None = None,
+    config_file: str | None = None,
+) -> None:
+    """Raise InvalidInputError naming ``runtime`` and the runtimes there are when neither a
+    TrainingRuntime in the namespace nor a ClusterTrainingRuntime has that name (what
+    :func:`connect` checks before creating anything). A runtime that cannot be read for lack
+    of permission passes: the API server checks it on create."""
+    validate_object_name(runtime, "runtime name")
+    if namespace is not None:
+        validate_namespace(namespace)
+    api, default_namespace = kubeconfig.load(config_file, context)
+    ns = namespace or default_namespace
+    if fetch_runtime(api, ns, runtime) is None:
+        raise InvalidInputError(unknown_runtime_message(runtime, ns, list_runtime_names(api, ns)))
+
+
 def attach(
     name: str,
     namespace: str | None = None,

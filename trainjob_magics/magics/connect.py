@@ -9,6 +9,7 @@ from typing import Any
 
 from ..engine import (
     ConnectTimeoutError,
+    InvalidInputError,
     NotFoundError,
     QueuedTimeoutError,
     SessionClosedError,
@@ -106,6 +107,7 @@ def connect(host: MagicsHost, args: Any) -> None:
                 )
                 render_status(host, existing, quiet_errors=True)
                 return
+            check_new_runtime(host, existing.settings, settings)
             if not args.replace:
                 raise TrainJobUsageError(
                     f"session {alias!r} is live with other settings: run "
@@ -134,6 +136,20 @@ def connect(host: MagicsHost, args: Any) -> None:
         print(ready_line(alias, session))
     if settings["attach"]:
         show_after_attach(session)  # the job's detached run: command, since when, last lines
+
+
+def check_new_runtime(host: MagicsHost, live: dict[str, Any], settings: dict[str, Any]) -> None:
+    """A runtime other than the live session's must exist before that session is in the way:
+    an unknown one is the one line that names it and the runtimes there are (and --replace
+    does not close the live session for it)."""
+    runtime = settings["runtime"]
+    if not runtime or runtime == live.get("runtime"):
+        return
+    common = {k: settings[k] for k in ("namespace", "context", "config_file")}
+    try:
+        host.engine.check_runtime(runtime, **common)
+    except InvalidInputError as exc:
+        raise as_one_line(exc) from None
 
 
 def ready_line(alias: str, session: Any) -> str:

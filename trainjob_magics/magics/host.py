@@ -28,6 +28,7 @@ class EngineCalls:
 
     connect: Callable[..., Any] = engine.connect
     attach: Callable[..., Any] = engine.attach
+    check_runtime: Callable[..., None] = engine.check_runtime
     abandon: Callable[..., bool] = engine.abandon_trainjob
     new_name: Callable[[], str] = engine.new_trainjob_name
     find_trainjobs: Callable[..., Any] = engine.find_trainjobs
