@@ -19,6 +19,7 @@ from tests.helpers.kernels import Kernel, load_magics_code
 from tests.helpers.polling import wait_until
 from tests.integration.proctools import marker_processes
 from trainjob_magics.localcluster import LocalCluster
+from trainjob_magics.magics.views.live import PANEL_MIME
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -83,7 +84,7 @@ def test_close_says_deleted_in_the_connect_panel_and_the_status_panel(
     assert not prints, prints  # the panel says the session is ready; nothing is printed under it
     no_widgets(connect_msgs)
     ready = [m for m in connect_msgs if m["content"].get("data")][-1]["content"]["data"]
-    assert set(ready) == {"text/html", "text/plain"}
+    assert set(ready) == {"text/html", "text/plain", PANEL_MIME}
     assert "Running" in headline(ready) and "ready: TrainJob" in ready["text/plain"]
     reply, status_msgs = kernel.run("%trainjob_status")
     no_widgets(status_msgs)

@@ -13,6 +13,7 @@ from trainjob_magics.engine.errors import ConnectionLostError
 from trainjob_magics.engine.files.transfer import TransferResult
 from trainjob_magics.engine.result import ExecResult, JobStatus, PodInfo, QueueStatus
 from trainjob_magics.magics.registry import SessionRegistry
+from trainjob_magics.magics.views.live import PANEL_MIME
 from trainjob_magics.magics.views.pods import MultiPodWidgetView, PrefixedTextView
 from trainjob_magics.magics.views.progress import ProgressView, transfer_line
 from trainjob_magics.magics.views.status import ConnectStatusView, StatusWidget
@@ -227,7 +228,8 @@ def test_final_state_freezes_with_the_wall_clock_elapsed(published: list[dict[st
     clock.t = 120.0
     w.final("Deleted", "TrainJob j deleted; session 'default' closed.")
     bundle = last_bundle(published)
-    assert set(bundle) == {"text/html", "text/plain"}
+    # the status panel's own MIME type rides along (the lab extension renders it live)
+    assert set(bundle) == {"text/html", "text/plain", PANEL_MIME}
     page, text = bundle["text/html"], bundle["text/plain"]
     # the headline says Deleted; the pods' last phases only under "as last seen", folded
     head, folded = page.split("<details", 1)
