@@ -58,6 +58,8 @@ def test_connect_reuse_status_close(
     out = capsys.readouterr().out
     assert f"Session 'default' ready: TrainJob {session.name}" in out
     assert f"] {session.name}: Running, 2/2 pods running" in out
+    progress = [line for line in out.splitlines() if line.startswith("[")]
+    assert all(line.count("pods running") == 1 for line in progress), progress  # said once
     assert session.name in trainjobs(cluster)
     connect(shell)  # Run All again: same settings -> same session
     assert "Reusing the live session 'default'" in capsys.readouterr().out

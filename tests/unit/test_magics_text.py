@@ -377,3 +377,69 @@ def test_text_view_ends_a_shown_progress_line_that_finished_past_the_cap() -> No
     v.finish()
     assert err.getvalue() == "warn\n"
     assert out.getvalue() == "one\n50%\n[… 1 line hidden; the full output is in res.stdout]\nmore\n"
+
+
+def _mpi_wait(state: str, running: int, reasons: tuple[str, ...], elapsed: float) -> JobStatus:
+    """A 3-node MPI job as connect() reports it while its two node pods start (the engine's
+    message carries its own count)."""
+    pods = [
+        PodInfo(
+            f"j-node-0-{i}",
+            "node",
+            "Running" if i < running else "Pending",
+            i < running,
+            "local",
+            0,
+            None,
+            reasons[i] if i < len(reasons) else "",
+            False,
+        )
+        for i in range(2)
+    ]
+    if state == "Creating":
+        pods, message = [], "waiting for the pods to be created"
+    elif state == "Running":
+        message = "trainer pod j-launcher-0-0 is running"
+    else:
+        message = f"waiting for the launcher pod ({running}/2 node pods running)"
+    return JobStatus("j", "default", "mpi-interactive", state, message, pods, None, elapsed)
+
+
+def test_text_progress_says_the_pod_count_once_and_at_most_a_line_a_second(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Terminal IPython: a line when the state changes, else at most one a second (a change
+    held back is printed at the next tick a second on); the pod count said once."""
+    from trainjob_magics.magics.views.status import ConnectStatusView
+
+    clock = [0.0]
+    view = ConnectStatusView(widgets=False, clock=lambda: clock[0])
+    first_second = [
+        _mpi_wait("Creating", 0, (), 0.05),
+        _mpi_wait("Pending", 0, (), 0.1),
+        _mpi_wait("Pending", 0, ("ContainerCreating",), 0.2),
+        _mpi_wait("Pending", 0, ("ContainerCreating", "ContainerCreating"), 0.3),
+        _mpi_wait("Pending", 1, ("", "ContainerCreating"), 0.5),
+        _mpi_wait("Pending", 1, ("",), 0.7),
+        _mpi_wait("Pending", 2, (), 0.9),
+    ]
+    for status in first_second:
+        clock[0] = status.elapsed
+        view.update(status)
+        view.tick()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "[0s] j: Creating - waiting for the pods to be created",
+        "[0s] j: Pending, 0/2 pods running - waiting for the launcher pod",
+    ]
+    clock[0] = 1.2  # a second on: the last change held back is printed, once
+    view.tick()
+    view.tick()
+    assert capsys.readouterr().out.splitlines() == [
+        "[0s] j: Pending, 2/2 pods running - waiting for the launcher pod"
+    ]
+    clock[0] = 1.3  # a new state is printed at once
+    view.update(_mpi_wait("Running", 2, (), 1.3))
+    assert capsys.readouterr().out.splitlines() == [
+        "[1s] j: Running, 2/2 pods running - trainer pod j-launcher-0-0 is running"
+    ]

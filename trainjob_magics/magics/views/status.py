@@ -409,11 +409,22 @@ class StatusWidget:
 class ConnectStatusView:
     """Status while connecting: the status panel (kept current), or one text line per change."""
 
-    def __init__(self, widgets: bool, max_runtime: float | None = None) -> None:
+    LINE_EVERY = 1.0  # text: seconds between two lines of the same state, at least
+
+    def __init__(
+        self,
+        widgets: bool,
+        max_runtime: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.widget_view: Any = None
         self._widgets = widgets
         self.max_runtime = max_runtime
-        self._last_line = ""
+        self.clock = clock
+        self._last_line = ""  # the last line printed, and its state and time
+        self._last_state = ""
+        self._last_print = -math.inf
+        self._pending: tuple[str, str] | None = None  # a change held back: (line, state)
         self._last_tick = 0.0
 
     @property
@@ -434,12 +445,26 @@ class ConnectStatusView:
             self._widget(status).update(status)
             return
         line = status_change_line(status)
-        if line.split("] ", 1)[-1] != self._last_line.split("] ", 1)[-1]:
-            print(line, flush=True)
-        self._last_line = line
+        if line.split("] ", 1)[-1] == self._last_line.split("] ", 1)[-1]:
+            self._pending = None  # says what was printed last
+        elif status.state != self._last_state or self._since_print() >= self.LINE_EVERY:
+            self._print(line, status.state)
+        else:  # the same state within a second: printed at the next tick if still news
+            self._pending = (line, status.state)
+
+    def _since_print(self) -> float:
+        return self.clock() - self._last_print
+
+    def _print(self, line: str, state: str) -> None:
+        print(line, flush=True)
+        self._last_line, self._last_state = line, state
+        self._last_print = self.clock()
+        self._pending = None
 
     def tick(self) -> None:
-        """Advance the panel's elapsed time once a second."""
+        """Advance the panel's elapsed time once a second; text: print a change held back."""
+        if self._pending is not None and self._since_print() >= self.LINE_EVERY:
+            self._print(*self._pending)
         now = time.monotonic()
         if self.widget_view is not None and now - self._last_tick >= 1.0:
             self._last_tick = now

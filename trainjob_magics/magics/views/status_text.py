@@ -249,6 +249,10 @@ def pods_summary(pods: Iterable[Any]) -> str:
     return text
 
 
+# The engine's count of running pods in its message, said once by the line instead.
+POD_COUNT = re.compile(r" \(\d+/\d+ (?:node )?pods running\)$")
+
+
 def status_change_line(status: Any) -> str:
     """One line per observed change while waiting: state, pods running, waiting reasons."""
     pods = list(status.pods or [])
@@ -260,6 +264,8 @@ def status_change_line(status: Any) -> str:
     if reasons:
         line += f" ({', '.join(reasons)})"
     message = status_message(status)
+    if pods:  # the count is said above: "waiting for the launcher pod (0/2 node pods running)"
+        message = POD_COUNT.sub("", message)
     if message:
         line += f" - {message}"
     kueue = queue_line(status)
