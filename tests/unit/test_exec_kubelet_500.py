@@ -38,3 +38,45 @@ def test_a_500_container_not_found_is_a_pod_not_running() -> None:
 def test_another_500_stays_a_server_error() -> None:
     err = _error(500, {**STATUS_500, "message": "etcdserver: request timed out"})
     assert not isinstance(err, E.PodNotRunningError), repr(err)
+
+
+def _outcome(message: str, received: bool = False):
+    from trainjob_magics.engine.exec.client import exec_outcome
+
+    class Collector:
+        def __init__(self) -> None:
+            self.received = received
+
+        def flush(self) -> None:
+            pass
+
+        def result(self, returncode, started, pod):
+            return None
+
+    return lambda: exec_outcome((None, message, True), Collector(), 0.0, "p-0")
+
+
+def test_an_exec_into_a_container_being_stopped_never_started() -> None:
+    """containerd's answers while the kubelet stops a deleted pod's container."""
+    import pytest
+
+    for message in (
+        "Internal error occurred: error executing command in container: failed to exec in "
+        'container: failed to start exec "abc": ttrpc: closed',
+        'Internal error occurred: error executing command in container: container "abc" in '
+        "pod sandbox not created: not found",
+    ):
+        with pytest.raises(E.PodNotRunningError):
+            _outcome(message)()
+
+
+def test_a_missing_executable_stays_a_server_error() -> None:
+    import pytest
+
+    message = (
+        "Internal error occurred: error executing command in container: failed to exec in "
+        'container: OCI runtime exec failed: exec: "nope": executable file not found in $PATH'
+    )
+    with pytest.raises(E.TrainJobError) as err:
+        _outcome(message)()
+    assert not isinstance(err.value, E.PodNotRunningError)

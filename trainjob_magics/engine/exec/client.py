@@ -114,8 +114,12 @@ _NOT_RUNNING = re.compile(
 # A channel-3 failure without an exit code that means the command never started: a 1.30+
 # apiserver (WebSocket stream translator) upgrades first and reports kubelet's failed upgrade
 # as ``Internal error occurred: unable to upgrade connection: container not found ("node")``.
+# A real kubelet on containerd whose container is being stopped (its pod deleted or evicted)
+# answers `error executing command in container: ... ttrpc: closed` or `... not created: not
+# found` (seen on the real stack's node): the container is going, nothing ran.
 _NEVER_STARTED = re.compile(
-    r"container not found|completed pod|current phase is|not running|CONTAINER_EXITED",
+    r"container not found|completed pod|current phase is|not running|CONTAINER_EXITED|"
+    r"ttrpc: closed|not created: not found|cannot exec in a stopped",
     re.IGNORECASE,
 )
 
