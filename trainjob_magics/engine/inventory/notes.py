@@ -46,6 +46,8 @@ def annotate(api: ApiClient, namespace: str, name: str, notes: dict[str, str | N
         body={"metadata": {"annotations": notes}},
         content_type=MERGE_PATCH,
         timeout=3.0,
+        # best effort, often in the background: an outage is the cell's to announce
+        in_outage_window=False,
     )
 
 

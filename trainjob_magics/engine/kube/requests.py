@@ -273,9 +273,12 @@ def request(
     stream: bool = False,
     attempts: int | None = None,
     content_type: str = "application/json",
+    in_outage_window: bool = True,
 ) -> Any:
     """Send one JSON request; return the decoded body (or the urllib3 response if ``stream``).
-    ``content_type`` is the body's (a merge patch's, for instance).
+    ``content_type`` is the body's (a merge patch's, for instance). ``in_outage_window=False``
+    keeps a best-effort request (a note for the sidebar) out of the client's outage bookkeeping:
+    its failure is neither announced nor waited for.
 
     Failures raise engine errors: HTTP errors through :func:`map_http_failure`, transport
     errors as :class:`ApiServerError`. GET and DELETE (idempotent) are retried with backoff on
@@ -305,7 +308,7 @@ def request(
             ),
             what=f"{verb} {resource}",
             attempts=max(1, attempts),
-            window=window_of(api_client),
+            window=window_of(api_client) if in_outage_window else None,
         ),
     )
 
