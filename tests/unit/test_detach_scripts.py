@@ -41,7 +41,7 @@ def pod(tmp_path: Path) -> Iterator[dict[str, str]]:
 def _watchdog(env: dict[str, str], log: Path, idle: float = 2) -> subprocess.Popen:
     proc = subprocess.Popen(R.keep_alive_command(idle), env=env, stdout=log.open("ab"),
                             stderr=subprocess.STDOUT)  # fmt: skip
-    pid_file = Path(env["TMPDIR"]) / "trainjob-magics" / "keepalive.pid"
+    pid_file = Path(env["TMPDIR"]) / "trainjob-magics" / "keepalive-pid"
     wait_for(pid_file.exists, 5, "the watchdog's pid file")
     return proc
 

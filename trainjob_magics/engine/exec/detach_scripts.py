@@ -5,7 +5,7 @@ lives on in the pod, beside the keep-alive watchdog (``scripts.WATCHDOG``), whic
 while the run lives and ends the trainer with the run's exit code once it ended. State, in the
 watchdog's state directory ``${TMPDIR:-/tmp}/trainjob-magics/``:
 
-- ``keepalive.pid``: the watchdog's pid (PID 1 in a container): the run's output goes to its
+- ``keepalive-pid``: the watchdog's pid (PID 1 in a container): the run's output goes to its
   stdout, ``/proc/PID/fd/1``, which is the container's log (``kubectl logs``);
 - ``detached/current``: the number of the newest run;
 - ``detached/N/``: ``command``, ``started`` (epoch seconds), ``pid`` (the runner), ``log`` (its
@@ -29,7 +29,7 @@ START = f"""d={STATE_DIR}; r="$d/detached"
 mkdir -p "$r" 2>/dev/null || {{ echo "cannot create $r"; exit {NO_STATE_EXIT}; }}
 : >"$d/heartbeat" 2>/dev/null
 k=
-read -r k 2>/dev/null <"$d/keepalive.pid"
+read -r k 2>/dev/null <"$d/keepalive-pid"
 case $k in ''|*[!0-9]*) echo "no keep-alive watchdog runs in this pod"; exit {NO_WATCHDOG_EXIT};;
 esac
 n=0

@@ -157,7 +157,7 @@ if ! {{ mkdir -p "$d" && : >"$hb"; }} 2>/dev/null; then
   echo "trainjob-magics: $d is not writable: idle release is off"
   while :; do sleep 3600 & wait $!; done
 fi
-sh -c 'echo "$PPID"' >"$d/keepalive.pid"
+sh -c 'echo "$PPID"' >"$d/keepalive-pid"
 echo "trainjob-magics: idle watchdog: exits after ${{t}}s without a heartbeat"
 idle=0; w=$s
 while :; do
