@@ -22,6 +22,7 @@ from devtools.notebook_run import WIDGET_VIEW_MIME, cell_texts, run_notebook
 from tests.helpers.cli_cluster import start_cli_cluster, stop_cli_cluster
 from tests.helpers.notebooks import html_of_cell, index_of
 from tests.helpers.polling import wait_until
+from trainjob_magics.magics.views.live import PANEL_MIME
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "dashboards.ipynb"
@@ -39,7 +40,7 @@ class Seen:
     """What the test saw while the kernel ran: the forward cell's live output and the page."""
 
     live_text: str = ""
-    live_widget: bool = False
+    live_panel: bool = False
     page: bytes = b""
     fetch_errors: list[str] = field(default_factory=list)
 
@@ -70,7 +71,12 @@ def _fetch_link(cell: Any, seen: Seen) -> None:
     """The forward cell just ran: keep its live output and fetch its link (from this process,
     the kernel still running)."""
     seen.live_text = _plain(cell)
-    seen.live_widget = any(WIDGET_VIEW_MIME in (o.get("data") or {}) for o in cell.outputs)
+    # the forward panel is static HTML with the panel MIME type the lab extension renders live
+    # (a widget view read "model not found" once its kernel was gone)
+    seen.live_panel = any(
+        PANEL_MIME in (o.get("data") or {}) and WIDGET_VIEW_MIME not in (o.get("data") or {})
+        for o in cell.outputs
+    )
     found = LIVE.match(seen.live_text)
     if not found:
         return
@@ -141,7 +147,7 @@ def test_the_link_served_the_pods_page_while_the_kernel_ran(executed: Executed) 
     found = LIVE.match(seen.live_text)
     assert found, f"the forward cell showed {seen.live_text!r}"
     assert int(found[3]) == port and int(found[5]) == port
-    assert seen.live_widget, "the live forward panel is no widget"
+    assert seen.live_panel, "the forward panel carries no panel MIME bundle"
     assert seen.page, f"the link served nothing: {seen.fetch_errors[-3:]}"
     if b"TensorBoard" in seen.page:
         return  # the image has tensorboard: its page

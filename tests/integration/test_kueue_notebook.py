@@ -13,6 +13,7 @@ from devtools.notebook_run import (
 )
 from tests.helpers.notebooks import widget_texts_of_cell
 from trainjob_magics.localcluster import LocalCluster
+from trainjob_magics.magics.views.live import PANEL_MIME
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "kueue.ipynb"
@@ -62,9 +63,10 @@ def test_second_session_admitted_after_close(executed: Any) -> None:
     index = _cell(executed, "live = StatusWidget()")
     live = "\n".join(widget_texts_of_cell(executed, index))
     assert "Running" in live and "Admitted by ClusterQueue cluster-queue" in live
-    # kept current from a background thread through its display id: no widget model
+    # kept current from a background thread through its display id: no widget model (the
+    # panel MIME type is the lab extension's live view of the same job)
     for output in executed.cells[index].outputs:
-        assert set(output.get("data", {})) == {"text/html", "text/plain"}, output
+        assert set(output.get("data", {})) == {"text/html", "text/plain", PANEL_MIME}, output
     final = _cell(executed, "session2 = second.result")
     text = "\n".join(widget_texts_of_cell(executed, final) + cell_texts(executed))
     assert "Admitted by ClusterQueue cluster-queue" in text
