@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from IPython.testing.globalipapp import get_ipython
+from IPython.core.interactiveshell import InteractiveShell
 
 from trainjob_magics.magics.failures import TrainJobUsageError
 from trainjob_magics.magics.magics import TrainJobMagics
@@ -13,7 +13,8 @@ from trainjob_magics.magics.options import parse
 
 @pytest.fixture(scope="module")
 def magics() -> TrainJobMagics:
-    return TrainJobMagics(shell=get_ipython())
+    # the unit tests' one shell (tests/unit/conftest.py): a second kind of shell is refused
+    return TrainJobMagics(shell=InteractiveShell.instance())
 
 
 def _error(fn: object, line: str) -> str:
