@@ -51,15 +51,20 @@ def rs() -> Iterator[StackContext]:
     if shutil.which("go") is None and not paths.bin_dir("kubernetes", versions.kubernetes).exists():
         _missing("Go is not installed and the real stack's builds are not cached")
     run = Path(tempfile.mkdtemp(prefix="tjm-faults-"))
-    before = host.snapshot()
+    before, stacks = host.snapshot(), host.stacks_on_host()
     try:
         ctx = stack.up(run, versions, NodeShape(gpus=0))
     except procs.StackError as exc:
         stack.down(run)
         _missing(f"the real stack did not start: {exc}")
     yield ctx
+    slot = ctx.node_slot
     stack.down(run)
-    after = host.snapshot()
+    # other stacks (the suite's own, a matrix run) may change the host meanwhile: only this
+    # module's stack is compared
+    others = {**stacks, **host.stacks_on_host()}
+    after = host.only_slot(host.snapshot(), slot, others)
+    before = host.only_slot(before, slot, others)
     assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
 
 

@@ -51,3 +51,23 @@ def test_our_own_stop_does_not_wait(monkeypatch) -> None:
     begun.command.stop_requested = True
     result = runner.succeeded(begun, ExecResult("", "", 137, pod="p"))
     assert result.returncode == 137 and len(reads) == 1
+
+
+def test_a_dropped_stream_whose_stop_finds_the_node_gone_is_a_lost_pod(monkeypatch) -> None:
+    """The node's machine died with the stream (its Node deleted after): the first read of the
+    pod claims nothing, the stopper cannot reach the node, a second read names the loss."""
+    from trainjob_magics.engine.errors import ConnectionLostError
+    from trainjob_magics.engine.result import StopReport
+
+    lost = PodDisruption("p", "lost", "lost: its node node-0 was deleted")
+    runner, reads = _runner(monkeypatch, [None, lost])
+    monkeypatch.setattr(
+        commands,
+        "stop_command",
+        lambda *a, **k: StopReport("p", "x", False, "PodNotRunningError: its node was deleted"),
+    )
+    begun = runner.begin("p", ["sh", "-c", "sleep 300"], None, None)
+    partial = ExecResult("before\n", "", None, pod="p")
+    err = runner.failed(begun, ConnectionLostError("closed", partial=partial), None)
+    assert isinstance(err, PodGoneError) and "lost" in str(err), err
+    assert err.partial.stdout == "before\n" and len(reads) == 2

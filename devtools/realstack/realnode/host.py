@@ -384,3 +384,34 @@ def _sysctl(name: str) -> str | None:
         return (Path("/proc/sys") / name).read_text().strip()
     except OSError:
         return None
+
+
+def stacks_on_host() -> dict[int, str]:
+    """slot -> node folder of every stack whose marker is on the host."""
+    found = {}
+    for slot in range(SLOTS):
+        with contextlib.suppress(OSError, ValueError):
+            found[slot] = json.loads(marker(slot).read_text()).get("node_dir", "")
+    return found
+
+
+def only_slot(snap: dict, slot: int, others: dict[int, str]) -> dict:
+    """``snap`` without what the stacks of ``others`` (slot -> node folder) own, so a test can
+    compare the host before and after its own stack while other stacks come and go."""
+    theirs = {s: d for s, d in others.items() if s != slot}
+    links = {host_link(s) for s in theirs}
+    spaces = {netns(s) for s in theirs}
+    leaves = {f"{CGROUP_LEAF}-{s}" for s in theirs}
+    dirs = [d for d in theirs.values() if d] + [str(netns_path(s)) for s in theirs]
+    view = dict(snap)
+    view["links"] = [x for x in snap["links"] if x not in links]
+    view["netns"] = [x for x in snap["netns"] if x not in spaces]
+    view["mounts"] = [
+        m for m in snap["mounts"] if not any(m == d or m.startswith(f"{d}/") for d in dirs)
+    ]
+    view["cgroups"] = {
+        h: [c for c in cs if Path(c).name not in leaves] for h, cs in snap["cgroups"].items()
+    }
+    if theirs:  # a fixed folder another stack made is that stack's
+        view.pop("paths", None)
+    return view

@@ -245,6 +245,12 @@ class CommandRunner:
             # Its output is lost from here on: stop it (waiting for a restarting API server,
             # within the retry window); if that fails it stays registered for interrupt().
             reports = self.interrupt(only=[key])
+            if not all(r.stopped for r in reports):
+                # a pod that went away meanwhile (its node's machine died with the stream, and
+                # its Node was deleted after: the stopper found no node) is named as such
+                gone = self._pod_gone(pod, exc.partial, "the connection dropped")
+                if gone is not None:
+                    return gone
             keep_registered = not all(r.stopped for r in reports)
             return ConnectionLostError(
                 lost_message(str(exc), pod, reports), partial=exc.partial, reports=reports
