@@ -251,6 +251,7 @@ class ExecClient:
         *,
         protocols: Sequence[str] = PROTOCOLS,
         resource: str = EXEC_RESOURCE,
+        bio: bool = False,
     ) -> handshake.ExecSocket:
         cfg = self.configuration
         sslopt: dict[str, Any] = {}
@@ -270,6 +271,7 @@ class ExecClient:
                 sslopt=sslopt,
                 timeout=CONNECT_TIMEOUT,
                 proxy=proxy,
+                bio=bio,
             )
         except websocket.WebSocketBadStatusException as exc:
             raise self._handshake_error(exc, namespace, pod, resource) from None
@@ -278,14 +280,24 @@ class ExecClient:
         return ws
 
     def upgrade(
-        self, url: str, namespace: str, pod: str, *, protocols: Sequence[str], resource: str
+        self,
+        url: str,
+        namespace: str,
+        pod: str,
+        *,
+        protocols: Sequence[str],
+        resource: str,
+        bio: bool = False,
     ) -> handshake.ExecSocket:
         """Open another pod subresource's WebSocket (e.g. pods/portforward), with the same
-        credentials, retries and one-line errors as an exec."""
+        credentials, retries and one-line errors as an exec (``bio``: TLS over memory BIOs,
+        for bulk streams; see ``handshake.connect``)."""
         return with_fresh_credentials(
             self.configuration,
             lambda: with_retries(
-                lambda: self._connect(url, namespace, pod, protocols=protocols, resource=resource),
+                lambda: self._connect(
+                    url, namespace, pod, protocols=protocols, resource=resource, bio=bio
+                ),
                 what=f"{resource} of pod {pod}",
                 window=window_of(self.configuration),
             ),

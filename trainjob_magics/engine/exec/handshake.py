@@ -21,9 +21,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import websocket
+from websocket._http import _get_addrinfo_list, _open_socket, _tunnel, proxy_info
 from websocket._http import connect as open_socket  # TCP, proxy tunnel and TLS
-from websocket._http import proxy_info
 from websocket._socket import sock_opt
+from websocket._url import parse_url
+
+from .biotls import BioSocket
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 MAX_HEAD = 64 * 1024  # a response head larger than this is not an API server's
@@ -122,6 +125,26 @@ def accepted(resp: dict[str, str], key: str, protocols: Sequence[str]) -> str | 
     return chosen
 
 
+def _open_bio(url: str, options: Any, info: Any, sslopt: dict[str, Any]) -> BioSocket:
+    """TCP (through an HTTP proxy's CONNECT if one is set), then TLS over memory BIOs, as
+    websocket-client's ``connect`` does with an ``SSLSocket``."""
+    hostname, port, _resource, is_secure = parse_url(url)
+    addrinfo, need_tunnel, auth = _get_addrinfo_list(hostname, port, is_secure, info)
+    if not addrinfo:
+        raise websocket.WebSocketException(f"Host not found.: {hostname}:{port}")
+    raw = _open_socket(addrinfo, options.sockopt, options.timeout)
+    try:
+        if need_tunnel:
+            raw = _tunnel(raw, hostname, port, auth)
+        sock = BioSocket(raw, sslopt["context"], sslopt.get("server_hostname") or hostname)
+        sock.handshake()
+        return sock
+    except BaseException:
+        with contextlib.suppress(OSError):
+            raw.close()
+        raise
+
+
 def connect(
     url: str,
     *,
@@ -130,11 +153,19 @@ def connect(
     sslopt: dict[str, Any],
     timeout: float,
     proxy: dict[str, Any] | None = None,
+    bio: bool = False,
 ) -> ExecSocket:
-    """Open ``url`` (``ws://`` or ``wss://``) and upgrade it, offering ``protocols``."""
+    """Open ``url`` (``ws://`` or ``wss://``) and upgrade it, offering ``protocols``. With
+    ``bio`` and a ``wss://`` URL with ``sslopt["context"]``, TLS runs over memory BIOs
+    (:class:`~.biotls.BioSocket`: many records per system call, for bulk streams)."""
     options = sock_opt(None, sslopt)
     options.timeout = timeout
-    sock, _addrs = open_socket(url, options, proxy_info(**(proxy or {})), None)
+    info = proxy_info(**(proxy or {}))
+    socks = bool(info.proxy_host) and info.proxy_protocol != "http"
+    if bio and url.startswith("wss://") and sslopt.get("context") is not None and not socks:
+        sock: Any = _open_bio(url, options, info, sslopt)
+    else:
+        sock, _addrs = open_socket(url, options, info, None)
     try:
         key = new_key()
         sock.sendall(request_bytes(url, headers, protocols, key))

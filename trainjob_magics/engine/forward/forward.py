@@ -215,7 +215,12 @@ class Forward:
     def _upgrade(self, pod: str, protocols: list[str]) -> ExecSocket:
         url = portforward_url(self._client.configuration.host, self.namespace, pod, self.port)
         return self._client.upgrade(
-            url, self.namespace, pod, protocols=protocols, resource=RESOURCE
+            url,
+            self.namespace,
+            pod,
+            protocols=protocols,
+            resource=RESOURCE,
+            bio=SUBPROTOCOL in protocols,  # the one tunnel: TLS over memory BIOs (bulk reads)
         )
 
     def _open(self, protocols: list[str] | None = None) -> tuple[ExecSocket, str]:

@@ -44,7 +44,7 @@ from ..exec.frames import (
 from ..exec.handshake import ExecSocket
 from . import spdy_frames as F
 from .spdy_session import Event, SpdySession
-from .tunnel import reset
+from .tunnel import flush_tls, has_pending, reset, wants_write
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ class SpdyTunnel:
                     ws_events = want
                 for conn in list(self.conns.values()):
                     self._watch(conn)
-                if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+                if ws_events & selectors.EVENT_READ and has_pending(self.sock):
                     ready = [(self.sock, None, selectors.EVENT_READ)]
                 else:
                     ready = [(k.fileobj, k.data, ev) for k, ev in sel.select(IDLE_POLL)]
@@ -281,7 +281,7 @@ class SpdyTunnel:
         events = 0
         if not self._ws_closed and not any(c.pending >= HIGH_WATER for c in self.conns.values()):
             events |= selectors.EVENT_READ
-        if self._out:
+        if self._out or wants_write(self.sock):
             events |= selectors.EVENT_WRITE
         return events
 
@@ -314,6 +314,8 @@ class SpdyTunnel:
             self._send_ws()
 
     def _send_ws(self) -> None:
+        if not self._out:
+            flush_tls(self.sock)
         while self._out:
             head = self._out[0]
             try:
@@ -325,6 +327,8 @@ class SpdyTunnel:
                 self._out[0] = head[n:]
                 return
             self._out.popleft()
+        if not self._out:
+            flush_tls(self.sock)
 
     def _read_ws(self) -> None:
         for _ in range(READS_PER_WAKE):
@@ -507,9 +511,9 @@ class SpdyTunnel:
         self._flush_session()
         self._out.append(memoryview(client_frame(struct.pack("!H", 1000), OP_CLOSE)))
         deadline = time.monotonic() + CLOSE_WAIT
-        while self._out and time.monotonic() < deadline:
+        while (self._out or wants_write(self.sock)) and time.monotonic() < deadline:
             self._send_ws()
-            if self._out:
+            if self._out or wants_write(self.sock):
                 time.sleep(0.01)
 
 

@@ -60,6 +60,24 @@ def portforward_url(host: str, namespace: str, pod: str, port: int) -> str:
     return f"{ws_base(host)}{path}?ports={int(port)}"
 
 
+def has_pending(sock: object) -> bool:
+    """``sock`` holds received bytes ``select`` cannot see (TLS: decrypted or still to be)."""
+    pending = getattr(sock, "pending", None)
+    return bool(pending is not None and pending())
+
+
+def wants_write(sock: object) -> bool:
+    """``sock`` (a :class:`~..exec.biotls.BioSocket`) holds ciphertext the kernel did not take."""
+    return bool(getattr(sock, "wants_write", False))
+
+
+def flush_tls(sock: object) -> None:
+    """Send the ciphertext ``sock`` still holds, as far as the kernel takes it now."""
+    flush = getattr(sock, "flush", None)
+    if flush is not None:
+        flush()
+
+
 def reset(sock: socket.socket) -> None:
     """Close with an RST, so the local client sees the connection fail (not a clean end)."""
     with contextlib.suppress(OSError):
@@ -117,7 +135,7 @@ class Tunnel:
                     self._dropped = True  # cut short: the local client sees a reset
                     break
                 self._watch(sel, watching)
-                if isinstance(self.remote, ssl.SSLSocket) and self.remote.pending():
+                if watching[self.remote] & selectors.EVENT_READ and has_pending(self.remote):
                     ready = [self.remote]
                 else:
                     ready = [key.fileobj for key, _ in sel.select(IDLE_POLL)]
@@ -147,7 +165,7 @@ class Tunnel:
         remote = 0
         if not self._remote_done and len(self._to_local) - self._to_local_pos < HIGH_WATER:
             remote |= selectors.EVENT_READ
-        if self._frame is not None or self._to_remote:
+        if self._frame is not None or self._to_remote or wants_write(self.remote):
             remote |= selectors.EVENT_WRITE
         local = 0
         if not self._local_eof and self._closing_at is None and self._queued < HIGH_WATER:
@@ -228,6 +246,7 @@ class Tunnel:
         while True:
             if self._frame is None:
                 if not self._to_remote:
+                    flush_tls(self.remote)
                     return
                 self._frame, self._frame_pos = memoryview(self._to_remote.popleft()), 0
             try:
