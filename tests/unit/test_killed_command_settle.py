@@ -71,3 +71,20 @@ def test_a_dropped_stream_whose_stop_finds_the_node_gone_is_a_lost_pod(monkeypat
     err = runner.failed(begun, ConnectionLostError("closed", partial=partial), None)
     assert isinstance(err, PodGoneError) and "lost" in str(err), err
     assert err.partial.stdout == "before\n" and len(reads) == 2
+
+
+@pytest.mark.parametrize(
+    ("version", "keeps_nodes"), [("v1.36.3", True), ("v1.36.3+trainjob-magics-local", False)]
+)
+def test_a_cluster_whose_only_node_was_deleted_still_keeps_nodes(
+    monkeypatch, version: str, keeps_nodes: bool
+) -> None:
+    """A one-node cluster lists no Node once its node is deleted; only the local cluster (its
+    /version says so) has none to delete."""
+    from trainjob_magics.engine.exec import disruption
+
+    def request(api, method, path, **kwargs):
+        return {"items": []} if path.startswith("/api/v1/nodes") else {"gitVersion": version}
+
+    monkeypatch.setattr(disruption, "request", request)
+    assert disruption._serves_nodes(object()) is keeps_nodes

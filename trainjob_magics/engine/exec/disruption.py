@@ -140,15 +140,27 @@ def _node_gone(api: ApiClient, pod: str, node: str) -> PodDisruption | None:
     return None
 
 
+# what the local cluster's /version carries (trainjob/capacity.py LOCAL_MARKER)
+LOCAL_MARKER = "+trainjob-magics-local"
+
+
 def _serves_nodes(api: ApiClient) -> bool:
-    """True when the server lists at least one Node (so a node's 404 means it was deleted)."""
+    """True when the server keeps Node objects (so a node's 404 means it was deleted): it lists
+    one, or it lists none and is not the local cluster (a one-node cluster whose node was just
+    deleted lists none too; seen on the real stack's node)."""
     try:
         listed = request(
             api, "GET", "/api/v1/nodes?limit=1", verb="list", resource="nodes", timeout=10.0
         )
     except TrainJobError:
         return False
-    return bool((listed or {}).get("items"))
+    if (listed or {}).get("items"):
+        return True
+    try:
+        info = request(api, "GET", "/version", verb="get", resource="version", attempts=1)
+    except TrainJobError:
+        return False
+    return LOCAL_MARKER not in str((info or {}).get("gitVersion") or "")
 
 
 __all__ = ["KILLED_EXIT_CODES", "PodDisruption", "pod_disruption", "read_disruption"]
