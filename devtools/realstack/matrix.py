@@ -155,7 +155,7 @@ def _per_runtime(r: dict) -> str:
 def _differential(r: dict) -> str:
     d = r.get("differential")
     if not d:
-        return "not run (no tests/differential)"
+        return "not run with this row (--suites realcluster)"
     return (
         f"{d['passed']} passed, {d['failed'] + d['error']} failed, {d['skipped']} skipped "
         f"({d['seconds']} s)"
