@@ -228,6 +228,7 @@ def _not_served(trainer: str, kueue: str, note: str, parent: Path) -> dict | Non
             "trainer": trainer,
             "kueue": kueue,
             "jobset": Versions(trainer=trainer, kueue=kueue).resolved().jobset,
+            "node": "real",
             "result": "not buildable",
             "why": f"{note}: {str(exc).splitlines()[0]}",
         }
