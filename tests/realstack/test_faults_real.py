@@ -65,7 +65,17 @@ def rs() -> Iterator[StackContext]:
     others = {**stacks, **host.stacks_on_host()}
     after = host.only_slot(host.snapshot(), slot, others)
     before = host.only_slot(before, slot, others)
-    assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+    changed = {
+        k: (
+            sorted(set(map(str, before[k])) - set(map(str, after[k]))),
+            sorted(set(map(str, after[k])) - set(map(str, before[k]))),
+        )
+        if isinstance(before[k], list)
+        else (before[k], after[k])
+        for k in before
+        if before[k] != after[k]
+    }
+    assert not changed, f"the host changed (before-only, after-only): {changed}"
 
 
 def kc(ctx: StackContext) -> str:
