@@ -492,6 +492,9 @@ class ConnectStatusView:
 
     def final(self, state: str, note: str = "", cause: str = "") -> None:
         """The connect did not give a session (interrupted, timed out, failed): the panel
-        shows ``state``; in text mode the error line says it."""
+        shows ``state``; in text mode a change held back is printed first (why it waited),
+        and the error line says the rest."""
+        if self._pending is not None:
+            self._print(*self._pending)
         if self._widgets and self.widget_view is not None:
             self.widget_view.final(state, note, cause)
