@@ -89,7 +89,9 @@ COMPACT_CELL = CELL_STYLE + ";padding-top:0;padding-bottom:0;line-height:1.35"
 # what JupyterLab's sanitizer keeps in an untrusted notebook; ``overflow-wrap:anywhere`` breaks
 # only where needed where it applies. Both let the table shrink below its names' length.
 WRAP_COLUMNS = ("NAME", "NODE", "WAITING")
-WRAP_CELL = COMPACT_CELL + ";white-space:normal;word-break:break-all;overflow-wrap:anywhere"
+# (no ``word-break:break-all``: it cut every name and node mid-word once a column wrapped;
+# the names' hyphens are where they break)
+WRAP_CELL = COMPACT_CELL + ";white-space:normal;overflow-wrap:anywhere"
 
 
 def _cell_styles() -> list[str]:
