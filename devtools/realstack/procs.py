@@ -164,6 +164,12 @@ def tail(run: Path, name: str, lines: int = 15) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def http_ok(url: str) -> bool:
+    """True when GET ``url`` (plain HTTP, a component's health endpoint) answers 200."""
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return resp.status == 200
+
+
 def https_ok(url: str, *, ca: Path, cert: Path | None = None, key: Path | None = None) -> bool:
     """True when GET ``url`` answers 200 over TLS verified against ``ca``."""
     ctx = ssl.create_default_context(cafile=str(ca))

@@ -123,18 +123,11 @@ def start(ctx: StackContext, binaries: Path) -> None:
     procs.start(ctx.run, "coredns", host.in_node(ctx.node_slot, argv), cwd=base)
     procs.wait_for(
         "CoreDNS /health",
-        lambda: _http_ok(f"http://{health}/health"),
+        lambda: procs.http_ok(f"http://{health}/health"),
         timeout=60,
         run=ctx.run,
         name="coredns",
     )
-
-
-def _http_ok(url: str) -> bool:
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return resp.status == 200
 
 
 def stop(ctx: StackContext) -> None:

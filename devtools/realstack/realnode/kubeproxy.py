@@ -52,18 +52,11 @@ def start(ctx: StackContext, kube: Path) -> None:
     url = f"http://{host.node_ip(ctx.node_slot)}:10256/healthz"
     procs.wait_for(
         "kube-proxy /healthz",
-        lambda: _http_ok(url),
+        lambda: procs.http_ok(url),
         timeout=60,
         run=ctx.run,
         name="kube-proxy",
     )
-
-
-def _http_ok(url: str) -> bool:
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return resp.status == 200
 
 
 def stop(ctx: StackContext) -> None:
