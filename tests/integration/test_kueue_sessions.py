@@ -142,28 +142,13 @@ def test_preemption_mid_session_then_readmission(kcluster: LocalCluster, kc: str
     session = _connect(kc, timeout=30)
     try:
         pod = session.pod
-        chunks: list[str] = []
-        errors: list[BaseException] = []
 
-        def run() -> None:
-            try:
-                session.execute(
-                    "echo started; sleep 20", on_output=lambda _p, _s, text: chunks.append(text)
-                )
-            except BaseException as exc:
-                errors.append(exc)
+        def preempt() -> None:
+            kcluster.kueue.set_quota({"cpu": "0"})  # nothing else may be admitted meanwhile
+            kcluster.kueue.preempt(session.name)
 
-        thread = threading.Thread(target=run)
-        thread.start()
-        deadline = time.monotonic() + 10
-        while "started" not in "".join(chunks):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        kcluster.kueue.set_quota({"cpu": "0"})  # nothing else may be admitted meanwhile
-        kcluster.kueue.preempt(session.name)
-        thread.join(30)
-        assert errors and isinstance(errors[0], SessionPreemptedError), errors
-        err = errors[0]
+        err = _run_until(session, preempt)
+        assert isinstance(err, SessionPreemptedError), err
         assert "Preempted to accommodate a workload" in str(err)
         assert "wait_ready()" in str(err)
         assert err.partial is not None and "started" in err.partial.stdout
