@@ -65,6 +65,9 @@ def test_an_exec_into_a_container_being_stopped_never_started() -> None:
         'container: failed to start exec "abc": ttrpc: closed',
         'Internal error occurred: error executing command in container: container "abc" in '
         "pod sandbox not created: not found",
+        "Internal error occurred: error executing command in container: failed to exec in "
+        "container: failed to load task: rpc error: code = NotFound desc = task "
+        "1f0c2a45ae9d39736ac not found",
     ):
         with pytest.raises(E.PodNotRunningError):
             _outcome(message)()

@@ -116,10 +116,13 @@ _NOT_RUNNING = re.compile(
 # as ``Internal error occurred: unable to upgrade connection: container not found ("node")``.
 # A real kubelet on containerd whose container is being stopped (its pod deleted or evicted)
 # answers `error executing command in container: ... ttrpc: closed` or `... not created: not
-# found` (seen on the real stack's node): the container is going, nothing ran.
+# found` (seen on the real stack's node), or, once its task is deleted, `failed to load task:
+# ... task <id> not found` (containerd v2.2 internal/cri/server/container_execsync.go and
+# plugins/services/tasks/local.go getTask): the container is going, nothing ran.
 _NEVER_STARTED = re.compile(
     r"container not found|completed pod|current phase is|not running|CONTAINER_EXITED|"
-    r"ttrpc: closed|not created: not found|cannot exec in a stopped",
+    r"ttrpc: closed|not created: not found|cannot exec in a stopped|"
+    r"failed to load task:.*not found",
     re.IGNORECASE,
 )
 
