@@ -19,7 +19,7 @@ from kubernetes import client as k8s
 
 from tests.helpers.kube import list_trainjobs
 from tests.helpers.polling import wait_until
-from tests.integration.faultproxy import FaultProxy
+from tests.helpers.faultproxy import FaultProxy
 from trainjob_magics import TrainJobSession, attach, connect
 from trainjob_magics.engine import errors as E
 from trainjob_magics.localcluster import LocalCluster

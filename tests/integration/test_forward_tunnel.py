@@ -20,7 +20,7 @@ import pytest
 
 from tests.helpers.polling import wait_until
 from tests.helpers.ports import fetch, free_port, port_is_free, serving
-from tests.integration.faultproxy import FaultProxy
+from tests.helpers.faultproxy import FaultProxy
 from trainjob_magics import TrainJobSession, connect
 from trainjob_magics.engine import errors as E
 from trainjob_magics.localcluster import LocalCluster

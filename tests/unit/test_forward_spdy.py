@@ -241,3 +241,27 @@ def test_goaway_ends_new_streams_not_old_ones() -> None:
         session.open_stream({"streamType": "data", "port": "80", "requestID": "1"})
     events = session.receive(F.data(sid, b"still here", fin=True))
     assert [(e.kind, bytes(e.data)) for e in events] == [("data", b"still here"), ("fin", b"")]
+
+
+def test_a_stream_error_of_a_gone_sandbox_moves_the_connection_but_a_refusal_does_not() -> None:
+    """containerd's answers (seen on the real stack's node after `kubectl delete pod`): a gone
+    sandbox lets the unanswered connection go to the pod in its place; nothing listening does
+    not (the pod is there)."""
+    from trainjob_magics.engine.forward.spdy_tunnel import POD_GONE
+
+    sandbox = "927814687218c2546b97f8c4b87b4a590ce61d2b87227b2b716d567f654d82b9"
+    gone = [
+        f"error forwarding port 8000 to pod {sandbox}, uid : network namespace for sandbox "
+        f'"{sandbox}" is closed',
+        f'error forwarding port 8000 to pod {sandbox}, uid : failed to find sandbox "{sandbox}" '
+        "in store: not found",
+        "sandbox container is not running",
+    ]
+    refused = (
+        f"error forwarding port 8000 to pod {sandbox}, uid : failed to execute portforward in "
+        'network namespace "/var/run/netns/cni-1": failed to connect to localhost:8000 inside '
+        f'namespace "{sandbox}", IPv4: dial tcp4 127.0.0.1:8000: connect: connection refused '
+        "IPv6 dial tcp6 [::1]:8000: connect: connection refused "
+    )
+    assert all(POD_GONE.search(text) for text in gone)
+    assert not POD_GONE.search(refused)

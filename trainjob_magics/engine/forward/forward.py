@@ -122,6 +122,7 @@ class Forward:
         self.on_error = on_error
         self.errors: list[str] = []
         self.connections = 0  # accepted so far
+        self.upgrades = 0  # pods/portforward WebSockets opened so far (the start's included)
         self._client = client
         self._pod = pod
         self._on_close: list[Callable[[Forward], None]] = [on_close] if on_close else []
@@ -214,6 +215,8 @@ class Forward:
 
     def _upgrade(self, pod: str, protocols: list[str]) -> ExecSocket:
         url = portforward_url(self._client.configuration.host, self.namespace, pod, self.port)
+        with self._lock:
+            self.upgrades += 1
         return self._client.upgrade(
             url,
             self.namespace,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import re
 import selectors
 import socket
 import ssl
@@ -58,6 +59,18 @@ IDLE_POLL = 1.0
 PING_PERIOD = 10.0  # as kubectl (client-go portforward.PingPeriod)
 PONG_WAIT = 30.0  # no pong this long after a ping: the tunnel is dead
 MAX_ERROR_TEXT = 4096
+# What the node says on a stream's error stream when the pod's sandbox is gone (deleted, being
+# replaced) while the tunnel, which the API server keeps open, still names it: containerd v2.2
+# internal/cri/server/sandbox_portforward.go and sandbox_portforward_linux.go. The connection
+# never reached the pod, so it may go to the pod now in its place. (Nothing listening reads
+# `failed to execute portforward in network namespace ...: failed to connect to localhost:P
+# inside namespace ...: connection refused`: the pod is there.)
+POD_GONE = re.compile(
+    r"failed to find sandbox|sandbox container is not running|network namespace for sandbox "
+    r".* is closed",
+    re.IGNORECASE,
+)
+
 REPLAY_MAX = 64 * 1024  # bytes kept of an unanswered connection, to send again elsewhere
 CLOSE_WAIT = 1.0  # seconds to let our close frame out once stopping
 
@@ -476,6 +489,12 @@ class SpdyTunnel:
 
     def _finish_done(self) -> None:
         for conn in list(self.conns.values()):
+            if conn.error_done and POD_GONE.search(conn.error) and not conn.sent:
+                self.retire()  # it leads to a pod that is gone: new connections look again
+                failed, conn.error = conn.error, ""
+                if self._hand_over(conn):
+                    continue
+                conn.error = failed
             if conn.broken or (conn.remote_fin and conn.error_done and not conn.pending):
                 self._end(conn)
 

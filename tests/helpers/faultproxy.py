@@ -1,7 +1,9 @@
-"""A real TCP proxy in front of the local cluster that can reset connections on demand.
+"""A real TCP proxy in front of an API server that can reset connections on demand.
 
 Connection errors (RST, refused) cannot be produced by the API server itself, so tests put this
-proxy between the client and the cluster: TLS passes through untouched.
+proxy between the client and the cluster: TLS passes through untouched. ``for_kubeconfig``
+serves any cluster (the local one, the real stack, a user's): the copied kubeconfig names the
+proxy and keeps the server's own name for TLS (``tls-server-name``).
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ import socket
 import struct
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
 
 
 class FaultProxy:
     """Forward 127.0.0.1:<port> to ``target``; ``reset_next(n)`` resets the next n connections."""
 
-    def __init__(self, target_port: int) -> None:
-        self.target = ("127.0.0.1", target_port)
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+        self.target = (target_host, target_port)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self._lock = threading.Lock()
@@ -52,6 +57,23 @@ class FaultProxy:
         dest.write_text(text)
         return dest
 
+    @classmethod
+    def for_kubeconfig(cls, source: Path, dest: Path) -> FaultProxy:
+        """A proxy in front of ``source``'s current cluster; ``dest`` is written as a copy of
+        ``source`` that reaches the cluster through it."""
+        config = yaml.safe_load(source.read_text())
+        context_name = config.get("current-context")
+        context = next(c for c in config["contexts"] if c["name"] == context_name)["context"]
+        cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])["cluster"]
+        server = urlsplit(cluster["server"])
+        proxy = cls(server.port or 443, server.hostname or "127.0.0.1")
+        cluster["server"] = f"https://127.0.0.1:{proxy.port}{server.path}"
+        if server.hostname not in ("127.0.0.1", None):
+            cluster.setdefault("tls-server-name", server.hostname)
+        _absolute_files(config, source.parent)
+        dest.write_text(yaml.safe_dump(config))
+        return proxy
+
     def _accept(self) -> None:
         while not self._stop.is_set():
             try:
@@ -75,6 +97,19 @@ class FaultProxy:
                 self._conns += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+
+
+FILE_KEYS = ("certificate-authority", "client-certificate", "client-key", "tokenFile")
+
+
+def _absolute_files(config: dict, base: Path) -> None:
+    """Relative file names in a kubeconfig are relative to its own directory: keep them so."""
+    for section, key in (("clusters", "cluster"), ("users", "user")):
+        for entry in config.get(section) or []:
+            body = entry.get(key) or {}
+            for name in FILE_KEYS:
+                if body.get(name) and not Path(body[name]).is_absolute():
+                    body[name] = str(base / body[name])
 
 
 def _rst(sock: socket.socket) -> None:
