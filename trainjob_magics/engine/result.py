@@ -220,6 +220,7 @@ class JobStatus:
     problem: str = ""  # why the trainer pod waits: the scheduler's or kubelet's words
     disruption: str = ""  # the last pod deletion/eviction/preemption a command of this session saw
     shape: PodShape | None = None  # the trainer pod's volumes, service account and placement
+    uid: str = ""  # the TrainJob's uid once it exists (a newer job of the same name has another)
 
 
 def _unlink(path: str) -> None:

@@ -16,6 +16,8 @@ from .failures import TrainJobCellError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, check_var, chosen_session
 from .outcomes import learn_from_cell, learn_from_cell_error
+from .registry import session_name
+from .views.live import panel_ref
 from .views.text import NullOutputView, footer_text
 from .worker import Pump, join_text
 
@@ -71,6 +73,7 @@ def _run_in(host: MagicsHost, args: Any, cell: str, entry: Any, session: Any) ->
         learn_from_cell_error(entry, exc)  # e.g. preempted, or the job ended
         raise as_one_line(exc) from None
     view = _view(host, run, args)
+    key_cell_panel(view, session)
     raises = bool(host.settings.raise_on_error and not args.no_raise_error)
     result, error = follow(run, pump, view, raises=raises)
     learn_from_cell(entry, result, _engine_error(error))
@@ -101,6 +104,19 @@ def _view(host: MagicsHost, run: CommandRun, args: Any) -> Any:
     if args.quiet:
         return SinglePodView(NullOutputView())
     return SinglePodView(host.output_view(f"{args.result or '_trainjob'}.stdout / .stderr"))
+
+
+def key_cell_panel(view: Any, session: Any) -> None:
+    """The cell's panel, once frozen, carries its TrainJob's name and uid (views/live.py): where
+    the lab extension runs, the job's live state shows above the output, which stays static."""
+    display = getattr(getattr(view, "view", view), "display", None)
+    if display is not None:
+        display.panel = panel_ref(
+            "cell",
+            session_name(session),
+            str(getattr(session, "namespace", "") or ""),
+            str(getattr(session, "job_uid", "") or ""),
+        )
 
 
 class SinglePodView:
@@ -215,4 +231,4 @@ def store(host: MagicsHost, result: Any, args: Any) -> None:
         ns[args.result] = result
 
 
-__all__ = ["run_cell"]
+__all__ = ["key_cell_panel", "run_cell"]

@@ -81,7 +81,11 @@ def start(host: MagicsHost, entry: Entry, port: str, args: Any) -> None:
         alias=entry.alias,
         widgets=host.use_widgets(),
         show=bool(args.show),
-        job=(session_name(session), str(getattr(session, "namespace", ""))),
+        job=(
+            session_name(session),
+            str(getattr(session, "namespace", "")),
+            str(getattr(session, "job_uid", "") or ""),
+        ),
     )
     with lock:
         holder["panel"] = panel

@@ -13,7 +13,7 @@ from typing import Any
 from IPython.display import display
 
 from ..engine import MultiPythonResult, PythonResult, PythonRun, RemoteError
-from .cell import QuietPodsView, SinglePodView, multi_summary
+from .cell import QuietPodsView, SinglePodView, key_cell_panel, multi_summary
 from .failures import TrainJobCellError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, check_var, chosen_session
@@ -92,6 +92,7 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> Any:
         learn_from_cell_error(entry, exc)  # e.g. preempted, or the job ended
         raise as_one_line(exc) from None
     view = _view(host, run, args)
+    key_cell_panel(view, session)
     result, error = _follow(run, pump, view)
     learn_from_cell(entry, result, error)
     if result is not None:

@@ -3,6 +3,7 @@
 import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
+import { forwardClosed, renderForwardEnded } from './forward';
 import { sharedModel } from './model';
 import { isStale, renderLive } from './panel';
 import { IPanelRef, PANEL_MIME } from './types';
@@ -12,6 +13,7 @@ export class PanelRenderer extends Widget implements IRenderMime.IRenderer {
   private _live: HTMLDivElement;
   private _static: HTMLDivElement;
   private _sanitizer: IRenderMime.ISanitizer;
+  private _ended = false; // the static part shows the forward's ended form
 
   constructor(options: IRenderMime.IRendererOptions) {
     super();
@@ -28,6 +30,7 @@ export class PanelRenderer extends Widget implements IRenderMime.IRenderer {
 
   renderModel(model: IRenderMime.IMimeModel): Promise<void> {
     this._ref = model.data[PANEL_MIME] as unknown as IPanelRef;
+    this._ended = false;
     const html = model.data['text/html'];
     const text = model.data['text/plain'];
     if (typeof html === 'string') {
@@ -46,7 +49,12 @@ export class PanelRenderer extends Widget implements IRenderMime.IRenderer {
     }
     const job = sharedModel().find(ref.namespace, ref.name, ref.uid ?? '');
     renderLive(this._live, ref, job);
-    this._static.classList.toggle('tjm-stale', isStale(job));
+    const closed = forwardClosed(ref, job);
+    if (closed && !this._ended) {
+      this._ended = true;
+      renderForwardEnded(this._static, ref, closed);
+    }
+    this._static.classList.toggle('tjm-stale', !this._ended && isStale(job, ref));
   }
 
   dispose(): void {

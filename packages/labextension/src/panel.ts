@@ -8,6 +8,10 @@ export function liveLine(ref: IPanelRef, job: ISession | null): string {
   if (!job) {
     return `${what}TrainJob ${ref.name}: reading its state…`;
   }
+  if (ref.kind === 'cell') {
+    // the output below stays true; only the job it ran in moves on
+    return `ran in TrainJob ${ref.name} · now ${stateLine(job)}`;
+  }
   const parts = [`${what}TrainJob ${ref.name}: ${stateLine(job)}`];
   if (job.gone && ref.kind === 'forward') {
     parts.push('the forward is closed');
@@ -18,8 +22,12 @@ export function liveLine(ref: IPanelRef, job: ISession | null): string {
   return parts.join(' · ');
 }
 
-/** Whether the kernel's drawing below is out of date (the job is gone or ended). */
-export function isStale(job: ISession | null): boolean {
+/** Whether the kernel's drawing below is out of date (the job is gone or ended); a cell's
+ * output never is. */
+export function isStale(job: ISession | null, ref?: IPanelRef): boolean {
+  if (ref?.kind === 'cell') {
+    return false;
+  }
   return !!job && (!!job.gone || ['Complete', 'Failed', 'Deleting'].includes(job.state));
 }
 

@@ -72,6 +72,9 @@ export interface IPanelRef {
   alias?: string;
   port?: number;
   link?: string;
+  pod?: string;
+  /** A forward panel: the kernel drew it forwarding (only the kernel could end that drawing). */
+  forwarding?: boolean;
 }
 
 export const PANEL_MIME = 'application/vnd.trainjob-magics.panel+json';

@@ -21,9 +21,10 @@ from ..kube.objects import is_ready, parse_time, pod_name, pod_phase
 from ..kueue.labels import queue_of
 from ..trainjob.body import runtime_ref
 from ..trainjob.orphans import job_state
-from .holdings import holding
+from .holdings import duration_words, holding
 
 IDLE_WARNING_SECONDS = 300.0  # the panels and the sidebar warn this long before an idle stop
+IDLE_STOP_BY = "idle stop"  # the closed-by note of a session the kernel stopped for being idle
 
 
 def _iso(when: datetime | None) -> str | None:
@@ -106,6 +107,11 @@ def gone_reason(last_seen: Mapping[str, Any] | None) -> str:
     """Why a job we saw is no longer there, from the last version of it we saw."""
     notes = ((last_seen or {}).get("metadata") or {}).get("annotations") or {}
     by = str(notes.get(CLOSED_BY_ANNOTATION, ""))
+    if by == IDLE_STOP_BY:
+        idle = _number(notes.get(IDLE_STOP_ANNOTATION))
+        return "stopped for being idle" + (
+            f" (no command for {duration_words(idle)})" if idle else ""
+        )
     if by:
         return (
             f"closed by {by}" if by.startswith("%") or by.startswith("the ") else f"closed at {by}"

@@ -183,6 +183,7 @@ def job_status(
         trainer_pod=trainer_name,
         elapsed=max(0.0, time.monotonic() - started_at),
         shape=pod_shape(trainer),
+        uid=str(((trainjob or {}).get("metadata") or {}).get("uid") or ""),
     )
 
 

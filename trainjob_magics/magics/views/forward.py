@@ -35,11 +35,11 @@ class ForwardPanel:
         alias: str,
         widgets: bool,
         show: bool,
-        job: tuple[str, str] | None = None,
+        job: tuple[str, str, str] | None = None,
     ) -> None:
         self.link, self.port, self.pod, self.alias = link, port, pod, alias
         self.show = show
-        self.job = job  # (TrainJob name, namespace): the live panel's key
+        self.job = job  # (TrainJob name, namespace, uid): the live panel's key
         self.problems: list[str] = []
         self.state = "Forwarding"
         self._lock = threading.Lock()
@@ -54,14 +54,25 @@ class ForwardPanel:
             print(self.text())
 
     def bundle(self, *, live: bool) -> dict[str, Any]:
-        """The display: HTML, text and, for the lab extension, the live panel's key."""
+        """The display: HTML, text and, for the lab extension, the live panel's key and what
+        it needs to draw the ended form itself (``forwarding``: this drawing is the live one,
+        which the kernel can no longer end once it restarted or the page was reopened)."""
         out: dict[str, Any] = {
             "text/html": self._html(live=live) + ERROR_WRAP_CSS,
             "text/plain": self.text(),
         }
         if self.job is not None:
+            name, namespace, uid = self.job
             out[PANEL_MIME] = panel_ref(
-                "forward", self.job[0], self.job[1], port=self.port, link=self.link
+                "forward",
+                name,
+                namespace,
+                uid,
+                port=self.port,
+                link=self.link,
+                pod=self.pod,
+                alias=self.alias,
+                forwarding=live,
             )
         return out
 

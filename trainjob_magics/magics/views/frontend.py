@@ -48,6 +48,7 @@ class WidgetDisplay:
         from IPython.display import display
 
         self.widget = widget
+        self.panel: dict[str, Any] | None = None  # the live key the frozen view carries
         self.handle = display(widget_bundle(widget, text), raw=True, display_id=True)
 
     def update_text(self, text: str) -> None:
@@ -59,12 +60,17 @@ class WidgetDisplay:
         """Replace the live widget by static ``text/html`` + ``text/plain`` and close its model.
 
         A finished result then survives the kernel: a notebook saved without widget state shows
-        it in JupyterLab, Notebook 7, nbviewer and GitHub.
+        it in JupyterLab, Notebook 7, nbviewer and GitHub. With :attr:`panel` set, the bundle
+        also carries the panel MIME type: the lab extension adds the job's live state above.
         """
+        from .live import PANEL_MIME
         from .styles import ERROR_WRAP_CSS
 
         if self.handle is not None:
-            self.handle.update({"text/html": html + ERROR_WRAP_CSS, "text/plain": text}, raw=True)
+            bundle: dict[str, Any] = {"text/html": html + ERROR_WRAP_CSS, "text/plain": text}
+            if self.panel is not None:
+                bundle[PANEL_MIME] = self.panel
+            self.handle.update(bundle, raw=True)
         close_tree(self.widget)
 
 

@@ -298,6 +298,8 @@ class StatusWidget:
     def _set(self, status: Any) -> None:
         with self._lock:
             self.status = status
+            # kept once known: the status of a deleted job has none
+            self.uid = self.uid or str(getattr(status, "uid", "") or "")
             self._base = (float(status.elapsed), self.clock())
             self._render()
 
