@@ -44,12 +44,20 @@ export function stateLine(s: ISession): string {
   return parts.join(' · ');
 }
 
-/** The idle-stop warning, or '' when none is due within 5 minutes. */
-export function idleWarning(s: ISession): string {
-  if (!s.idleWarning || s.idleStopIn === null || s.idleStopIn === undefined) {
+export const IDLE_WARNING_SECONDS = 300; // as the server extension (inventory/records.py)
+
+/** The idle-stop warning, or '' when none is due within 5 minutes; counted down from when the
+ * record was read (``readAt``), so a panel between two reads does not stand still. */
+export function idleWarning(s: ISession, now: number = Date.now()): string {
+  if (s.idleStopIn === null || s.idleStopIn === undefined) {
     return '';
   }
-  return `Idle stop in ${durationWords(s.idleStopIn)}: run a command to keep it`;
+  const since = s.readAt === undefined ? 0 : Math.max(0, now - s.readAt) / 1000;
+  const left = s.idleStopIn - since;
+  if (!s.idleWarning && left > IDLE_WARNING_SECONDS) {
+    return '';
+  }
+  return `Idle stop in ${durationWords(left)}: run a command to keep it`;
 }
 
 export interface ITotals {

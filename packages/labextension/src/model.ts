@@ -6,7 +6,7 @@ import { ISession, ISnapshot } from './types';
 
 const WAIT_SECONDS = 20;
 const RETRY_MS = 2000;
-const TICK_MS = 1000;
+const TICK_MS = 5000; // idle times and the idle-stop countdown move on between changes
 
 export class SessionsModel {
   private _snapshot: ISnapshot | null = null;
@@ -34,8 +34,7 @@ export class SessionsModel {
     }
     this._running = true;
     void this._loop();
-    // idle and held times move on between changes
-    window.setInterval(() => this._changed.emit(), TICK_MS * 15);
+    window.setInterval(() => this._changed.emit(), TICK_MS);
   }
 
   private async _loop(): Promise<void> {
@@ -43,6 +42,8 @@ export class SessionsModel {
     while (this._running) {
       try {
         const snap = await fetchSessions(since, WAIT_SECONDS);
+        const readAt = Date.now();
+        snap.sessions.forEach(s => (s.readAt = readAt));
         const changed = since === null || snap.version !== since;
         since = snap.version;
         this._snapshot = snap;
@@ -81,7 +82,7 @@ export class SessionsModel {
       this._asked.add(key);
       fetchJob(namespace, name, uid)
         .then(job => {
-          this._jobs.set(key, job);
+          this._jobs.set(key, { ...job, readAt: Date.now() });
           this._changed.emit();
         })
         .catch(() => {

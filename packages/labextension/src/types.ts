@@ -52,6 +52,8 @@ export interface ISession {
   holds: IHolds | null;
   gone: IGone | null;
   problem?: string;
+  /** When this page read the record (Date.now()); set by the page, not the server. */
+  readAt?: number;
 }
 
 export interface ISnapshot {

@@ -61,6 +61,17 @@ describe('wording', () => {
     );
   });
 
+  it('counts the idle stop down from when the record was read', () => {
+    const read = session({ idleWarning: true, idleStopIn: 45, readAt: 1_000_000 });
+    expect(idleWarning(read, 1_000_000)).toBe('Idle stop in 45 s: run a command to keep it');
+    expect(idleWarning(read, 1_030_000)).toBe('Idle stop in 15 s: run a command to keep it');
+    expect(idleWarning(read, 1_090_000)).toBe('Idle stop in 0 s: run a command to keep it');
+    // read 6 min before the stop: the warning starts a minute later, without a new read
+    const early = session({ idleWarning: false, idleStopIn: 360, readAt: 0 });
+    expect(idleWarning(early, 30_000)).toBe('');
+    expect(idleWarning(early, 61_000)).toBe('Idle stop in 4 min: run a command to keep it');
+  });
+
   it('adds up what the live sessions hold, not the gone ones', () => {
     const t = totals([session(), session({ gone: { reason: 'deleted', at: null } })]);
     expect(t).toEqual({ count: 1, gpu: 8, cpu: 32, gpuHours: 17.3 });
