@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import signal
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,26 @@ def pytest_configure(config: pytest.Config) -> None:
     ignored, and so would every kernel and pod process it spawns: Ctrl-C and the interrupt
     tests would then see nothing. Restore Python's handler, which children inherit as default."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+REALCLUSTER = Path(__file__).resolve().parent / "realcluster"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """tests/realcluster runs against the cluster ``TRAINJOB_MAGICS_E2E_KUBECONFIG`` names. The
+    whole suite runs it through test_realcluster_suite.py (the local cluster) and
+    test_realstack_suite.py (the real stack), so it is collected directly only with that
+    variable set or when named on the command line (then it skips saying what to set)."""
+    path = collection_path.resolve()
+    if path != REALCLUSTER and REALCLUSTER not in path.parents:
+        return None
+    if os.environ.get("TRAINJOB_MAGICS_E2E_KUBECONFIG"):
+        return None
+    for arg in config.args:
+        named = Path(config.invocation_params.dir, arg.split("::")[0]).resolve()
+        if named == REALCLUSTER or REALCLUSTER in named.parents:
+            return None
+    return True
 
 
 @pytest.fixture(scope="session")
