@@ -131,7 +131,12 @@ def run_pair(
         stack.down(run)
         return row
     try:
-        env = {**os.environ, **stack.test_env(ctx), "TRAINJOB_MAGICS_E2E_TIMEOUT": "300"}
+        env = {
+            **os.environ,
+            **stack.test_env(ctx),
+            "TRAINJOB_MAGICS_E2E_TIMEOUT": "300",
+            "TRAINJOB_MAGICS_DIFF_CASES": "all",  # every scenario on every runtime (CI: in turn)
+        }
         for key, suite in SUITES.items():
             if key not in suites or (key != "realcluster" and not (REPO / suite).is_dir()):
                 continue
