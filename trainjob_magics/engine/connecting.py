@@ -35,6 +35,7 @@ from .session import TrainJobSession
 from .trainjob.body import build_trainjob, generate_name, runtime_ref
 from .trainjob.dryrun import DRY_RUN_QUERY, clean_manifest
 from .trainjob.idle import idle_timeout_of
+from .trainjob.idle_stop import validate_idle_stop
 from .trainjob.lifecycle import create_trainjob, delete_hint, delete_trainjob, fetch_trainjob
 from .trainjob.overrides import apply_shaping, replicated_jobs
 from .trainjob.pending import DEFAULT_IMAGE_PULL_RETRIES
@@ -100,6 +101,7 @@ def connect(
     env_from: str | Sequence[str] | None = None,
     pod_patch: str | Mapping[str, Any] | None = None,
     dry_run: bool = False,
+    idle_stop: float | str | None = None,
 ) -> Any:
     """Create an interactive TrainJob and return a session once its trainer pod is Running.
 
@@ -127,6 +129,10 @@ def connect(
     the cluster's Trainer has. A named PVC, ConfigMap, Secret or service account that does not
     exist raises InvalidInputError before anything is created. ``dry_run=True`` returns the
     TrainJob manifest (a dict) after a server-side dry run, and creates nothing.
+
+    ``idle_stop`` (seconds, or ``"30m"``, ``"2h"``; default off) closes the session once no
+    command has run for that long, though this process lives; a command that runs longer is
+    never cut (:meth:`TrainJobSession.set_idle_stop`).
     """
     started = time.monotonic()
     validate_object_name(runtime, "runtime name")
@@ -156,6 +162,7 @@ def connect(
     if wait_timeout is None:
         raise InvalidInputError("timeout must be a positive number of seconds, got None")
     idle = validate_idle_timeout(idle_timeout) if trainer_command is None else None
+    stop_after = validate_idle_stop(idle_stop)
     retry_seconds = validate_retry_seconds(api_retry_seconds)
     shaping = build_shaping(
         volumes=volumes,
@@ -239,7 +246,7 @@ def connect(
         else trainer_target(api, ns, job_name, None)
     )
     job_uid = str(((created or {}).get("metadata") or {}).get("uid") or "") or None
-    return _session_when_ready(
+    session = _session_when_ready(
         api,
         ns,
         job_name,
@@ -257,6 +264,9 @@ def connect(
         placement_hint=placement_hint(shaping, served, api, queue),
         shaping=shaping,
     )
+    if stop_after is not None:
+        session.set_idle_stop(stop_after)
+    return session
 
 
 _FALLBACK_FIELDS = (RUNTIME_PATCHES, TEMPLATE_OVERRIDES, SPEC_OVERRIDES)
@@ -401,10 +411,13 @@ def attach(
     timeout: float = 600.0,
     on_status: OnStatus | None = None,
     api_retry_seconds: float = DEFAULT_RETRY_SECONDS,
+    idle_stop: float | str | None = None,
 ) -> TrainJobSession:
-    """Return a session on an existing TrainJob, waiting until its trainer pod is Running."""
+    """Return a session on an existing TrainJob, waiting until its trainer pod is Running;
+    ``idle_stop`` as for :func:`connect`."""
     started = time.monotonic()
     validate_name(name)
+    stop_after = validate_idle_stop(idle_stop)
     if namespace is not None:
         validate_namespace(namespace)
     wait_timeout = validate_timeout(timeout)
@@ -449,6 +462,8 @@ def attach(
     )
     with contextlib.suppress(TrainJobError):
         session.detached(lines=0)  # a run another kernel detached: close() then asks for force
+    if stop_after is not None:
+        session.set_idle_stop(stop_after)
     return session
 
 

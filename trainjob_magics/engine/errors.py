@@ -34,6 +34,20 @@ class SessionClosedError(TrainJobError):
     """``execute()`` on a closed session."""
 
 
+class IdleStoppedError(SessionClosedError):
+    """The session was stopped for being idle (``connect(idle_stop=...)``): no command ran for
+    ``idle_stop`` seconds. ``stopped_at`` is when (a local ``datetime``); ``run`` is the live
+    detached run it was left running for (its TrainJob not deleted), else None."""
+
+    def __init__(
+        self, message: str, *, stopped_at: Any = None, idle_stop: float = 0.0, run: Any = None
+    ) -> None:
+        super().__init__(message)
+        self.stopped_at = stopped_at
+        self.idle_stop = idle_stop
+        self.run = run
+
+
 class PodNotRunningError(TrainJobError):
     """The trainer pod is gone, not Running, Succeeded or Failed."""
 
@@ -194,6 +208,7 @@ __all__ = [
     "DetachedRunError",
     "ExecTimeoutError",
     "IdleReleasedError",
+    "IdleStoppedError",
     "InvalidInputError",
     "NotFoundError",
     "PermissionDeniedError",

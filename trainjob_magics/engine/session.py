@@ -14,7 +14,8 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 from kubernetes.client import ApiClient
@@ -25,6 +26,7 @@ from .errors import (
     ConnectionLostError,
     DetachedRunError,
     IdleReleasedError,
+    IdleStoppedError,
     InvalidInputError,
     NotFoundError,
     PodGoneError,
@@ -43,6 +45,9 @@ from .exec.runs import CommandRun
 from .files.logs import OnLog, PodLogs, read_log, read_logs
 from .files.transfer import TransferProgress, TransferResult, download, upload, write_file
 from .forward.forward import Forward, OnProblem, PodChoice
+from .inventory.holdings import duration_words
+from .inventory.notes import note_session
+from .inventory.records import IDLE_STOP_BY
 from .kube.names import jobset_selector
 from .kube.objects import is_running, pod_name, pod_phase
 from .kube.retry import OnNotice, validate_retry_seconds, window_of
@@ -53,6 +58,7 @@ from .python.results import MultiPythonResult, PythonResult
 from .python.runs import OnPythonDone, PythonRun
 from .result import ExecResult, JobStatus, MultiExecResult, PodRef, StopReport
 from .trainjob.idle import Heartbeat, idle_released_error
+from .trainjob.idle_stop import IdleClock, idle_stopped_error, validate_idle_stop
 from .trainjob.lifecycle import delete_trainjob, fetch_trainjob, wait_pods_gone, wait_trainjob_gone
 from .trainjob.readiness import OnStatus, eviction_baseline, wait_ready
 from .trainjob.status import after_pod_gone, job_status
@@ -85,6 +91,8 @@ from .validation import (
 log = logging.getLogger(__name__)
 
 REPLACEMENT_WAIT = 120.0  # seconds a command waits for the trainer pod a job recreates
+
+OnIdleStop = Callable[["TrainJobSession", IdleStoppedError], None]
 
 
 def _bound(on_output: OnPodOutput | None, pod: str) -> Callable[[str, str], None] | None:
@@ -149,6 +157,10 @@ class TrainJobSession:
             self._evictions = eviction_baseline(api_client, namespace, job_uid)
         self._forwards: list[Forward] = []
         self._detached: DetachedState | None = None  # the newest detached run seen
+        self._idle_clock: IdleClock | None = None  # set_idle_stop()
+        self._idle_left: DetachedState | None = None  # the run an idle stop left running for
+        self._idle_deleting = False  # the idle stop deletes the TrainJob (decided)
+        self._on_idle_stop: OnIdleStop | None = None
         self._heartbeat = self._start_heartbeat()
         self._python = PythonCalls(
             self._exec, namespace, self.start, self._targets, lambda: self.container
@@ -194,6 +206,9 @@ class TrainJobSession:
         )
 
     def _check_open(self) -> None:
+        stopped = self.idle_stopped
+        if stopped is not None:
+            raise stopped
         if self._closed:
             raise SessionClosedError(
                 f"TrainJob session {self.name} is closed; start a new one with connect(...)"
@@ -288,7 +303,8 @@ class TrainJobSession:
 
         def work(group: CommandGroup) -> ExecResult | MultiExecResult:
             try:
-                return run(group)
+                with self._in_use():
+                    return run(group)
             except TrainJobError as exc:
                 if exc.partial is None:  # every error carries the output so far
                     exc.partial = (
@@ -637,6 +653,108 @@ class TrainJobSession:
         self._stop_heartbeat()
         raise idle_released_error(self.name, self.idle_timeout) from exc
 
+    # -- idle stop --------------------------------------------------------------------------
+    @property
+    def idle_stop(self) -> float | None:
+        """Seconds without a command after which this session stops itself; None: never."""
+        return self._idle_clock.seconds if self._idle_clock is not None else None
+
+    def set_idle_stop(
+        self, idle_stop: float | str | None, *, on_stop: OnIdleStop | None = None
+    ) -> None:
+        """Stop this session once no command has run for ``idle_stop`` (seconds, or ``"30m"``,
+        ``"2h"``; None turns it off), though this process lives: its TrainJob is deleted, or,
+        while a detached run lives, left running for it. A command running longer is never
+        cut: the clock starts again when it ends. Every later command raises
+        :class:`IdleStoppedError`; ``on_stop(session, error)`` is called (from a background
+        thread) once it stopped. Commands, Python cells and file copies count as use;
+        forwards, logs and status do not."""
+        seconds = validate_idle_stop(idle_stop)
+        self._check_open()
+        self._stop_idle_clock()
+        self._idle_clock, self._on_idle_stop = None, on_stop
+        now = datetime.now(timezone.utc)
+        try:  # the sidebar's warning reads both (one PATCH, best effort)
+            note_session(self, idle_stop=seconds or 0.0, last_command=now if seconds else None)
+        except TrainJobError as exc:
+            log.debug("could not note the idle stop on TrainJob %s: %s", self.name, exc)
+        if seconds is not None:
+            self._idle_clock = IdleClock(
+                seconds, self._stop_for_idle, on_note=self._note_last_command
+            ).start()
+
+    @property
+    def idle_stopped(self) -> IdleStoppedError | None:
+        """The error of a session stopped for being idle (when, how); None while it is not."""
+        clock = self._idle_clock
+        if clock is None or not clock.stopped:
+            return None
+        words = duration_words(clock.seconds)
+        when = clock.fired_at or datetime.now()
+        return idle_stopped_error(
+            self.name,
+            clock.seconds,
+            words,
+            when,
+            self._idle_left,
+            deleted=self._idle_deleting or self._closed,
+        )
+
+    @contextlib.contextmanager
+    def _in_use(self) -> Iterator[None]:
+        """A command (or copy) runs: the idle clock waits for it to end."""
+        clock = self._idle_clock
+        if clock is not None and not clock.begin():
+            raise self.idle_stopped or SessionClosedError(f"TrainJob session {self.name} stopped")
+        try:
+            yield
+        finally:
+            if clock is not None:
+                clock.end()
+
+    def _stop_idle_clock(self) -> None:
+        if self._idle_clock is not None:
+            self._idle_clock.cancel()
+
+    def _note_last_command(self, when: datetime) -> None:
+        note_session(self, last_command=when)
+
+    def _stop_for_idle(self) -> bool:
+        """The idle clock fired: close the session, or leave it to its live detached run."""
+        if self._closed:
+            return False
+        live = self._live_detached()
+        clock = self._idle_clock
+        try:
+            if live is None:
+                self._idle_deleting = True
+                if clock is not None:
+                    clock.decided()
+                with contextlib.suppress(TrainJobError):
+                    note_session(self, closed_by=IDLE_STOP_BY)
+                self.close()
+        except DetachedRunError as exc:
+            live = exc.run
+        except TrainJobError as exc:
+            log.warning("idle stop of TrainJob %s failed: %s; trying again", self.name, exc)
+            self._idle_deleting = False
+            with contextlib.suppress(TrainJobError):
+                note_session(self, closed_by="")
+            return False
+        if live is not None:
+            self._idle_deleting, self._idle_left = False, live
+            if clock is not None:
+                clock.decided()
+            self.leave()
+        error = self.idle_stopped
+        callback = self._on_idle_stop
+        if callback is not None and error is not None:
+            try:
+                callback(self, error)
+            except Exception:
+                log.warning("the idle-stop callback of %s failed", self.name, exc_info=True)
+        return True
+
     # -- files and logs ---------------------------------------------------------------------
     def upload(
         self,
@@ -651,16 +769,17 @@ class TrainJobSession:
     ) -> TransferResult:
         """Copy a local file or directory to ``remote`` on the target pods (tar over exec)."""
         targets = pod_commands(self.pods(pods), container, self.container)
-        return upload(
-            self._exec,
-            self.namespace,
-            targets,
-            local,
-            remote,
-            progress=progress,
-            verify=verify,
-            timeout=timeout,
-        )
+        with self._in_use():
+            return upload(
+                self._exec,
+                self.namespace,
+                targets,
+                local,
+                remote,
+                progress=progress,
+                verify=verify,
+                timeout=timeout,
+            )
 
     def download(
         self,
@@ -682,16 +801,17 @@ class TrainJobSession:
                 "pick one, e.g. node-0"
             )
         (target,) = pod_commands(refs, container, self.container)
-        return download(
-            self._exec,
-            self.namespace,
-            target,
-            remote,
-            local,
-            progress=progress,
-            verify=verify,
-            timeout=timeout,
-        )
+        with self._in_use():
+            return download(
+                self._exec,
+                self.namespace,
+                target,
+                remote,
+                local,
+                progress=progress,
+                verify=verify,
+                timeout=timeout,
+            )
 
     def write_file(
         self,
@@ -706,7 +826,8 @@ class TrainJobSession:
         created)."""
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         targets = pod_commands(self.pods(pods), container, self.container)
-        return write_file(self._exec, self.namespace, targets, path, data, timeout=timeout)
+        with self._in_use():
+            return write_file(self._exec, self.namespace, targets, path, data, timeout=timeout)
 
     def logs(
         self,
@@ -890,17 +1011,18 @@ class TrainJobSession:
         self._check_open()
         argv, _, _ = validate_exec(command, None, None)
         text = command if isinstance(command, str) else " ".join(argv)
-        run = start_detached(
-            self._exec,
-            self.api_client,
-            self.namespace,
-            self.name,
-            argv,
-            text,
-            replicated_job=getattr(self.target, "replicated_job", None),
-            trainer_pod=self.pod,
-            container=container or self.container,
-        )
+        with self._in_use():
+            run = start_detached(
+                self._exec,
+                self.api_client,
+                self.namespace,
+                self.name,
+                argv,
+                text,
+                replicated_job=getattr(self.target, "replicated_job", None),
+                trainer_pod=self.pod,
+                container=container or self.container,
+            )
         self._detached = DetachedState(
             self.name, run.run, text, run.started, run.pods[0], dict.fromkeys(run.pods)
         )
@@ -963,6 +1085,7 @@ class TrainJobSession:
         detached run) alone: what kernel exit does to a job with a live detached run."""
         self._close_forwards()
         self._stop_heartbeat()
+        self._stop_idle_clock()
 
     # -- closing ----------------------------------------------------------------------------
     def close(self, timeout: float = 180, *, force: bool = False) -> None:
@@ -983,6 +1106,7 @@ class TrainJobSession:
                 )
             self._close_forwards()
             self._stop_heartbeat()
+            self._stop_idle_clock()
             self._spill.close()  # results still held keep their spill files until collected
             deadline = time.monotonic() + timeout
             delete_trainjob(self.api_client, self.namespace, self.name)

@@ -45,14 +45,10 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> None:
     check_positive(args.timeout, "--timeout")
     if not cell.strip():
         raise TrainJobUsageError("the cell is empty: write the shell commands below %%trainjob")
-    idle_stop.check_not_stopped(host, chosen_session(args))
-    entry = host.entry(chosen_session(args))
+    entry = host.entry(chosen_session(args))  # one line if it was stopped for being idle
     session = entry.session
-    idle_stop.cell_started(session)
-    try:
-        _run_in(host, args, cell, entry, session)
-    finally:
-        idle_stop.cell_ended(session)
+    idle_stop.cell_started(session)  # the engine's idle clock sees the command itself
+    _run_in(host, args, cell, entry, session)
 
 
 def _run_in(host: MagicsHost, args: Any, cell: str, entry: Any, session: Any) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import engine
+from .idle_stop import check_not_stopped
 from .registry import Entry, SessionRegistry
 from .views.frontend import use_widgets
 from .views.output import WidgetOutputView
@@ -65,7 +66,9 @@ class MagicsHost:
         return use_widgets(self.shell, self.settings.widgets)
 
     def entry(self, alias: str | None) -> Entry:
-        """The session ``alias`` (default when None), or a one-line usage error."""
+        """The session ``alias`` (default when None), or a one-line usage error (one that
+        says so when the session was stopped for being idle)."""
+        check_not_stopped(self, alias)
         return self.registry.get(alias)
 
     def known_aliases(self) -> str:

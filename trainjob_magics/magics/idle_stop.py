@@ -1,8 +1,10 @@
-"""Idle stop (``%trainjob_connect --idle-stop 30m``, ``TrainJobMagics.idle_stop``; off by
-default): a session in which no command has run for that long is closed by the kernel, though
-the kernel lives. A running cell is never cut: the clock starts again when it ends. The panels
-and the sidebar warn 5 minutes before (from the ``idle-stop`` and ``last-command`` annotations
-the server extension reads); the next ``%%trainjob`` of a stopped session fails in one line.
+"""Idle stop in the magics (``%trainjob_connect --idle-stop 30m``, ``TrainJobMagics.idle_stop``;
+off by default). The engine's clock (``session.set_idle_stop``) stops a session in which no
+command has run for that long, though the kernel lives, and never cuts a running cell. This
+module parses the option, and once the engine stopped a session forgets it in the kernel's
+registry, says so in its panels, and makes the next magic that names it fail in one line. The
+panels and the sidebar warn 5 minutes before, from the ``idle-stop`` and ``last-command``
+annotations the engine writes.
 
 Off by default because a session left idle on purpose (a model loaded in ``--python``, a
 dashboard behind a forward) would lose its state; the job's own ``idle_timeout`` already ends
@@ -10,58 +12,16 @@ jobs whose kernel died."""
 
 from __future__ import annotations
 
-import threading
-import time
-from datetime import datetime
 from typing import Any
 
-from ..engine import duration_words
+from ..engine import IdleStoppedError, duration_words
 from .failures import TrainJobMagicError
-from .sidebar_notes import note_command, note_idle_stop
+from .registry import left_line
+from .sidebar_notes import note_command
 from .views.status_text import duration_seconds
 
-CHECK_EVERY = 1.0
-
-_stoppers: dict[int, IdleStop] = {}  # id(session) -> its stopper
-_stopped: dict[tuple[int, str], tuple[datetime, float]] = {}  # (id(registry), alias) -> when
-_left: dict[tuple[int, str], str] = {}  # stopped, but left running: its detached run lives
-
-
-class IdleStop:
-    """One session's idle clock and the daemon thread that closes it."""
-
-    def __init__(self, host: Any, alias: str, session: Any, seconds: float) -> None:
-        self.host, self.alias, self.session, self.seconds = host, alias, session, seconds
-        self.last = time.monotonic()
-        self.busy = 0
-        self._done = threading.Event()
-        threading.Thread(target=self._run, daemon=True, name="tjm-idle-stop").start()
-
-    def begin(self) -> None:
-        self.busy += 1
-
-    def end(self) -> None:
-        self.busy = max(0, self.busy - 1)
-        self.last = time.monotonic()
-
-    def cancel(self) -> None:
-        self._done.set()
-
-    def _run(self) -> None:
-        while not self._done.wait(CHECK_EVERY):
-            if getattr(self.session, "closed", False):
-                return
-            if self.busy or time.monotonic() - self.last < self.seconds:
-                continue
-            entry = self.host.registry.find(self.alias)
-            if entry is None or entry.session is not self.session:
-                return
-            key = (id(self.host.registry), self.alias)
-            _stopped[key] = (datetime.now(), self.seconds)
-            report = self.host.registry.close(self.alias, by="idle stop")
-            if report.left:  # a live detached run: the job stays, the next cell says so
-                _left[key] = report.left
-            return
+_stopped: dict[tuple[int, str], str] = {}  # (id(registry), alias) -> what the next magic says
+_last: dict[int, str] = {}  # id(registry) -> the alias stopped last (the default then)
 
 
 def parse_idle_stop(value: Any) -> float | None:
@@ -77,45 +37,65 @@ def parse_idle_stop(value: Any) -> float | None:
 
 
 def arm(host: Any, alias: str, session: Any, value: Any) -> None:
-    """Start the idle clock of a new session (nothing when off)."""
+    """Start the engine's idle clock of a new session (nothing but the sidebar's note when
+    off)."""
     seconds = parse_idle_stop(value)
     _stopped.pop((id(host.registry), alias), None)
-    _left.pop((id(host.registry), alias), None)
-    old = _stoppers.pop(id(session), None)
-    if old is not None:
-        old.cancel()
-    note_command(session, force=True)
+    _last.pop(id(host.registry), None)
     if seconds is None:
+        note_command(session, force=True)
         return
-    _stoppers[id(session)] = IdleStop(host, alias, session, seconds)
-    note_idle_stop(session, seconds)
+
+    def stopped(stopped_session: Any, error: IdleStoppedError) -> None:
+        _stopped_by_engine(host, alias, stopped_session, error)
+
+    session.set_idle_stop(seconds, on_stop=stopped)
 
 
-def check_not_stopped(host: Any, alias: str | None) -> None:
-    """Fail in one line when ``alias`` (or the default session) was stopped for being idle."""
-    key = (id(host.registry), alias or host.registry.default_alias or "default")
-    entry = host.registry.find(key[1])
-    live = entry is not None and not getattr(entry.session, "closed", False)
-    if live or key not in _stopped:
-        return
-    when, seconds = _stopped[key]
-    if key in _left:
-        raise TrainJobMagicError(f"idle stop at {when:%H:%M:%S}: {_left[key]}")
-    raise TrainJobMagicError(
-        f"session {key[1]!r} was stopped for being idle (no command for "
-        f"{duration_words(seconds)}) at {when:%H:%M:%S}; reconnect with %trainjob_connect "
+def stopped_line(alias: str, session: Any, error: IdleStoppedError) -> str:
+    """The one line a magic naming a session stopped for being idle fails with."""
+    when = f"{error.stopped_at:%H:%M:%S}" if error.stopped_at is not None else "?"
+    if error.run is not None:
+        return f"idle stop at {when}: {left_line(alias, session, error)}"
+    return (
+        f"session {alias!r} was stopped for being idle (no command for "
+        f"{duration_words(error.idle_stop)}) at {when}; reconnect with %trainjob_connect "
         "(the same options), or connect with a longer --idle-stop"
     )
 
 
+def _stopped_by_engine(host: Any, alias: str, session: Any, error: IdleStoppedError) -> None:
+    """The engine stopped ``session`` (its clock's thread): forget it, and show it ended."""
+    registry = host.registry
+    entry = registry.find(alias)
+    if entry is None or entry.session is not session:
+        return
+    _stopped[(id(registry), alias)] = stopped_line(alias, session, error)
+    _last[id(registry)] = alias
+    registry.remove(alias)
+    if error.run is not None:  # its live detached run holds the job: left, not deleted
+        entry.push_final("Left running", left_line(alias, session, error))
+    else:
+        entry.push_final("Deleted", f"session {alias!r} closed", cause="deleted at idle stop")
+
+
+def check_not_stopped(host: Any, alias: str | None) -> None:
+    """Fail in one line when ``alias`` (or the default session) was stopped for being idle."""
+    registry = host.registry
+    name = alias or registry.default_alias or _last.get(id(registry)) or "default"
+    entry = registry.find(name)
+    if entry is not None:
+        error = getattr(entry.session, "idle_stopped", None)
+        if isinstance(error, IdleStoppedError):  # stopped a moment ago, not forgotten yet
+            raise TrainJobMagicError(stopped_line(name, entry.session, error))
+        return
+    line = _stopped.get((id(registry), name))
+    if line:
+        raise TrainJobMagicError(line)
+
+
 def cell_started(session: Any) -> None:
-    stopper = _stoppers.get(id(session))
-    if stopper is not None:
-        stopper.begin()
-    note_command(session)
-
-
-def cell_ended(session: Any) -> None:
-    stopper = _stoppers.get(id(session))
-    if stopper is not None:
-        stopper.end()
+    """The sidebar's last-command time of a session without an idle stop (with one, the
+    engine's clock writes it)."""
+    if getattr(session, "idle_stop", None) is None:
+        note_command(session)
