@@ -34,6 +34,7 @@ export function isStale(job: ISession | null, ref?: IPanelRef): boolean {
 export function renderLive(node: HTMLElement, ref: IPanelRef, job: ISession | null): void {
   node.textContent = liveLine(ref, job);
   node.dataset.state = job ? (job.gone ? 'Gone' : job.state) : 'Reading';
+  node.dataset.kind = ref.kind;
   const warning = job ? idleWarning(job) : '';
   if (warning) {
     const span = document.createElement('span');
