@@ -50,8 +50,10 @@ from .python.results import MultiPythonResult, PythonResult, RemoteError
 from .python.runs import PythonRun
 from .result import (
     ExecResult,
+    GpuInfo,
     JobStatus,
     MultiExecResult,
+    PodGpus,
     PodInfo,
     PodRef,
     PodShape,
@@ -84,6 +86,7 @@ __all__ = [
     "ExecResult",
     "ExecTimeoutError",
     "Forward",
+    "GpuInfo",
     "IdleReleasedError",
     "IdleStoppedError",
     "InvalidInputError",
@@ -94,6 +97,7 @@ __all__ = [
     "NotFoundError",
     "PermissionDeniedError",
     "PodGoneError",
+    "PodGpus",
     "PodInfo",
     "PodLogs",
     "PodNotRunningError",

@@ -483,3 +483,61 @@ class StopReport:
             f"could not confirm the remote command in pod {self.pod} stopped ({self.message}); "
             "it may still be running: check with `ps` in another cell"
         )
+
+
+def _amount(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:g}"
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as ``nvidia-smi --query-gpu`` reports it; None where it said ``[N/A]`` or
+    ``[Not Supported]`` (e.g. utilization under MIG)."""
+
+    index: int | None
+    name: str
+    utilization: float | None  # percent of the last sample period a kernel ran
+    memory_used_mib: float | None
+    memory_total_mib: float | None
+
+    def text(self) -> str:
+        """``GPU 0: 35 % · 1234/40960 MiB``."""
+        which = f"GPU {self.index}" if self.index is not None else "GPU ?"
+        util = "n/a" if self.utilization is None else f"{self.utilization:g} %"
+        memory = f"{_amount(self.memory_used_mib)}/{_amount(self.memory_total_mib)} MiB"
+        return f"{which}: {util} · {memory}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "utilization": self.utilization,
+            "memoryUsedMiB": self.memory_used_mib,
+            "memoryTotalMiB": self.memory_total_mib,
+        }
+
+
+# What a pod's GPU sample says: "ok" (``gpus`` read), "busy" (one of our commands runs there:
+# not sampled), "absent" (no nvidia-smi), "no-gpu" (nvidia-smi sees none), "error" (``message``).
+GPU_STATES = ("ok", "busy", "absent", "no-gpu", "error")
+
+
+@dataclass(frozen=True)
+class PodGpus:
+    """One pod's GPUs, sampled at ``sampled_at`` (epoch seconds; 0 when not sampled)."""
+
+    pod: str
+    state: str
+    gpus: tuple[GpuInfo, ...] = ()
+    sampled_at: float = 0.0
+    message: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        when = datetime.fromtimestamp(self.sampled_at).astimezone() if self.sampled_at else None
+        return {
+            "pod": self.pod,
+            "state": self.state,
+            "gpus": [g.as_dict() for g in self.gpus],
+            "sampledAt": when.isoformat() if when else None,
+            "message": self.message,
+        }

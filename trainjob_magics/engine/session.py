@@ -45,6 +45,7 @@ from .exec.runs import CommandRun
 from .files.logs import OnLog, PodLogs, read_log, read_logs
 from .files.transfer import TransferProgress, TransferResult, download, upload, write_file
 from .forward.forward import Forward, OnProblem, PodChoice
+from .inventory.gpu_sampler import GpuSampler
 from .inventory.holdings import duration_words
 from .inventory.notes import note_session
 from .inventory.records import IDLE_STOP_BY
@@ -56,7 +57,7 @@ from .kueue.api import Visibility, queue_status
 from .python.calls import MAX_VALUE_BYTES, PythonCalls
 from .python.results import MultiPythonResult, PythonResult
 from .python.runs import OnPythonDone, PythonRun
-from .result import ExecResult, JobStatus, MultiExecResult, PodRef, StopReport
+from .result import ExecResult, JobStatus, MultiExecResult, PodGpus, PodRef, StopReport
 from .trainjob.idle import Heartbeat, idle_released_error
 from .trainjob.idle_stop import IdleClock, idle_stopped_error, validate_idle_stop
 from .trainjob.lifecycle import delete_trainjob, fetch_trainjob, wait_pods_gone, wait_trainjob_gone
@@ -161,6 +162,7 @@ class TrainJobSession:
         self._idle_left: DetachedState | None = None  # the run an idle stop left running for
         self._idle_deleting = False  # the idle stop deletes the TrainJob (decided)
         self._on_idle_stop: OnIdleStop | None = None
+        self._gpu_sampler: GpuSampler | None = None
         self._heartbeat = self._start_heartbeat()
         self._python = PythonCalls(
             self._exec, namespace, self.start, self._targets, lambda: self.container
@@ -891,6 +893,19 @@ class TrainJobSession:
         if self._disruption:
             status = dataclasses.replace(status, disruption=self._disruption)
         return status
+
+    def gpus(self) -> list[PodGpus]:
+        """Each GPU's utilisation and memory (``nvidia-smi``) in the job's running pods that
+        request GPUs, one :class:`PodGpus` per pod (``state``: ``ok``, ``busy``, ``absent``,
+        ``no-gpu``, ``error``). One exec per pod at most every 10 s (a newer call gets the kept
+        answer), never in a pod where a command runs: one of this session's, or any of ours
+        the pod's own check finds; while one runs in the trainer pod, no pod is sampled.
+        Sampling does not count as use for the idle stop, and never keeps the job alive."""
+        self._check_open()
+        if self._gpu_sampler is None:
+            self._gpu_sampler = GpuSampler(self._exec)
+        busy = {command.pod for _key, command in self._inflight.select()}
+        return self._gpu_sampler.sample(self.namespace, self._list_pods(), busy=busy, lead=self.pod)
 
     def wait_ready(self, timeout: float = 600.0, on_status: OnStatus | None = None) -> str:
         """Wait until the job is (re)admitted and its trainer pod runs; return the pod name.

@@ -10,7 +10,7 @@ from jupyter_server.utils import url_path_join
 
 from ..engine import SessionInventory
 from .config import TrainJobSessions
-from .handlers import CloseHandler, JobHandler, SessionsHandler
+from .handlers import CloseHandler, GpusHandler, JobHandler, SessionsHandler
 from .kernels_file import read_namespaces
 from .waiters import Waiters
 
@@ -45,6 +45,7 @@ def load(serverapp: Any) -> None:
             (url_path_join(base, "sessions"), SessionsHandler),
             (url_path_join(base, "sessions", name), JobHandler),
             (url_path_join(base, "sessions", name, "close"), CloseHandler),
+            (url_path_join(base, "sessions", name, "gpus"), GpusHandler),
         ],
     )
     serverapp.log.info(

@@ -1,7 +1,8 @@
 """The REST API: GET the sessions (long-poll on ``since``), GET one job by namespace, name and
-uid, POST close. Every handler is a Jupyter ``APIHandler`` behind ``@authenticated``; POST is
-XSRF-checked as every Jupyter API request that changes something. Nothing returned carries a
-credential: the records hold names, states, times and requests only."""
+uid, GET its GPUs' utilisation (asked only while a panel of it is visible), POST close. Every
+handler is a Jupyter ``APIHandler`` behind ``@authenticated``; POST is XSRF-checked as every
+Jupyter API request that changes something. Nothing returned carries a credential: the records
+hold names, states, times, requests and GPU readings only."""
 
 from __future__ import annotations
 
@@ -72,6 +73,19 @@ class JobHandler(_Base):
         loop = asyncio.get_running_loop()
         record = await loop.run_in_executor(None, self.inventory.job, namespace, name, uid)
         record["version"] = self.inventory.version
+        self.finish(json.dumps(record))
+
+
+class GpusHandler(_Base):
+    """``GET .../sessions/NAMESPACE/NAME/gpus[?uid=UID]``: each GPU's utilisation and memory in
+    the job's pods (nvidia-smi, one exec per pod at most every 10 s whoever asks; never in a
+    pod where one of our commands runs)."""
+
+    @web.authenticated
+    async def get(self, namespace: str, name: str) -> None:
+        uid = self.get_query_argument("uid", "")
+        loop = asyncio.get_running_loop()
+        record = await loop.run_in_executor(None, self.inventory.gpus, namespace, name, uid)
         self.finish(json.dumps(record))
 
 

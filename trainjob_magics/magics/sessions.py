@@ -15,6 +15,7 @@ from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import chosen_session, cluster_settings
 from .registry import Entry, session_name
+from .views.gpus import gpu_html, gpu_text, worth_showing
 from .views.jobs_table import format_trainjobs
 from .views.status_text import SessionRow, duration_seconds, format_sessions, format_status
 
@@ -152,6 +153,31 @@ def render_status(host: MagicsHost, entry: Entry, quiet_errors: bool = False) ->
     holds = _holds(host, entry.session)
     if holds:
         print(f"holds {holds}")
+    gpus = _gpus(entry.session)
+    if gpus:
+        _show_gpus(host, gpus)
+
+
+def _gpus(session: Any) -> list[dict[str, Any]]:
+    """Each pod's GPU readings (engine ``session.gpus()``) when any pod has nvidia-smi or a
+    command kept it from being sampled; [] otherwise, or when they cannot be read."""
+    read = getattr(session, "gpus", None)
+    if read is None:
+        return []
+    try:
+        rows = [pod.as_dict() for pod in read()]
+    except Exception:
+        return []
+    return rows if worth_showing(rows) else []
+
+
+def _show_gpus(host: MagicsHost, rows: list[dict[str, Any]]) -> None:
+    if host.use_widgets():
+        from IPython.display import display
+
+        display({"text/html": gpu_html(rows), "text/plain": gpu_text(rows)}, raw=True)
+    else:
+        print(gpu_text(rows))
 
 
 # ------------------------------------------------------------------ %trainjob_close

@@ -13,15 +13,17 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..errors import TrainJobError
+from ..exec.client import ExecClient
 from ..kube import kubeconfig
 from ..kube.names import CLOSED_BY_ANNOTATION, CREATED_BY_ANNOTATION
 from ..kueue.api import Visibility, queue_status
 from ..kueue.labels import queue_of
 from ..trainjob.orphans import close_trainjob
 from ..validation import validate_name, validate_namespace
+from .gpu_sampler import SAMPLE_EVERY, GpuSampler
 from .namespace_watch import NamespaceWatch
 from .notes import annotate
-from .records import session_record
+from .records import pods_of, session_record
 
 QUEUE_CACHE_SECONDS = 5.0
 CLOSED_FROM = "the sidebar"
@@ -56,6 +58,7 @@ class SessionInventory:
         self._watches: dict[str, NamespaceWatch] = {}
         self._queues: dict[str, tuple[float, dict[str, Any] | None]] = {}
         self._visibility: Visibility | None = None
+        self._gpus: GpuSampler | None = None
         self.listeners: list[Callable[[], None]] = []  # called (any thread) on every change
         self.api: Any = None
         try:
@@ -207,6 +210,33 @@ class SessionInventory:
             "podsReady": "0/0",
             "holds": None,
         }
+
+    # ------------------------------------------------------------------ GPUs
+
+    def gpus(self, namespace: str, name: str, uid: str = "") -> dict[str, Any]:
+        """Each GPU's utilisation and memory in the job's pods that request GPUs, for a panel
+        that is visible: one exec per pod at most every 10 s whoever asks, none in a pod where
+        one of our commands runs (the pod's own check); ``pods: []`` when nothing is sampled."""
+        record: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "sampleEvery": SAMPLE_EVERY,
+            "pods": [],
+        }
+        self.add_namespace(namespace)
+        watch = self._watches.get(namespace)
+        job = watch.jobs.get(name) if watch is not None else None
+        if job is None or (uid and (job.get("metadata") or {}).get("uid") != uid):
+            record["problem"] = "not on the cluster (or not read yet)"
+            return record
+        with self._cond:
+            if self._gpus is None:
+                self._gpus = GpuSampler(ExecClient(self.api))
+            sampler = self._gpus
+        pods = pods_of(name, list(watch.pods.values()))
+        record["pods"] = [p.as_dict() for p in sampler.sample(namespace, pods)]
+        return record
 
     # ------------------------------------------------------------------ closing
 
