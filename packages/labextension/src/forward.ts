@@ -17,7 +17,8 @@ export function forwardClosed(ref: IPanelRef, job: ISession | null): string {
   return '';
 }
 
-/** The static form: the state, the link as text (no anchor, no IFrame), where it went. */
+/** The static form: the state, the link as text (no anchor, no IFrame), where it went; why it
+ * ended is the live line's (above), and the tooltip's. */
 export function renderForwardEnded(node: HTMLElement, ref: IPanelRef, why: string): void {
   const panel = document.createElement('div');
   panel.className = 'trainjob-forward trainjob-forward-panel tjm-forward-ended';
@@ -33,9 +34,7 @@ export function renderForwardEnded(node: HTMLElement, ref: IPanelRef, why: strin
   const where = document.createElement('span');
   where.className = 'tjm-forward-where';
   where.textContent = `→ port ${ref.port ?? '?'}${pod}${alias}`;
-  const note = document.createElement('div');
-  note.className = 'tjm-forward-note';
-  note.textContent = `The forward closed with its session: ${why}.`;
-  panel.append(state, ' ', link, ' ', where, note);
+  panel.title = `The forward closed with its session: ${why}.`;
+  panel.append(state, ' ', link, ' ', where);
   node.replaceChildren(panel);
 }

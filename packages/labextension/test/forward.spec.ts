@@ -51,7 +51,9 @@ describe('a forward panel after its session', () => {
     expect(node.textContent).toContain(
       "http://127.0.0.1:40123/ → port 6006 of pod j-node-0-0-abcde (session 'default')"
     );
-    expect(node.textContent).toContain('The forward closed with its session: closed at kernel exit.');
+    expect(node.firstElementChild?.getAttribute('title')).toBe(
+      'The forward closed with its session: closed at kernel exit.'
+    );
   });
 });
 
