@@ -2,7 +2,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { ISession, ISnapshot } from './types';
+import { IGpuReport, ISession, ISnapshot } from './types';
 
 export const API_ROOT = 'trainjob-magics/api';
 
@@ -28,6 +28,14 @@ export function fetchJob(namespace: string, name: string, uid: string): Promise<
   const query = uid ? `?uid=${encodeURIComponent(uid)}` : '';
   return call<ISession>(
     `sessions/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}${query}`
+  );
+}
+
+/** The job's GPUs (the server execs in each pod at most every 10 s, whoever asks). */
+export function fetchGpus(namespace: string, name: string, uid: string): Promise<IGpuReport> {
+  const query = uid ? `?uid=${encodeURIComponent(uid)}` : '';
+  return call<IGpuReport>(
+    `sessions/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}/gpus${query}`
   );
 }
 

@@ -4,6 +4,7 @@ import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
 import { forwardClosed, renderForwardEnded } from './forward';
+import { renderGpus, sharedGpuReports, wantsGpus } from './gpus';
 import { sharedModel } from './model';
 import { isStale, renderLive } from './panel';
 import { IPanelRef, PANEL_MIME } from './types';
@@ -12,6 +13,9 @@ export class PanelRenderer extends Widget implements IRenderMime.IRenderer {
   private _ref: IPanelRef | null = null;
   private _live: HTMLDivElement;
   private _static: HTMLDivElement;
+  private _gpus: HTMLDivElement;
+  private _inView = true; // on screen (IntersectionObserver, where the browser has it)
+  private _observer: IntersectionObserver | null = null;
   private _sanitizer: IRenderMime.ISanitizer;
   private _ended = false; // the static part shows the forward's ended form
 
@@ -21,11 +25,30 @@ export class PanelRenderer extends Widget implements IRenderMime.IRenderer {
     this.addClass('tjm-panel');
     this._live = document.createElement('div');
     this._live.className = 'tjm-live-state';
+    this._gpus = document.createElement('div');
+    this._gpus.className = 'tjm-gpus';
+    this._gpus.hidden = true;
     this._static = document.createElement('div');
     this._static.className = 'tjm-static';
     this.node.appendChild(this._live);
+    this.node.appendChild(this._gpus);
     this.node.appendChild(this._static);
     sharedModel().changed.connect(this._update, this);
+    sharedGpuReports().changed.connect(this._update, this);
+    if (typeof IntersectionObserver !== 'undefined') {
+      this._observer = new IntersectionObserver(entries => {
+        this._inView = entries.some(e => e.isIntersecting);
+        this._update();
+      });
+      this._observer.observe(this.node);
+    }
+    document.addEventListener('visibilitychange', this._onPageVisibility);
+  }
+
+  private _onPageVisibility = (): void => this._update();
+
+  protected onAfterShow(): void {
+    this._update(); // a tab brought back: its GPUs are asked for again
   }
 
   renderModel(model: IRenderMime.IMimeModel): Promise<void> {
@@ -49,6 +72,14 @@ export class PanelRenderer extends Widget implements IRenderMime.IRenderer {
     }
     const job = sharedModel().find(ref.namespace, ref.name, ref.uid ?? '');
     renderLive(this._live, ref, job);
+    // GPUs: asked only while this panel is on screen, in a page that is shown
+    const visible = this._inView && this.isVisible && document.visibilityState !== 'hidden';
+    const gpus = sharedGpuReports();
+    if (wantsGpus(ref.kind, job, visible)) {
+      gpus.ask(ref.namespace, ref.name, ref.uid ?? '');
+    }
+    const running = wantsGpus(ref.kind, job, true);
+    renderGpus(this._gpus, running ? gpus.latest(ref.namespace, ref.name, ref.uid ?? '') : null);
     const closed = forwardClosed(ref, job);
     if (closed && !this._ended) {
       this._ended = true;
@@ -59,6 +90,9 @@ export class PanelRenderer extends Widget implements IRenderMime.IRenderer {
 
   dispose(): void {
     sharedModel().changed.disconnect(this._update, this);
+    sharedGpuReports().changed.disconnect(this._update, this);
+    this._observer?.disconnect();
+    document.removeEventListener('visibilitychange', this._onPageVisibility);
     super.dispose();
   }
 }

@@ -4,6 +4,7 @@ import { Widget } from '@lumino/widgets';
 
 import { closeJob } from './api';
 import { attachCommand, groupByKernel, idleWarning, stateLine, totals, totalsLine } from './format';
+import { gpuSummary, sharedGpuReports, wantsGpus } from './gpus';
 import { SessionsModel } from './model';
 import { ISession } from './types';
 
@@ -19,7 +20,12 @@ export class SessionsSidebar extends Widget {
     this.addClass('tjm-sidebar');
     this.title.caption = 'TrainJob sessions';
     model.changed.connect(this._render, this);
+    sharedGpuReports().changed.connect(this._render, this);
     this._render();
+  }
+
+  protected onAfterShow(): void {
+    this._render(); // opened: its jobs' GPUs are asked for at once
   }
 
   private _render(): void {
@@ -64,6 +70,16 @@ export class SessionsSidebar extends Widget {
     row.appendChild(line('tjm-sidebar-state', stateLine(s)));
     if (s.holds) {
       row.appendChild(line('tjm-sidebar-holds', s.holds.text));
+    }
+    // GPUs: asked only while the sidebar is shown (at most every 10 s per job, shared)
+    const gpus = sharedGpuReports();
+    if (wantsGpus('sidebar', s, this.isVisible)) {
+      gpus.ask(s.namespace, s.name, s.uid);
+    }
+    const report = wantsGpus('sidebar', s, true) ? gpus.latest(s.namespace, s.name, s.uid) : null;
+    const used = gpuSummary(report);
+    if (used) {
+      row.appendChild(line('tjm-sidebar-gpus', used));
     }
     const warning = idleWarning(s);
     if (warning) {

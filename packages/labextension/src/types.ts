@@ -56,6 +56,35 @@ export interface ISession {
   readAt?: number;
 }
 
+/** One GPU as nvidia-smi reports it; null where it said [N/A] or [Not Supported]. */
+export interface IGpu {
+  index: number | null;
+  name: string;
+  utilization: number | null;
+  memoryUsedMiB: number | null;
+  memoryTotalMiB: number | null;
+}
+
+/** One pod's GPU sample: ok (gpus read), busy (a command runs: not sampled), absent (no
+ * nvidia-smi), no-gpu, error (message). */
+export interface IPodGpus {
+  pod: string;
+  state: string;
+  gpus: IGpu[];
+  sampledAt: string | null;
+  message: string;
+}
+
+/** ``GET .../sessions/NS/NAME/gpus`` (engine/inventory/service.py ``gpus``). */
+export interface IGpuReport {
+  name: string;
+  namespace: string;
+  uid: string;
+  sampleEvery?: number;
+  pods: IPodGpus[];
+  problem?: string;
+}
+
 export interface ISnapshot {
   version: number;
   sessions: ISession[];
