@@ -27,15 +27,9 @@ import kubernetes
 import pytest
 
 from tests.helpers.kernels import Kernel
+from tests.realcluster.settings import KUBECONFIG, NAMESPACE, NEEDS_CLUSTER, RUNTIMES, WAIT
 from trainjob_magics import DetachedRunError, connect
 
-KUBECONFIG = os.environ.get("TRAINJOB_MAGICS_E2E_KUBECONFIG", "")
-RUNTIME = os.environ.get("TRAINJOB_MAGICS_E2E_RUNTIME", "mpi-interactive")
-RUNTIMES = [
-    r.strip() for r in os.environ.get("TRAINJOB_MAGICS_E2E_RUNTIMES", RUNTIME).split(",") if r
-]
-NAMESPACE = os.environ.get("TRAINJOB_MAGICS_E2E_NAMESPACE") or None
-WAIT = float(os.environ.get("TRAINJOB_MAGICS_E2E_TIMEOUT", "600"))
 # idle_timeout: a dead kernel's job would idle out within 13 s without its run (not shorter: an
 # MPI launcher's keep-alive starts before connect returns and heartbeats begin, while the node
 # pods get ready, which took 6 s on the real stack)
@@ -46,10 +40,7 @@ SELECTOR = "jobset.sigs.k8s.io/jobset-name={}"
 pytestmark = [
     pytest.mark.realcluster,
     pytest.mark.timeout(900),
-    pytest.mark.skipif(
-        not KUBECONFIG,
-        reason="set TRAINJOB_MAGICS_E2E_KUBECONFIG to a real cluster's kubeconfig to run",
-    ),
+    NEEDS_CLUSTER,
 ]
 
 

@@ -27,24 +27,14 @@ import pytest
 
 from tests.helpers.kernels import Kernel
 from tests.helpers.ports import fetch, free_port
+from tests.realcluster.settings import KUBECONFIG, NAMESPACE, NEEDS_CLUSTER, RUNTIMES, WAIT
 from trainjob_magics import attach, close_trainjob, connect, list_trainjobs
 from trainjob_magics.engine import errors as E
-
-KUBECONFIG = os.environ.get("TRAINJOB_MAGICS_E2E_KUBECONFIG", "")
-RUNTIME = os.environ.get("TRAINJOB_MAGICS_E2E_RUNTIME", "mpi-interactive")
-RUNTIMES = [
-    r.strip() for r in os.environ.get("TRAINJOB_MAGICS_E2E_RUNTIMES", RUNTIME).split(",") if r
-]
-NAMESPACE = os.environ.get("TRAINJOB_MAGICS_E2E_NAMESPACE") or None
-WAIT = float(os.environ.get("TRAINJOB_MAGICS_E2E_TIMEOUT", "600"))
 
 pytestmark = [
     pytest.mark.realcluster,
     pytest.mark.timeout(1200),
-    pytest.mark.skipif(
-        not KUBECONFIG,
-        reason="set TRAINJOB_MAGICS_E2E_KUBECONFIG to a real cluster's kubeconfig to run",
-    ),
+    NEEDS_CLUSTER,
 ]
 
 

@@ -3,8 +3,8 @@ connections, the v4 WebSocket fallback, a stream the pod resets (nothing listens
 tunnel up, the tunnel dropping mid-transfer (through a TCP proxy in front of the API server),
 and a forward that outlives its trainer pod, replaced by the job.
 
-Port-forward does not depend on the runtime: one runtime (``TRAINJOB_MAGICS_E2E_RUNTIME``, or
-the first of ``TRAINJOB_MAGICS_E2E_RUNTIMES``). Replacing the trainer pod deletes it with
+Port-forward does not depend on the runtime: one runtime (the first of
+``TRAINJOB_MAGICS_E2E_RUNTIMES``). Replacing the trainer pod deletes it with
 ``TRAINJOB_MAGICS_E2E_ADMIN_KUBECONFIG`` when set (a user's Role need not delete pods), else with
 the user's kubeconfig. ``tests/integration/test_realcluster_suite.py`` runs this module against
 the local cluster too.
@@ -15,7 +15,6 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import http.client
-import os
 import subprocess
 import urllib.error
 from collections.abc import Iterator
@@ -27,15 +26,11 @@ import pytest
 from tests.helpers.faultproxy import FaultProxy
 from tests.helpers.polling import wait_until
 from tests.helpers.ports import fetch, free_port, serving
+from tests.realcluster.settings import ADMIN, KUBECONFIG, NAMESPACE, NEEDS_CLUSTER, RUNTIMES, WAIT
 from trainjob_magics import TrainJobSession, connect
 from trainjob_magics.engine import errors as E
 
-KUBECONFIG = os.environ.get("TRAINJOB_MAGICS_E2E_KUBECONFIG", "")
-ADMIN = os.environ.get("TRAINJOB_MAGICS_E2E_ADMIN_KUBECONFIG") or KUBECONFIG
-_ALL = os.environ.get("TRAINJOB_MAGICS_E2E_RUNTIMES", "").split(",")
-RUNTIME = os.environ.get("TRAINJOB_MAGICS_E2E_RUNTIME") or _ALL[0] or "torch-distributed"
-NAMESPACE = os.environ.get("TRAINJOB_MAGICS_E2E_NAMESPACE") or None
-WAIT = float(os.environ.get("TRAINJOB_MAGICS_E2E_TIMEOUT", "600"))
+RUNTIME = RUNTIMES[0]
 
 SIZE = 16 * 1024 * 1024
 RESET_ERRORS = (ConnectionError, urllib.error.URLError, http.client.HTTPException)
@@ -43,10 +38,7 @@ RESET_ERRORS = (ConnectionError, urllib.error.URLError, http.client.HTTPExceptio
 pytestmark = [
     pytest.mark.realcluster,
     pytest.mark.timeout(900),
-    pytest.mark.skipif(
-        not KUBECONFIG,
-        reason="set TRAINJOB_MAGICS_E2E_KUBECONFIG to a real cluster's kubeconfig to run",
-    ),
+    NEEDS_CLUSTER,
 ]
 
 

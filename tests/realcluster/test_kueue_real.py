@@ -35,35 +35,32 @@ from typing import Any
 
 import pytest
 
+from tests.realcluster.settings import (
+    ADMIN,
+    KUBECONFIG,
+    NEEDS_CLUSTER,
+    QUEUE,
+    RUNTIMES,
+    WAIT,
+)
 from trainjob_magics import attach, close_trainjob, connect, list_trainjobs
 from trainjob_magics.engine import errors as E
 
-KUBECONFIG = os.environ.get("TRAINJOB_MAGICS_E2E_KUBECONFIG", "")
-ADMIN = os.environ.get("TRAINJOB_MAGICS_E2E_ADMIN_KUBECONFIG") or KUBECONFIG
-RUNTIME = os.environ.get("TRAINJOB_MAGICS_E2E_RUNTIME", "mpi-interactive")
-RUNTIMES = [
-    r.strip() for r in os.environ.get("TRAINJOB_MAGICS_E2E_RUNTIMES", RUNTIME).split(",") if r
-]
 NAMESPACE = (
     os.environ.get("TRAINJOB_MAGICS_E2E_QUEUE_NAMESPACE")
     or os.environ.get("TRAINJOB_MAGICS_E2E_NAMESPACE")
     or None
 )
-QUEUE = os.environ.get("TRAINJOB_MAGICS_E2E_QUEUE") or None
 PRIORITIES = [
     p.strip() for p in os.environ.get("TRAINJOB_MAGICS_E2E_PRIORITIES", "low,high").split(",")
 ]
 QUEUE_CPU = os.environ.get("TRAINJOB_MAGICS_E2E_QUEUE_CPU") or None
 QUEUE_NODES = int(os.environ.get("TRAINJOB_MAGICS_E2E_QUEUE_NODES", "2"))
-WAIT = float(os.environ.get("TRAINJOB_MAGICS_E2E_TIMEOUT", "600"))
 
 pytestmark = [
     pytest.mark.realcluster,
     pytest.mark.timeout(1200),
-    pytest.mark.skipif(
-        not KUBECONFIG,
-        reason="set TRAINJOB_MAGICS_E2E_KUBECONFIG to a real cluster's kubeconfig to run",
-    ),
+    NEEDS_CLUSTER,
     pytest.mark.skipif(not QUEUE, reason="set TRAINJOB_MAGICS_E2E_QUEUE to a Kueue LocalQueue"),
 ]
 

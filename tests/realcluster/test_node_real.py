@@ -23,27 +23,18 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.kernels import Kernel
+from tests.realcluster.settings import KUBECONFIG, NAMESPACE, NEEDS_CLUSTER, RUNTIMES, WAIT
 from trainjob_magics import connect
 from trainjob_magics.engine import errors as E
 
-KUBECONFIG = os.environ.get("TRAINJOB_MAGICS_E2E_KUBECONFIG", "")
-RUNTIME = os.environ.get("TRAINJOB_MAGICS_E2E_RUNTIME", "mpi-interactive")
-RUNTIMES = [
-    r.strip() for r in os.environ.get("TRAINJOB_MAGICS_E2E_RUNTIMES", RUNTIME).split(",") if r
-]
 MPI_RUNTIMES = [r for r in RUNTIMES if not r.startswith("torch")]
-NAMESPACE = os.environ.get("TRAINJOB_MAGICS_E2E_NAMESPACE") or None
-WAIT = float(os.environ.get("TRAINJOB_MAGICS_E2E_TIMEOUT", "600"))
 REALSTACK = os.environ.get("TRAINJOB_MAGICS_REALSTACK_DIR", "")
 MINIMAL_IMAGE = os.environ.get("TRAINJOB_MAGICS_E2E_MINIMAL_IMAGE", "")
 
 pytestmark = [
     pytest.mark.realcluster,
     pytest.mark.timeout(900),
-    pytest.mark.skipif(
-        not KUBECONFIG,
-        reason="set TRAINJOB_MAGICS_E2E_KUBECONFIG to a real cluster's kubeconfig to run",
-    ),
+    NEEDS_CLUSTER,
 ]
 
 

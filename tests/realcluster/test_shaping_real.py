@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
 import secrets
 import shutil
 import subprocess
@@ -30,27 +29,27 @@ import yaml
 from kubernetes import client, config
 
 from tests.helpers.kernels import Kernel
+from tests.realcluster.settings import (
+    ADMIN,
+    KUBECONFIG,
+    NAMESPACE,
+    NEEDS_CLUSTER,
+    QUEUE,
+    QUEUE_NAMESPACE,
+    RUNTIME,
+    WAIT,
+)
 from trainjob_magics import connect
 from trainjob_magics.engine import errors as E
 from trainjob_magics.engine.trainjob.served import trainer_api
 
-KUBECONFIG = os.environ.get("TRAINJOB_MAGICS_E2E_KUBECONFIG", "")
-ADMIN = os.environ.get("TRAINJOB_MAGICS_E2E_ADMIN_KUBECONFIG") or KUBECONFIG
-RUNTIME = os.environ.get("TRAINJOB_MAGICS_E2E_RUNTIME", "mpi-interactive")
-NAMESPACE = os.environ.get("TRAINJOB_MAGICS_E2E_NAMESPACE") or None
-QUEUE = os.environ.get("TRAINJOB_MAGICS_E2E_QUEUE") or None
-QUEUE_NAMESPACE = os.environ.get("TRAINJOB_MAGICS_E2E_QUEUE_NAMESPACE") or NAMESPACE
-WAIT = float(os.environ.get("TRAINJOB_MAGICS_E2E_TIMEOUT", "600"))
 ERROR_WITHIN = 20.0  # seconds: the bound for each user error
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 
 pytestmark = [
     pytest.mark.realcluster,
     pytest.mark.timeout(1200),
-    pytest.mark.skipif(
-        not KUBECONFIG,
-        reason="set TRAINJOB_MAGICS_E2E_KUBECONFIG to a real cluster's kubeconfig to run",
-    ),
+    NEEDS_CLUSTER,
 ]
 
 
