@@ -17,9 +17,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from kubernetes import client as k8s
 
+from tests.helpers.faultproxy import FaultProxy
 from tests.helpers.kube import list_trainjobs
 from tests.helpers.polling import wait_until
-from tests.helpers.faultproxy import FaultProxy
 from trainjob_magics import TrainJobSession, attach, connect
 from trainjob_magics.engine import errors as E
 from trainjob_magics.localcluster import LocalCluster

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.faultproxy import FaultProxy
 from tests.helpers.polling import wait_until
 from tests.helpers.ports import fetch, free_port, port_is_free, serving
-from tests.helpers.faultproxy import FaultProxy
 from trainjob_magics import TrainJobSession, connect
 from trainjob_magics.engine import errors as E
 from trainjob_magics.localcluster import LocalCluster
