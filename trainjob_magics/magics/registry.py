@@ -229,8 +229,7 @@ def _close_entry(
         return report
     if final_state == "Closed at kernel exit":
         by = by or "kernel exit"
-    told_by = by.startswith("%") or by == "idle stop"
-    cause = f"deleted by {by}" if by and told_by else f"deleted at {by}" if by else ""
+    cause = f"deleted by {by}" if by and by.startswith("%") else f"deleted at {by}" if by else ""
     note = f"session {entry.alias!r} closed" if cause else f"TrainJob {name} deleted"
     entry.push_final(
         final_state, note if cause else f"{note}; session {entry.alias!r} closed", cause
