@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from tests.browser.test_forward_show import WAIT_LISTENING
 from tests.helpers.kube import trainjob_names
 from tests.helpers.live_panels import (
     live_state,
     menu,
     run_cell,
+    serve_cell,
     wait_state,
     write_notebook,
 )
@@ -30,16 +30,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 LOAD, CONNECT, SERVE, FORWARD = range(4)
 NOTEBOOK = "forward_after.ipynb"
-
-
-def _serve(port: int, text: str) -> str:
-    page = f"<!doctype html><title>pod page</title><h1>{text}</h1>"
-    return (
-        "%%trainjob\n"
-        f"printf '%s' '{page}' > index.html\n"
-        f"nohup python3 -m http.server {port} --bind 127.0.0.1 > http.log 2>&1 < /dev/null &\n"
-        + WAIT_LISTENING.format(port=port)
-    )
 
 
 def _assert_static_form(cell: Any, link: str) -> None:
@@ -74,7 +64,7 @@ def test_forward_panel_after_a_menu_restart_and_a_reload(
         root / NOTEBOOK,
         "%load_ext trainjob_magics",
         "%trainjob_connect torch-distributed",
-        _serve(port, text),
+        serve_cell(port, text),
         f"%trainjob_forward {port} --show",
     )
     lab = jupyterlab_factory(root, {"KUBECONFIG": str(own_cluster.kubeconfig_path)})

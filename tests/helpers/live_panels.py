@@ -11,6 +11,18 @@ from typing import Any
 
 import nbformat
 
+# waits until the pod's server listens on the port (a %%trainjob cell's last line)
+WAIT_LISTENING = (
+    "python3 -c 'import socket, sys, time\n"
+    "for _ in range(300):\n"
+    "    try:\n"
+    '        socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1).close()\n'
+    "        break\n"
+    "    except OSError:\n"
+    "        time.sleep(0.2)\n"
+    "else:\n"
+    '    sys.exit("the server did not start")\' {port}'
+)
 LIVE = ".tjm-live-state"
 STATIC = ".tjm-panel > .tjm-static"  # the kernel's drawing below the live line
 
@@ -24,6 +36,17 @@ def write_notebook(path: Path, *cells: str) -> None:
         },
     )
     nbformat.write(nb, str(path))
+
+
+def serve_cell(port: int, text: str) -> str:
+    """A ``%%trainjob`` cell that serves a page saying ``text`` on ``port`` of the pod."""
+    page = f"<!doctype html><title>pod page</title><h1>{text}</h1>"
+    return (
+        "%%trainjob\n"
+        f"printf '%s' '{page}' > index.html\n"
+        f"nohup python3 -m http.server {port} --bind 127.0.0.1 > http.log 2>&1 < /dev/null &\n"
+        + WAIT_LISTENING.format(port=port)
+    )
 
 
 def live_state(nbp: Any, index: int) -> Any:
