@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import realstack_pending
 from tests.helpers.mpi import IMPLEMENTATIONS, require_openmpi
 from trainjob_magics.localcluster import LocalCluster
 
@@ -39,6 +40,20 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         if named == REALCLUSTER or REALCLUSTER in named.parents:
             return None
     return True
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """What needs the real stack runs last: scripts/test.sh starts the stack in the background,
+    and everything else runs while it builds (tests/helpers/realstack_pending.py)."""
+    items.sort(key=lambda item: realstack_pending.needs_stack(item.path, TESTS))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if realstack_pending.needs_stack(item.path, TESTS):
+        realstack_pending.wait_for_background_up()
 
 
 @pytest.fixture(scope="session")
