@@ -103,7 +103,7 @@ def test_live_panels_after_kubectl_delete_and_reload(
     for index in (1, 2):
         text = _live_state(nbp, index).inner_text()
         assert "deleted outside trainjob-magics" in text, text
-        assert nbp.cells().nth(index).locator(".tjm-static.tjm-stale").count() == 1
+        assert nbp.cells().nth(index).locator(".tjm-kernel-drawing.tjm-stale").count() == 1
     nbp.screenshot_cell(1, screenshot_path("live_panels", f"{tag}-deleted"))
     print(f"\n{tag}: panels said Gone {took:.2f} s after kubectl delete returned")
 

@@ -24,7 +24,7 @@ WAIT_LISTENING = (
     '    sys.exit("the server did not start")\' {port}'
 )
 LIVE = ".tjm-live-state"
-STATIC = ".tjm-panel > .tjm-static"  # the kernel's drawing below the live line
+STATIC = ".tjm-panel > .tjm-kernel-drawing"  # the kernel's drawing below the live line
 
 
 def write_notebook(path: Path, *cells: str) -> None:

@@ -12,6 +12,8 @@ import pytest
 from nbclient import NotebookClient
 from nbconvert import HTMLExporter
 
+from trainjob_magics.magics.views.live import PANEL_MIME
+
 pytestmark = pytest.mark.timeout(300)
 
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
@@ -45,7 +47,8 @@ def test_nbconvert_html_without_widget_state_shows_every_tail_and_footer(
     seq, mixed, progress = (nb.cells[i] for i in range(2, 2 + len(BODIES)))
     for cell in (seq, mixed, progress):
         mimes = [set(o.get("data", {})) for o in cell.outputs]
-        assert mimes == [{"text/html", "text/plain"}], mimes  # frozen: no widget view left
+        # frozen: no widget view left; the lab extension's key to the job beside the HTML
+        assert mimes == [{"text/html", "text/plain", PANEL_MIME}], mimes
 
     body, _ = HTMLExporter().from_notebook_node(nb)
     text = html.unescape(re.sub(r"<[^>]+>", "", body))

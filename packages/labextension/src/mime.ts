@@ -29,7 +29,7 @@ export class PanelRenderer extends Widget implements IRenderMime.IRenderer {
     this._gpus.className = 'tjm-gpus';
     this._gpus.hidden = true;
     this._static = document.createElement('div');
-    this._static.className = 'tjm-static';
+    this._static.className = 'tjm-kernel-drawing'; // not the kernel's own tjm-static
     this.node.appendChild(this._live);
     this.node.appendChild(this._gpus);
     this.node.appendChild(this._static);
