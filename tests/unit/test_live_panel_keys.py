@@ -96,3 +96,13 @@ def test_a_job_the_idle_stop_closed_is_gone_for_that_reason() -> None:
     )
     closed = {"metadata": {"annotations": {"trainjob-magics/closed-by": "%trainjob_close"}}}
     assert gone_reason(closed) == "closed by %trainjob_close"
+
+
+def test_a_job_closed_here_without_its_note_is_not_called_a_kubectl_delete() -> None:
+    """A Role without `patch` on trainjobs: the sidebar's close could not write its note, the
+    server remembers who closed it (seen on the real stack as its restricted user)."""
+    plain = {"metadata": {"annotations": {}}}
+    assert gone_reason(plain).startswith("deleted outside trainjob-magics")
+    assert gone_reason(plain, "the sidebar") == "closed by the sidebar"
+    noted = {"metadata": {"annotations": {"trainjob-magics/closed-by": "%trainjob_close"}}}
+    assert gone_reason(noted, "the sidebar") == "closed by %trainjob_close"  # the note wins

@@ -46,6 +46,9 @@ class NamespaceWatch:
         self.jobs: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         self.gone: dict[str, dict[str, Any]] = {}
+        # uid -> who closed it, for jobs closed here whose closed-by note could not be written
+        # (a Role without `patch` on trainjobs): said as it is, not as a kubectl delete
+        self.closed_here: dict[str, str] = {}
         self.problem = ""
         self._synced = {"jobs": False, "pods": False}
         self._changed = changed
@@ -124,7 +127,11 @@ class NamespaceWatch:
                     uid = _uid(old)
                     if uid not in live:
                         self.gone[uid] = gone_record(
-                            name, self.namespace, uid, gone_reason(old), now
+                            name,
+                            self.namespace,
+                            uid,
+                            gone_reason(old, self.closed_here.pop(uid, None)),
+                            now,
                         )
                 while len(self.gone) > MAX_GONE:
                     self.gone.pop(next(iter(self.gone)))

@@ -103,10 +103,11 @@ def session_record(
     }
 
 
-def gone_reason(last_seen: Mapping[str, Any] | None) -> str:
-    """Why a job we saw is no longer there, from the last version of it we saw."""
+def gone_reason(last_seen: Mapping[str, Any] | None, closed_by: str | None = None) -> str:
+    """Why a job we saw is no longer there, from the last version of it we saw (or
+    ``closed_by``: who closed it, known here though its note could not be written)."""
     notes = ((last_seen or {}).get("metadata") or {}).get("annotations") or {}
-    by = str(notes.get(CLOSED_BY_ANNOTATION, ""))
+    by = str(notes.get(CLOSED_BY_ANNOTATION, "")) or (closed_by or "")
     if by == IDLE_STOP_BY:
         idle = _number(notes.get(IDLE_STOP_ANNOTATION))
         return "stopped for being idle" + (

@@ -247,8 +247,13 @@ class SessionInventory:
         if self.api is None:
             raise TrainJobError(self.problem or "no kubeconfig")
         # close_trainjob says what is wrong (not found, not ours, no permission)
-        with contextlib.suppress(TrainJobError):
+        try:
             annotate(self.api, namespace, name, {CLOSED_BY_ANNOTATION: CLOSED_FROM})
+        except TrainJobError:  # e.g. no `patch` on trainjobs: this server remembers it instead
+            watch = self._watches.get(namespace)
+            job = watch.jobs.get(name) if watch is not None else None
+            if watch is not None and job is not None:
+                watch.closed_here[(job.get("metadata") or {}).get("uid", "")] = CLOSED_FROM
         return close_trainjob(
             name, namespace, context=self.context, config_file=self.config_file, timeout=timeout
         )
