@@ -30,7 +30,9 @@ if [ "${TRAINJOB_MAGICS_REALSTACK:-1}" != 0 ] \
   setsid bash -c 'rc=0; python -m devtools.realstack up >artifacts/realstack-up.log 2>&1 || rc=$?
     echo "$rc" >"$TRAINJOB_MAGICS_REALSTACK_PENDING"' &
   up_pid=$!
-  trap 'kill -- -"$up_pid" 2>/dev/null; wait "$up_pid" 2>/dev/null;
+  # (|| true: under set -e a failing command in the trap, such as kill after the start ended,
+  # would replace pytest's exit code)
+  trap 'kill -- -"$up_pid" 2>/dev/null || true; wait "$up_pid" 2>/dev/null || true;
         python -m devtools.realstack down >/dev/null 2>&1 || true' EXIT
 fi
 python -m pytest -p no:cacheprovider -rs "$@"
