@@ -35,4 +35,5 @@ if [ "${TRAINJOB_MAGICS_REALSTACK:-1}" != 0 ] \
   trap 'kill -- -"$up_pid" 2>/dev/null || true; wait "$up_pid" 2>/dev/null || true;
         python -m devtools.realstack down >/dev/null 2>&1 || true' EXIT
 fi
-python -m pytest -p no:cacheprovider -rs "$@"
+# --durations=40: the slowest tests, for the time budget (docs/testing.md)
+python -m pytest -p no:cacheprovider -rs --durations=40 "$@"
