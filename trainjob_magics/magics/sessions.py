@@ -150,9 +150,11 @@ def render_status(host: MagicsHost, entry: Entry, quiet_errors: bool = False) ->
         print(
             format_status(status, max_runtime=duration_seconds(entry.settings.get("max_runtime")))
         )
-    holds = _holds(host, entry.session)
-    if holds:
-        print(f"holds {holds}")
+    holds = (
+        _holds(host, entry.session) if status.state not in ("Deleted", "Complete", "Failed") else ""
+    )
+    if holds:  # a job with no request reads "held 3 s ...": not "holds held"
+        print(holds if holds.startswith("held") else f"holds {holds}")
     gpus = _gpus(entry.session)
     if gpus:
         _show_gpus(host, gpus)
