@@ -101,6 +101,17 @@ class JupyterLab:
             body = resp.read()
         return json.loads(body) if body else None
 
+    def api_until(self, path: str, ok: Callable[[Any], bool], timeout: float = 30.0) -> Any:
+        """GET ``path`` until ``ok(answer)``; the answer (fails after ``timeout`` with the last)."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            last = self.api(path)
+            if ok(last):
+                return last
+            time.sleep(0.1)
+        raise AssertionError(f"{path} never satisfied the test: {json.dumps(last)[:2000]}")
+
     def lab_url(self, notebook: str) -> str:
         """URL opening ``notebook`` in a fresh (reset) workspace."""
         return f"{self.url}/lab/tree/{notebook}?reset&token={self.token}"

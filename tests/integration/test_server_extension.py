@@ -46,17 +46,6 @@ def lab_for(tmp_path: Path) -> Iterator[Callable[[Path, list[str]], JupyterLab]]
         lab.stop()
 
 
-def _until(lab: JupyterLab, path: str, ok: Callable[[Any], bool], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = lab.api(path)
-        if ok(last):
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"{path} never satisfied the test: {json.dumps(last)[:2000]}")
-
-
 def _mine(snapshot: dict[str, Any], name: str) -> dict[str, Any] | None:
     return next((s for s in snapshot["sessions"] if s["name"] == name), None)
 
@@ -71,8 +60,7 @@ def test_sessions_api_reads_holds_deletes_and_closes(
     second = connect("mpi-interactive", num_nodes=2, config_file=str(kubeconfig), timeout=120)
     try:
         lab = lab_for(kubeconfig)
-        snap = _until(
-            lab,
+        snap = lab.api_until(
             f"{API}/sessions",
             lambda s: (r := _mine(s, first.name)) is not None and r["podsReady"] == "2/2",
         )
@@ -99,8 +87,7 @@ def test_sessions_api_reads_holds_deletes_and_closes(
         uid2 = lab.api(f"{API}/sessions/{second.namespace}/{second.name}")["uid"]
         own_cluster_api_delete(own_cluster, kubeconfig, second.namespace, second.name)
         started = time.monotonic()
-        gone = _until(
-            lab,
+        gone = lab.api_until(
             f"{API}/sessions/{second.namespace}/{second.name}?uid={uid2}",
             lambda r: r["state"] == "Gone",
             timeout=2.0,
@@ -151,7 +138,7 @@ def test_a_namespace_the_user_may_not_list_is_one_line(
     )
     try:
         lab = lab_for(alice, ["tjm"])
-        snap = _until(lab, f"{API}/sessions", lambda s: _mine(s, session.name) and s["problems"])
+        snap = lab.api_until(f"{API}/sessions", lambda s: _mine(s, session.name) and s["problems"])
         assert snap["namespaces"] == ["default", "tjm"]
         assert len(snap["problems"]) == 1
         assert snap["problems"][0].startswith("namespace default: ")

@@ -8,7 +8,6 @@ Jupyter's authentication."""
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -40,17 +39,6 @@ def lab(tmp_path: Path) -> Iterator[Callable[[Path], JupyterLab]]:
         server.stop()
 
 
-def _until(server: JupyterLab, path: str, ok: Callable[[Any], bool], timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = server.api(path)
-        if ok(last):
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"{path} never satisfied the test: {json.dumps(last)[:2000]}")
-
-
 def _pid_files(session: TrainJobSession, pod: str) -> str:
     result = session.execute(
         ["env", "sh", "-c", 'ls "${TMPDIR:-/tmp}/trainjob-magics" | grep "\\.pid$" || true'],
@@ -76,7 +64,7 @@ def test_gpus_api_with_the_standin(
         wait_until(lambda: ".pid" in _pid_files(busy, busy.pod))
         server = lab(kubeconfig)
         path = f"{API}/sessions/{idle.namespace}/{idle.name}/gpus"
-        answer = _until(server, path, lambda r: len(r["pods"]) == 2)
+        answer = server.api_until(path, lambda r: len(r["pods"]) == 2)
         pods = [r.name for r in idle.pods("all")]
         assert [p["pod"] for p in answer["pods"]] == pods
         assert answer["sampleEvery"] == 10.0
@@ -107,7 +95,7 @@ def test_gpus_api_with_the_standin(
 
         # the pod where the cell runs: not sampled, nvidia-smi never ran there
         busy_path = f"{API}/sessions/{busy.namespace}/{busy.name}/gpus"
-        held = _until(server, busy_path, lambda r: len(r["pods"]) == 1)
+        held = server.api_until(busy_path, lambda r: len(r["pods"]) == 1)
         assert held["pods"][0]["pod"] == busy.pod and held["pods"][0]["state"] == "busy"
         assert held["pods"][0]["gpus"] == []
         assert busy.pod not in calls(log)

@@ -10,7 +10,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +35,6 @@ def _secrets(kubeconfig: str) -> list[str]:
             if body.get(key):
                 found.append(str(body[key]))
     return found
-
-
-def _until(lab: JupyterLab, path: str, ok: Callable[[Any], bool], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = lab.api(path)
-        if ok(last):
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"{path} never satisfied the test: {json.dumps(last)[:2000]}")
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +66,7 @@ def _mine(snapshot: dict[str, Any], name: str) -> dict[str, Any] | None:
 def test_the_users_session_with_what_it_holds_and_nothing_secret(
     session: TrainJobSession, lab: JupyterLab
 ) -> None:
-    snap = _until(lab, f"{API}/sessions", lambda s: _mine(s, session.name) is not None)
+    snap = lab.api_until(f"{API}/sessions", lambda s: _mine(s, session.name) is not None)
     rec = _mine(snap, session.name)
     assert rec is not None and rec["state"] == "Running", rec
     assert rec["namespace"] == session.namespace and rec["runtime"] == RUNTIMES[0]
@@ -103,13 +92,12 @@ def test_no_answer_without_jupyters_authentication(lab: JupyterLab) -> None:
 
 
 def test_close_from_the_api_deletes_the_job(session: TrainJobSession, lab: JupyterLab) -> None:
-    rec = _until(lab, f"{API}/sessions", lambda s: _mine(s, session.name) is not None)
+    rec = lab.api_until(f"{API}/sessions", lambda s: _mine(s, session.name) is not None)
     uid = _mine(rec, session.name)["uid"]  # type: ignore[index]
     path = f"{API}/sessions/{session.namespace}/{session.name}/close"
     closed = lab.api(path, method="POST", body={})
     assert closed["message"].startswith(f"Closed TrainJob {session.name}"), closed
-    after = _until(
-        lab,
+    after = lab.api_until(
         f"{API}/sessions/{session.namespace}/{session.name}?uid={uid}",
         lambda r: r["state"] == "Gone",
     )
