@@ -14,6 +14,7 @@ from .detach import detached_mark
 from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import chosen_session, cluster_settings
+from .outcomes import ENDED_STATES
 from .registry import Entry, session_name
 from .views.gpus import gpu_html, gpu_text, worth_showing
 from .views.jobs_table import format_trainjobs
@@ -150,9 +151,7 @@ def render_status(host: MagicsHost, entry: Entry, quiet_errors: bool = False) ->
         print(
             format_status(status, max_runtime=duration_seconds(entry.settings.get("max_runtime")))
         )
-    holds = (
-        _holds(host, entry.session) if status.state not in ("Deleted", "Complete", "Failed") else ""
-    )
+    holds = _holds(host, entry.session) if status.state not in ENDED_STATES else ""
     if holds:  # a job with no request reads "held 3 s ...": not "holds held"
         print(holds if holds.startswith("held") else f"holds {holds}")
     gpus = _gpus(entry.session)
