@@ -6,6 +6,9 @@ import http.client
 import socket
 import urllib.error
 import urllib.request
+from typing import Any
+
+from tests.helpers.polling import wait_until
 
 FETCH_FAILED = (ConnectionError, urllib.error.URLError, http.client.HTTPException)
 
@@ -48,3 +51,17 @@ def serving(url: str) -> bool:
     except FETCH_FAILED:
         return False
     return True
+
+
+def serve_http(session: Any, port: int, pod: str | None = None, wait: float = 0.0) -> None:
+    """``python3 -m http.server PORT`` in a pod's working directory, in the background (the
+    session's trainer pod, or ``pod``); with ``wait``, for up to that many seconds until it
+    accepts connections (checked in the pod)."""
+    res = session.execute(
+        f"nohup python3 -m http.server {port} --bind 127.0.0.1 > http.log 2>&1 < /dev/null &",
+        pods=pod,
+    )
+    assert res.ok, res.stderr
+    if wait:
+        probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), 2).close()"
+        wait_until(lambda: session.execute(["python3", "-c", probe], pods=pod).ok, timeout=wait)

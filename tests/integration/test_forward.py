@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.helpers.polling import wait_until
-from tests.helpers.ports import fetch, free_port, port_is_free, serving
+from tests.helpers.ports import fetch, free_port, port_is_free, serve_http, serving
 from trainjob_magics import TrainJobSession, connect
 from trainjob_magics.engine import errors as E
 from trainjob_magics.localcluster import LocalCluster
@@ -21,15 +21,6 @@ from trainjob_magics.localcluster import LocalCluster
 pytestmark = pytest.mark.timeout(180)
 
 SIZE_50MB = 50 * 1024 * 1024
-
-
-def serve_http(session: TrainJobSession, port: int, pod: str | None = None) -> None:
-    """Start ``python3 -m http.server`` in the pod's working directory, in the background."""
-    res = session.execute(
-        f"nohup python3 -m http.server {port} --bind 127.0.0.1 > http.log 2>&1 < /dev/null &",
-        pods=pod,
-    )
-    assert res.ok, res.stderr
 
 
 def listening(session: TrainJobSession, port: int) -> bool:

@@ -20,7 +20,7 @@ import pytest
 
 from tests.helpers.faultproxy import FaultProxy
 from tests.helpers.polling import wait_until
-from tests.helpers.ports import fetch, free_port, port_is_free, serving
+from tests.helpers.ports import fetch, free_port, port_is_free, serve_http, serving
 from trainjob_magics import TrainJobSession, connect
 from trainjob_magics.engine import errors as E
 from trainjob_magics.localcluster import LocalCluster
@@ -29,14 +29,6 @@ pytestmark = pytest.mark.timeout(180)
 
 SIZE = 32 * 1024 * 1024
 RESET_ERRORS = (ConnectionError, urllib.error.URLError, http.client.HTTPException)
-
-
-def serve_http(session: TrainJobSession, port: int) -> None:
-    """``python3 -m http.server`` in the pod's working directory, in the background."""
-    res = session.execute(
-        f"nohup python3 -m http.server {port} --bind 127.0.0.1 > http.log 2>&1 < /dev/null &"
-    )
-    assert res.ok, res.stderr
 
 
 def upgrades(cluster: LocalCluster, pod: str) -> int:

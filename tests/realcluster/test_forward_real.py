@@ -25,7 +25,7 @@ import pytest
 
 from tests.helpers.faultproxy import FaultProxy
 from tests.helpers.polling import wait_until
-from tests.helpers.ports import fetch, free_port, serving
+from tests.helpers.ports import fetch, free_port, serve_http, serving
 from tests.realcluster.settings import ADMIN, KUBECONFIG, NAMESPACE, NEEDS_CLUSTER, RUNTIMES, WAIT
 from trainjob_magics import TrainJobSession, connect
 from trainjob_magics.engine import errors as E
@@ -44,17 +44,6 @@ pytestmark = [
 
 def _connect(config_file: str = KUBECONFIG) -> TrainJobSession:
     return connect(RUNTIME, config_file=config_file, namespace=NAMESPACE, timeout=WAIT, num_nodes=1)
-
-
-def _serve(session: TrainJobSession, port: int) -> None:
-    """``python3 -m http.server`` in the pod's working directory, in the background; returns
-    once it accepts connections."""
-    started = session.execute(
-        f"nohup python3 -m http.server {port} --bind 127.0.0.1 > http{port}.log 2>&1 < /dev/null &"
-    )
-    assert started.ok, started.stderr
-    probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), 2).close()"
-    wait_until(lambda: session.execute(["python3", "-c", probe]).ok, timeout=60)
 
 
 def _server_minor() -> int:
@@ -81,7 +70,7 @@ def served(session: TrainJobSession) -> tuple[int, str]:
         f"printf 'forward page' > index.html && head -c {SIZE} /dev/urandom > big.bin"
     )
     assert made.ok, made.stderr
-    _serve(session, port)
+    serve_http(session, port, wait=60)
     return port, session.execute("sha256sum big.bin").stdout.split()[0]
 
 
@@ -130,7 +119,7 @@ def test_a_stream_the_pod_resets_leaves_the_tunnel_up(session: TrainJobSession) 
         wait_until(lambda: len(reported) == 2, timeout=60)
         assert "nothing accepts connections" in reported[1], reported
         assert session.execute(f"printf up > up{port}.txt").ok
-        _serve(session, port)
+        serve_http(session, port, wait=60)
         assert fetch(fwd.url + f"up{port}.txt", 60) == b"up"
         assert len(reported) == 2, reported  # three refused streams, said once
         if fwd.mode == "tunnel":
@@ -145,7 +134,7 @@ def test_the_tunnel_dropping_mid_transfer(tmp_path: Path) -> None:
     try:
         port = free_port()
         assert s.execute(f"head -c {SIZE} /dev/zero > zero.bin").ok
-        _serve(s, port)
+        serve_http(s, port, wait=60)
         with s.forward(port) as fwd:
             wait_until(lambda: serving(fwd.url), timeout=60)
             before = fwd.upgrades
@@ -183,7 +172,7 @@ def test_a_forward_outlives_a_replaced_trainer_pod() -> None:
     try:
         port = free_port()
         assert s.execute("printf first > who.txt").ok
-        _serve(s, port)
+        serve_http(s, port, wait=60)
         with s.forward(port) as fwd:
             assert fetch(fwd.url + "who.txt", 60) == b"first"
             old = s.pod
@@ -193,7 +182,7 @@ def test_a_forward_outlives_a_replaced_trainer_pod() -> None:
                 fetch(fwd.url + "who.txt", timeout=WAIT)
             assert fwd.pod != old and s.pod == fwd.pod
             assert s.execute("printf second > who.txt").ok
-            _serve(s, port)
+            serve_http(s, port, wait=60)
             assert fetch(fwd.url + "who.txt", 60) == b"second"
             assert not fwd.closed
     finally:
