@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
@@ -17,6 +18,16 @@ from ..engine import NotFoundError, SessionInventory, TrainJobError
 from .kernels_file import read_namespaces
 
 MAX_WAIT = 25.0
+
+
+def seconds_to_wait(text: str) -> float | None:
+    """The ``wait`` query (seconds, at most MAX_WAIT; empty is 0); None when not a number of
+    seconds (negative, NaN, infinite, not a number)."""
+    try:
+        seconds = float(text or 0)
+    except ValueError:
+        return None
+    return min(MAX_WAIT, seconds) if math.isfinite(seconds) and seconds >= 0 else None
 
 
 class _Base(APIHandler):
@@ -51,10 +62,16 @@ class SessionsHandler(_Base):
         for ns in read_namespaces(self.serverapp.runtime_dir):
             inventory.add_namespace(ns)
         since = self.get_query_argument("since", "")
-        if since.isdigit() and int(since) == inventory.version:
-            wait = min(MAX_WAIT, float(self.get_query_argument("wait", "0") or 0))
-            if wait > 0:
-                await self.settings["trainjob_magics_waiters"].wait(wait)
+        asked = self.get_query_argument("wait", "")
+        wait = seconds_to_wait(asked)
+        if since and not since.isdigit():
+            self.fail(400, f"since must be a snapshot version (0, 1, 2, ...), not {since[:40]!r}")
+            return
+        if wait is None:
+            self.fail(400, f"wait must be a number of seconds (0 to 25), not {asked[:40]!r}")
+            return
+        if since and int(since) == inventory.version and wait > 0:
+            await self.settings["trainjob_magics_waiters"].wait(wait)
         loop = asyncio.get_running_loop()
         snapshot: dict[str, Any] = await loop.run_in_executor(None, inventory.snapshot)
         notebooks = await self.notebooks_by_kernel()
