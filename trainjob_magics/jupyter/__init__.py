@@ -10,19 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 
-def _jupyter_server_extension_points() -> list[dict[str, str]]:
-    return [{"module": "trainjob_magics.jupyter"}]
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    from .app import TrainJobSessionsApp
+
+    return [{"module": "trainjob_magics.jupyter", "app": TrainJobSessionsApp}]
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "trainjob-magics-labextension"}]
-
-
-def _load_jupyter_server_extension(serverapp: Any) -> None:
-    from .app import load
-
-    load(serverapp)
-
-
-# jupyter_server < 2 looked for this name
-load_jupyter_server_extension = _load_jupyter_server_extension

@@ -69,6 +69,7 @@ class NamespaceWatch:
             namespace=namespace,
             label_selector=JOBSET_NAME_LABEL,
         )
+        self._watchers = (jobs, pods)
         self._threads = [
             threading.Thread(
                 target=self._run, args=(w, kind), daemon=True, name=f"tjm-watch-{namespace}-{kind}"
@@ -83,7 +84,17 @@ class NamespaceWatch:
         return all(self._synced.values())
 
     def stop(self) -> None:
+        """End both watches: a blocked read is interrupted, a retry wait cut short."""
         self._stop.set()
+        for watcher in self._watchers:
+            watcher.abort()
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for both threads (after ``stop``); True when ended."""
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
 
     def _run(self, watcher: Watcher, kind: str) -> None:
         watcher.chunk_seconds = WATCH_SECONDS

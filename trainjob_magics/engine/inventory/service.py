@@ -26,6 +26,7 @@ from .notes import annotate
 from .records import pods_of, session_record
 
 QUEUE_CACHE_SECONDS = 5.0
+STOP_SECONDS = 10.0  # the longest stop() waits for the watch threads (a relist in flight)
 CLOSED_FROM = "the sidebar"
 
 
@@ -56,6 +57,7 @@ class SessionInventory:
         self._cond = threading.Condition()
         self._version = 0
         self._watches: dict[str, NamespaceWatch] = {}
+        self._stopped = False
         self._queues: dict[str, tuple[float, dict[str, Any] | None]] = {}
         self._visibility: Visibility | None = None
         self._gpus: GpuSampler | None = None
@@ -80,6 +82,8 @@ class SessionInventory:
         except TrainJobError:
             return False
         with self._cond:
+            if self._stopped:
+                return False
             if namespace not in self._watches:
                 self._watches[namespace] = NamespaceWatch(self.api, namespace, self._bump)
         return True
@@ -258,7 +262,17 @@ class SessionInventory:
             name, namespace, context=self.context, config_file=self.config_file, timeout=timeout
         )
 
-    def stop(self) -> None:
-        for watch in list(self._watches.values()):
+    def stop(self, timeout: float = STOP_SECONDS) -> bool:
+        """End every watch and wait up to ``timeout`` seconds for their threads; no namespace
+        is watched after this. True when every thread ended."""
+        with self._cond:
+            self._stopped = True
+            watches = list(self._watches.values())
+        for watch in watches:
             watch.stop()
+        deadline = time.monotonic() + timeout
+        ended = True
+        for watch in watches:
+            ended = watch.join(max(0.0, deadline - time.monotonic())) and ended
         self._bump()
+        return ended

@@ -3,9 +3,12 @@ relisting on 410 Gone."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -29,6 +32,21 @@ _STREAM_ERRORS = (urllib3.exceptions.HTTPError, OSError, ValueError)
 
 
 OK, DROPPED, RELIST, ERROR = "ok", "dropped", "relist", "error"  # how one watch request ended
+
+
+def interrupt(resp: Any) -> None:
+    """End a blocking read of ``resp`` in another thread (its socket shut down)."""
+    shutdown = getattr(resp, "shutdown", None)  # urllib3 >= 2.3
+    if shutdown is not None:
+        try:
+            shutdown()
+            return
+        except (OSError, ValueError, RuntimeError):
+            pass
+    sock = getattr(getattr(resp, "_connection", None), "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def iter_lines(resp: Any) -> Iterator[bytes]:
@@ -75,6 +93,17 @@ class Watcher:
         self.objects: dict[str, dict[str, Any]] = {}
         self.resource_version = ""
         self.chunk_seconds = WATCH_CHUNK_SECONDS  # the longest watch request (refresh period)
+        self._aborted = False
+        self._stream: Any = None  # the watch response being read
+        self._lock = threading.Lock()
+
+    def abort(self) -> None:
+        """From another thread: end ``run`` at once (its read interrupted), now and later."""
+        with self._lock:
+            self._aborted = True
+            stream = self._stream
+        if stream is not None:
+            interrupt(stream)
 
     def _selectors(self) -> list[tuple[str, str]]:
         query = []
@@ -145,7 +174,7 @@ class Watcher:
         self.relist()
         result = check()
         failures = 0
-        while result is None:
+        while result is None and not self._aborted:
             if refresh is not None:
                 refresh()
                 result = check()
@@ -155,7 +184,7 @@ class Watcher:
             if remaining <= 0:
                 return None
             state, result = self._watch_once(deadline, remaining, check)
-            if result is not None:
+            if result is not None or self._aborted:
                 break
             if state == OK:
                 failures = 0
@@ -184,6 +213,10 @@ class Watcher:
         if self.resource_version:
             query.append(("resourceVersion", self.resource_version))
         resp = self._get("watch", query, stream=True, timeout=(10.0, min(seconds, remaining) + 1.0))
+        with self._lock:
+            self._stream = resp
+            if self._aborted:
+                interrupt(resp)
         lines = iter_lines(resp)
         try:
             while True:
@@ -203,5 +236,7 @@ class Watcher:
                 if time.monotonic() >= deadline:
                     return OK, None
         finally:
+            with self._lock:
+                self._stream = None
             resp.close()
             resp.release_conn()
