@@ -30,6 +30,11 @@ STOP_SECONDS = 10.0  # the longest stop() waits for the watch threads (a relist 
 CLOSED_FROM = "the sidebar"
 
 
+def utc_now() -> datetime:
+    """The time the records are read at."""
+    return datetime.now(timezone.utc)
+
+
 def current_user() -> str:
     """The user name the engine writes as ``created-by``."""
     try:
@@ -49,8 +54,10 @@ class SessionInventory:
         context: str | None = None,
         namespaces: Iterable[str] = (),
         all_users: bool = False,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.config_file, self.context = config_file, context
+        self._clock = clock
         self.user = None if all_users else current_user()
         self.problem = ""
         self.default_namespace = ""
@@ -144,7 +151,7 @@ class SessionInventory:
 
     def snapshot(self) -> dict[str, Any]:
         """``{version, sessions, gone, problems, namespaces}`` for the REST API."""
-        now = datetime.now(timezone.utc)
+        now = self._clock()
         sessions: list[dict[str, Any]] = []
         gone: list[dict[str, Any]] = []
         problems = [self.problem] if self.problem else []
@@ -186,7 +193,7 @@ class SessionInventory:
             }
         job = watch.jobs.get(name)
         if job is not None and (not uid or (job.get("metadata") or {}).get("uid") == uid):
-            record = session_record(job, watch.pods.values())
+            record = session_record(job, watch.pods.values(), now=self._clock())
             record["queue"] = self._queue(namespace, job, record["state"]) or record["queue"]
             return record
         if uid and uid in watch.gone:
