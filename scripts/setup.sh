@@ -45,6 +45,8 @@ if [ "${1:-}" = "--browser" ] && [ "${TRAINJOB_MAGICS_REALSTACK:-1}" != 0 ] \
   command -v socat >/dev/null 2>&1 || missing+=(socat)
   command -v iptables >/dev/null 2>&1 || missing+=(iptables)
   command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
+  # the real stack's JupyterHub: configurable-http-proxy comes from npm
+  command -v npm >/dev/null 2>&1 || missing+=(npm)
   if [ "${#missing[@]}" -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq

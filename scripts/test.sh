@@ -23,11 +23,11 @@ if [ "${TRAINJOB_MAGICS_REALSTACK:-1}" != 0 ] \
   mkdir -p artifacts
   export TRAINJOB_MAGICS_REALSTACK_PENDING="$PWD/artifacts/realstack-up.rc"
   rm -f "$TRAINJOB_MAGICS_REALSTACK_PENDING"
-  echo "starting the real stack in the background (python -m devtools.realstack up;" \
+  echo "starting the real stack in the background (python -m devtools.realstack up --jupyterhub;" \
     "output in artifacts/realstack-up.log; the first build takes a while)"
   # a process group of its own, so an interrupted run stops the whole start (its Go builds too)
   # before it takes down what the start made
-  setsid bash -c 'rc=0; python -m devtools.realstack up >artifacts/realstack-up.log 2>&1 || rc=$?
+  setsid bash -c 'rc=0; python -m devtools.realstack up --jupyterhub >artifacts/realstack-up.log 2>&1 || rc=$?
     echo "$rc" >"$TRAINJOB_MAGICS_REALSTACK_PENDING"' &
   up_pid=$!
   # (|| true: under set -e a failing command in the trap, such as kill after the start ended,

@@ -41,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
             default=NodeShape.gpus,
             help="nvidia.com/gpu the node advertises (a stand-in: there is no GPU)",
         )
+        if name == "up":
+            s.add_argument(
+                "--jupyterhub",
+                action="store_true",
+                help="also JupyterHub spawning each user's server as a pod (docs/jupyterhub.md)",
+            )
     sub.add_parser("status", help="what runs, and the kubeconfigs")
     logs = sub.add_parser("logs", help="a component's log")
     logs.add_argument("component", help=", ".join(stack.COMPONENTS))
@@ -64,14 +70,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "up":
             shape = NodeShape(gpus=args.gpus)
-            ctx = stack.up(run, _versions(args), shape)
+            ctx = stack.up(run, _versions(args), shape, jupyterhub=args.jupyterhub)
             print(ctx.admin_kubeconfig)
+            line = stack.hub_line(ctx)
+            if line:
+                print(line)
         elif args.command == "build":
             took = stack.build_all(_versions(args), run / "logs" / "build.log")
             print(json.dumps(took, indent=2))
         elif args.command == "status":
             info = stack.status(run)
             print(json.dumps(info, indent=2))
+            if info.get("jupyterhub"):
+                print(info["jupyterhub"])
             return 0 if info.get("ready") else 1
         elif args.command == "logs":
             path = log_path(run, args.component)

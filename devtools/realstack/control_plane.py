@@ -144,6 +144,9 @@ def start(ctx: StackContext) -> None:
             f"--etcd-servers={client_url}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
+            # the `kubernetes` Service's endpoint is the node's relay, written by the stack
+            # (realnode/incluster.py): 127.0.0.1 would be each pod's own loopback
+            "--endpoint-reconciler-type=none",
             f"--secure-port={port}",
             f"--tls-cert-file={certs['apiserver'].cert}",
             f"--tls-private-key-file={certs['apiserver'].key}",

@@ -8,6 +8,7 @@ import contextlib
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from devtools.realstack import (
     provisioner,
     realnode,
 )
+from devtools.realstack import jupyterhub as hub
 from devtools.realstack.context import NodeShape, StackContext
 from devtools.realstack.versions import Versions
 
@@ -37,6 +39,7 @@ COMPONENTS = (
     "jobset",
     "trainer",
     "kueue",
+    *hub.COMPONENTS,
 )
 
 
@@ -60,16 +63,23 @@ def build_all(versions: Versions, log: Path) -> dict[str, float]:
     return took
 
 
-def up(run: Path, versions: Versions, shape: NodeShape) -> StackContext:
-    """Start a stack in ``run`` (a running one with the same versions is reused)."""
+def up(
+    run: Path, versions: Versions, shape: NodeShape, *, jupyterhub: bool = False
+) -> StackContext:
+    """Start a stack in ``run`` (a running one with the same versions is reused), with
+    JupyterHub when asked (added to a running stack that lacks it)."""
     versions = versions.resolved()
     if (run / "state.json").exists():
         old = StackContext.load(run)
         # the node's shape is what its kubelet measured: only the GPU stand-in is asked for
         if procs.running(run) and old.versions == versions and old.nodes.gpus == shape.gpus:
+            reuse = False
             with contextlib.suppress(Exception):
-                if _ready(old):
-                    return old
+                reuse = _ready(old)
+            if reuse:
+                if jupyterhub:
+                    _step(old, "jupyterhub", hub.start)
+                return old
         down(run)
     ctx = StackContext(run=run, versions=versions, nodes=shape)
     ctx.save()
@@ -79,20 +89,36 @@ def up(run: Path, versions: Versions, shape: NodeShape) -> StackContext:
     timings.update(
         {f"build {k}": v for k, v in build_all(versions, run / "logs" / "build.log").items()}
     )
-    for name, step in (
+    steps = [
         ("control plane", control_plane.start),
         ("node", realnode.start),
         ("provisioner", provisioner.start),
         ("controllers", controllers.start),
         ("fixtures", fixtures.apply),
-    ):
+    ]
+    if jupyterhub:
+        steps.append(("jupyterhub", hub.start))
+    for name, step in steps:
         t = time.monotonic()
-        step(ctx)
+        _step(ctx, name, step)
         timings[name] = round(time.monotonic() - t, 1)
     timings["total"] = round(time.monotonic() - t0, 1)
     (run / "timings.json").write_text(json.dumps(timings, indent=2))
     (run / "ready").write_text(json.dumps({"versions": asdict(versions)}))
     return ctx
+
+
+def _step(ctx: StackContext, name: str, step: Callable[[StackContext], object]) -> None:
+    """Run one step of ``up``; a failure names the step (the caller takes the stack down)."""
+    try:
+        step(ctx)
+    except procs.StackError as exc:
+        raise procs.StackError(f"up failed at {name}: {exc}") from exc
+
+
+def hub_line(ctx: StackContext) -> str | None:
+    """The line that says where the hub is and how to log in (None without a hub)."""
+    return hub.status_line(ctx)
 
 
 def _ready(ctx: StackContext) -> bool:
@@ -109,7 +135,13 @@ def down(run: Path, *, keep_state: bool = False) -> list[str]:
     stopped: list[str] = []
     if (run / "state.json").exists():
         ctx = StackContext.load(run)
-        for step in (controllers.stop, provisioner.stop, realnode.stop, control_plane.stop):
+        for step in (
+            hub.stop,
+            controllers.stop,
+            provisioner.stop,
+            realnode.stop,
+            control_plane.stop,
+        ):
             with contextlib.suppress(Exception):
                 step(ctx)
     for name in procs.running(run):  # anything a step did not know about
@@ -141,6 +173,7 @@ def status(run: Path) -> dict:
         "processes": alive,
         "namespaces": {"plain": fixtures.NAMESPACE, "queued": fixtures.QUEUED_NAMESPACE},
         "queue": fixtures.LOCAL_QUEUES[0],
+        "jupyterhub": hub.status_line(ctx),
     }
 
 

@@ -37,6 +37,7 @@ from .trainjob.dryrun import DRY_RUN_QUERY, clean_manifest
 from .trainjob.idle import idle_timeout_of
 from .trainjob.idle_stop import validate_idle_stop
 from .trainjob.lifecycle import create_trainjob, delete_hint, delete_trainjob, fetch_trainjob
+from .trainjob.notebook_pod import owner_reference
 from .trainjob.overrides import apply_shaping, replicated_jobs
 from .trainjob.pending import DEFAULT_IMAGE_PULL_RETRIES
 from .trainjob.prechecks import env_from_env, precheck
@@ -211,6 +212,9 @@ def connect(
     )
     if max_seconds and not managed:
         body["spec"]["activeDeadlineSeconds"] = max_seconds
+    owner = owner_reference(api, ns) if trainer_command is None else None
+    if owner is not None:  # a notebook in a pod: the job goes with it (notebook_pod.py)
+        body["metadata"]["ownerReferences"] = [owner]
     served = served_trainer_api(api) if shaping.touches_pods else None
     if env_refs:
         trainer = body["spec"]["trainer"]

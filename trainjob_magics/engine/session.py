@@ -61,6 +61,8 @@ from .result import ExecResult, JobStatus, MultiExecResult, PodGpus, PodRef, Sto
 from .trainjob.idle import Heartbeat, idle_released_error
 from .trainjob.idle_stop import IdleClock, idle_stopped_error, validate_idle_stop
 from .trainjob.lifecycle import delete_trainjob, fetch_trainjob, wait_pods_gone, wait_trainjob_gone
+from .trainjob.notebook_pod import pod_owners
+from .trainjob.notebook_pod import release as release_from_pod
 from .trainjob.readiness import OnStatus, eviction_baseline, wait_ready
 from .trainjob.status import after_pod_gone, job_status
 from .trainjob.targets import (
@@ -1027,6 +1029,7 @@ class TrainJobSession:
         argv, _, _ = validate_exec(command, None, None)
         text = command if isinstance(command, str) else " ".join(argv)
         with self._in_use():
+            self._outlive_the_notebook_pod()
             run = start_detached(
                 self._exec,
                 self.api_client,
@@ -1042,6 +1045,24 @@ class TrainJobSession:
             self.name, run.run, text, run.started, run.pods[0], dict.fromkeys(run.pods)
         )
         return run
+
+    def _outlive_the_notebook_pod(self) -> None:
+        """A job tied to the notebook's pod (``trainjob/notebook_pod.py``) is untied before a
+        detached run starts: the run must outlive the pod. Without ``patch`` on trainjobs the
+        run is refused, since the hub's "Stop My Server" would delete it."""
+        job = fetch_trainjob(self.api_client, self.namespace, self.name)
+        try:
+            release_from_pod(self.api_client, job)
+        except TrainJobError as exc:
+            if exc.status != 403:
+                raise
+            owner = pod_owners(job)[0]["name"]
+            raise DetachedRunError(
+                f"TrainJob {self.name} is tied to this notebook's pod {owner} (deleted with it "
+                f"when the server stops), and untying it for a detached run needs patch on "
+                f"trainjobs in {self.namespace}: add it to your Role (docs/rbac.md), or run the "
+                "cell without --detach"
+            ) from None
 
     def detached(self, lines: int = 10) -> DetachedState | None:
         """The newest detached run of the TrainJob (started here or by any kernel): command,

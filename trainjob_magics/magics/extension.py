@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Any
 
 from . import restarts
 from .magics import TrainJobMagics
+from .views.frontend import has_kernel, ipywidgets_available
 
 _NAME = "TrainJobMagics"
 
@@ -24,6 +26,17 @@ def load_ipython_extension(shell: Any) -> None:
     shell.register_magics(TrainJobMagics(shell=shell))
     with contextlib.suppress(Exception):  # never in the way of loading
         restarts.mark_panels_of_the_kernel_before(shell)
+    if has_kernel(shell) and not ipywidgets_available():
+        print(MISSING_IPYWIDGETS.format(python=sys.executable))
+
+
+# a notebook image without ipywidgets (a user's JupyterHub image): the magics work, with
+# plain-text panels; one line says what is missing and what to install
+MISSING_IPYWIDGETS = (
+    "trainjob-magics: ipywidgets is not installed in this kernel's Python ({python}), so the "
+    "panels are plain text; add it to the notebook image (pip install ipywidgets) for live "
+    "panels (docs/jupyterhub.md#the-single-user-image)"
+)
 
 
 def unload_ipython_extension(shell: Any) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from devtools.realstack import gobuild, images, procs
 from devtools.realstack.context import StackContext
-from devtools.realstack.realnode import containerd, dns, host, kubelet, kubeproxy, relay
+from devtools.realstack.realnode import containerd, dns, host, incluster, kubelet, kubeproxy, relay
 
 __all__ = ["COMPONENTS", "lose", "prepare", "revive", "start", "stop"]
 
@@ -67,6 +67,7 @@ def start(ctx: StackContext) -> None:
     kubelet.start(ctx, bins["kubernetes"], sock)
     measure(ctx)
     kubeproxy.start(ctx, bins["kubernetes"])
+    incluster.start(ctx)
     dns.start(ctx, bins["coredns"])
 
 
