@@ -66,7 +66,7 @@ class InProcessServer:
 
     def stop(self, timeout: float) -> bool:
         """Stop as Ctrl-C does (cleanup, extensions' stop hooks, loop stop); True once ended."""
-        self.app.stop()
+        self.app.io_loop.add_callback(self.app.stop)  # on the server's own thread
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
