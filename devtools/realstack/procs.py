@@ -107,7 +107,8 @@ def alive(pid: int) -> bool:
 
 
 def stop(run: Path, name: str, timeout: float = 10.0) -> bool:
-    """SIGTERM the component's process group, SIGKILL after ``timeout``; True if it ran."""
+    """SIGTERM the component's process group, SIGKILL after ``timeout``; True if it ran. Returns
+    only when every process of the group is gone (a relay's forked children too)."""
     pid = pid_of(run, name)
     if pid is None:
         pid_path(run, name).unlink(missing_ok=True)
@@ -116,12 +117,42 @@ def stop(run: Path, name: str, timeout: float = 10.0) -> bool:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, sig)
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and alive(pid):
+        while time.monotonic() < deadline and (alive(pid) or group_members(pid)):
             time.sleep(0.05)
-        if not alive(pid):
+        if not alive(pid) and not group_members(pid):
             break
     pid_path(run, name).unlink(missing_ok=True)
     return True
+
+
+def _stat_fields(pid: str) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (state first), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group ``pgid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(entry.name)
+        if fields and fields[0] != "Z" and fields[2] == str(pgid):
+            found.append(int(entry.name))
+    return found
+
+
+def wait_gone(pids: set[int], timeout: float) -> list[int]:
+    """Wait until none of ``pids`` is alive (at most ``timeout`` s); those still alive."""
+    deadline = time.monotonic() + timeout
+    left = [p for p in pids if alive(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [p for p in left if alive(p)]
+    return left
 
 
 def running(run: Path) -> list[str]:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -24,6 +26,7 @@ from devtools.realstack import (
 )
 from devtools.realstack import jupyterhub as hub
 from devtools.realstack.context import NodeShape, StackContext
+from devtools.realstack.realnode import host
 from devtools.realstack.versions import Versions
 
 # the ClusterTrainingRuntimes of Trainer's release manifests (v2.1.0-v2.3.0) that tests/realcluster
@@ -133,6 +136,7 @@ def _ready(ctx: StackContext) -> bool:
 def down(run: Path, *, keep_state: bool = False) -> list[str]:
     """Stop every process of the stack (pods included) and remove its state."""
     stopped: list[str] = []
+    mine = stack_processes(run)
     if (run / "state.json").exists():
         ctx = StackContext.load(run)
         for step in (
@@ -147,9 +151,31 @@ def down(run: Path, *, keep_state: bool = False) -> list[str]:
     for name in procs.running(run):  # anything a step did not know about
         procs.stop(run, name)
         stopped.append(name)
+    # `down` returns when what it started is gone (a `down; up` must not race its leftovers)
+    for pid in procs.wait_gone(mine | stack_processes(run), 5.0):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    left = procs.wait_gone(mine, 15.0)
+    if left:
+        raise procs.StackError(f"down: processes {left} of the stack in {run} survived SIGKILL")
     if not keep_state and run.exists():
         shutil.rmtree(run, ignore_errors=True)
     return stopped
+
+
+def stack_processes(run: Path) -> set[int]:
+    """Every live process of the stack in ``run``: its components' process groups (forked
+    children included) and whatever names the run's folder (shims, the pods' sandboxes)."""
+    found = host.processes_under(run)
+    folder = run / "pids"
+    if folder.is_dir():
+        for pid_file in folder.glob("*.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(pid_file.read_text())
+                found |= set(procs.group_members(pid))
+                if procs.alive(pid):
+                    found.add(pid)
+    return found
 
 
 def status(run: Path) -> dict:

@@ -59,7 +59,12 @@ def rs() -> Iterator[StackContext]:
         _missing(f"the real stack did not start: {exc}")
     yield ctx
     slot = ctx.node_slot
+    processes = stack.stack_processes(run)
+    assert len(processes) >= 9, processes  # the control plane, the node, the controllers...
     stack.down(run)
+    # `down` returns only when they are gone: a `down; up` cannot race them (issue 36)
+    survivors = [p for p in processes if procs.alive(p)]
+    assert not survivors, f"still running when down returned: {survivors}"
     # other stacks (the suite's own, a matrix run) may change the host meanwhile: only this
     # module's stack is compared
     others = {**stacks, **host.stacks_on_host()}

@@ -336,22 +336,45 @@ def kill_pids(folder: Path | None) -> None:
             os.killpg(int(pid_file.read_text()), signal.SIGKILL)
 
 
-def kill_under(prefix: Path) -> int:
-    """SIGKILL every process whose command line names ``prefix`` (a killed run's containerd,
-    shims, kubelet, kube-proxy, CoreDNS)."""
-    killed = 0
+def _ancestors() -> set[int]:
+    """This process and its parents: never ours to kill, whatever their command lines say."""
+    chain, pid = set(), os.getpid()
+    while pid > 1 and pid not in chain:
+        chain.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return chain
+
+
+def processes_under(prefix: Path) -> set[int]:
+    """Processes whose command line names ``prefix`` (this process and its parents excluded)."""
+    found = set()
+    skip = _ancestors()
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+        if not proc.name.isdigit() or int(proc.name) in skip:
             continue
         try:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
         if f"{prefix}/" in cmdline or cmdline.rstrip().endswith(str(prefix)):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(proc.name), signal.SIGKILL)
-                killed += 1
-    return killed
+            found.add(int(proc.name))
+    return found
+
+
+def kill_under(prefix: Path, wait: float = 15.0) -> int:
+    """SIGKILL every process whose command line names ``prefix`` (a killed run's containerd,
+    shims, kubelet, kube-proxy, CoreDNS) and wait (at most ``wait`` s) until they are gone."""
+    from devtools.realstack import procs
+
+    pids = processes_under(prefix)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    procs.wait_gone(pids, wait)
+    return len(pids)
 
 
 def snapshot() -> dict:
