@@ -21,7 +21,9 @@ from .errors import (
     TrainJobError,
 )
 from .exec.scripts import DEFAULT_IDLE_TIMEOUT, validate_idle_timeout
+from .inventory.notes import note_session
 from .kube import kubeconfig
+from .kube.names import CLOSED_BY_ANNOTATION
 from .kube.retry import DEFAULT_RETRY_SECONDS, validate_retry_seconds, window_of
 from .kueue.admission import (
     check_local_queue,
@@ -466,6 +468,10 @@ def attach(
     )
     with contextlib.suppress(TrainJobError):
         session.detached(lines=0)  # a run another kernel detached: close() then asks for force
+    notes = (trainjob.get("metadata") or {}).get("annotations") or {}
+    if notes.get(CLOSED_BY_ANNOTATION):  # a close that never went ahead (before it was fixed)
+        with contextlib.suppress(TrainJobError):
+            note_session(session, closed_by="")
     if stop_after is not None:
         session.set_idle_stop(stop_after)
     return session

@@ -47,7 +47,7 @@ from .files.transfer import TransferProgress, TransferResult, download, upload, 
 from .forward.forward import Forward, OnProblem, PodChoice
 from .inventory.gpu_sampler import GpuSampler
 from .inventory.holdings import duration_words
-from .inventory.notes import note_session
+from .inventory.notes import LastCommandNotes, note_session
 from .inventory.records import IDLE_STOP_BY
 from .kube.names import jobset_selector
 from .kube.objects import is_running, pod_name, pod_phase
@@ -161,6 +161,7 @@ class TrainJobSession:
         self._forwards: list[Forward] = []
         self._detached: DetachedState | None = None  # the newest detached run seen
         self._idle_clock: IdleClock | None = None  # set_idle_stop()
+        self._command_notes = LastCommandNotes(self)  # the last-command note, begin and end
         self._idle_left: DetachedState | None = None  # the run an idle stop left running for
         self._idle_deleting = False  # the idle stop deletes the TrainJob (decided)
         self._on_idle_stop: OnIdleStop | None = None
@@ -710,11 +711,13 @@ class TrainJobSession:
         clock = self._idle_clock
         if clock is not None and not clock.begin():
             raise self.idle_stopped or SessionClosedError(f"TrainJob session {self.name} stopped")
+        self._command_notes.note()  # the sidebar's idle time: when it started, when it ended
         try:
             yield
         finally:
             if clock is not None:
                 clock.end()
+            self._command_notes.note()
 
     def _stop_idle_clock(self) -> None:
         if self._idle_clock is not None:
@@ -722,6 +725,13 @@ class TrainJobSession:
 
     def _note_last_command(self, when: datetime) -> None:
         note_session(self, last_command=when)
+
+    def _note_quietly(self, **notes: Any) -> None:
+        """Best effort: a note the sidebar reads (``note_session``), never failing the caller."""
+        try:
+            note_session(self, **notes)
+        except TrainJobError as exc:
+            log.debug("could not note %s on TrainJob %s: %s", sorted(notes), self.name, exc)
 
     def _stop_for_idle(self) -> bool:
         """The idle clock fired: close the session, or leave it to its live detached run."""
@@ -734,16 +744,12 @@ class TrainJobSession:
                 self._idle_deleting = True
                 if clock is not None:
                     clock.decided()
-                with contextlib.suppress(TrainJobError):
-                    note_session(self, closed_by=IDLE_STOP_BY)
-                self.close()
+                self.close(closed_by=IDLE_STOP_BY)  # noted only if it goes ahead
         except DetachedRunError as exc:
             live = exc.run
         except TrainJobError as exc:
             log.warning("idle stop of TrainJob %s failed: %s; trying again", self.name, exc)
             self._idle_deleting = False
-            with contextlib.suppress(TrainJobError):
-                note_session(self, closed_by="")
             return False
         if live is not None:
             self._idle_deleting, self._idle_left = False, live
@@ -1122,13 +1128,17 @@ class TrainJobSession:
         self._close_forwards()
         self._stop_heartbeat()
         self._stop_idle_clock()
+        self._command_notes.stop()
 
     # -- closing ----------------------------------------------------------------------------
-    def close(self, timeout: float = 180, *, force: bool = False) -> None:
+    def close(self, timeout: float = 180, *, force: bool = False, closed_by: str = "") -> None:
         """Delete the TrainJob and wait until its pods are gone (warn, not raise, on timeout).
 
         A live detached run is not killed by accident: without ``force`` this raises
-        :class:`DetachedRunError` saying what it would kill (``leave()`` lets it run)."""
+        :class:`DetachedRunError` saying what it would kill (``leave()`` lets it run).
+        ``closed_by``: what closes it ("kernel exit", "%trainjob_close"), noted on the TrainJob
+        for the sidebar and the panels only once the close goes ahead (a refused close, or a
+        deletion that fails, leaves no note)."""
         with self._close_lock:
             if self._closed:
                 return
@@ -1143,9 +1153,17 @@ class TrainJobSession:
             self._close_forwards()
             self._stop_heartbeat()
             self._stop_idle_clock()
+            self._command_notes.stop()
             self._spill.close()  # results still held keep their spill files until collected
             deadline = time.monotonic() + timeout
-            delete_trainjob(self.api_client, self.namespace, self.name)
+            if closed_by:
+                self._note_quietly(closed_by=closed_by)
+            try:
+                delete_trainjob(self.api_client, self.namespace, self.name)
+            except TrainJobError:
+                if closed_by:
+                    self._note_quietly(closed_by="")  # not closing after all
+                raise
             self._closed = True
             try:
                 gone = wait_trainjob_gone(self.api_client, self.namespace, self.name, deadline)

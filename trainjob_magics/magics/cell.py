@@ -11,7 +11,6 @@ import sys
 from typing import Any
 
 from ..engine import CommandInterruptedError, CommandRun, MultiExecResult, PodGoneError
-from . import idle_stop
 from .failures import TrainJobCellError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, check_var, chosen_session
@@ -47,7 +46,6 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> None:
         raise TrainJobUsageError("the cell is empty: write the shell commands below %%trainjob")
     entry = host.entry(chosen_session(args))  # one line if it was stopped for being idle
     session = entry.session
-    idle_stop.cell_started(session)  # the engine's idle clock sees the command itself
     _run_in(host, args, cell, entry, session)
 
 

@@ -43,7 +43,7 @@ def arm(host: Any, alias: str, session: Any, value: Any) -> None:
     _stopped.pop((id(host.registry), alias), None)
     _last.pop(id(host.registry), None)
     if seconds is None:
-        note_command(session, force=True)
+        note_command(session)
         return
 
     def stopped(stopped_session: Any, error: IdleStoppedError) -> None:
@@ -92,10 +92,3 @@ def check_not_stopped(host: Any, alias: str | None) -> None:
     line = _stopped.get((id(registry), name))
     if line:
         raise TrainJobMagicError(line)
-
-
-def cell_started(session: Any) -> None:
-    """The sidebar's last-command time of a session without an idle stop (with one, the
-    engine's clock writes it)."""
-    if getattr(session, "idle_stop", None) is None:
-        note_command(session)

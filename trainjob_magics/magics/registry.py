@@ -13,7 +13,7 @@ from typing import Any
 
 from ..engine import DetachedRunError
 from .failures import TrainJobUsageError
-from .sidebar_notes import note_closed_by
+from .sidebar_notes import closed_by_note
 
 
 @dataclass
@@ -210,10 +210,14 @@ def _close_entry(
     force: bool = False,
 ) -> CloseReport:
     name = session_name(entry.session)
-    note_closed_by(entry.session, by or ("kernel exit" if final_state.endswith("exit") else ""))
     kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
     if force:
         kwargs["force"] = True
+    # what closes it, noted on the TrainJob by the engine once the close goes ahead (a close
+    # refused for a live detached run leaves no note: the sidebar read "Closing" for good)
+    kwargs.update(
+        closed_by_note(entry.session, by or ("kernel exit" if final_state.endswith("exit") else ""))
+    )
     try:
         entry.session.close(**kwargs)
     except DetachedRunError as exc:

@@ -9,15 +9,12 @@ import contextlib
 import logging
 import os
 import threading
-import time
 from datetime import datetime, timezone
 from typing import Any
 
 from ..engine import note_session
 
 log = logging.getLogger(__name__)
-
-ACTIVITY_EVERY = 60.0  # a busy session's last-command time is written at most this often
 
 
 def _runtime_dir(shell: Any) -> str | None:
@@ -50,17 +47,9 @@ def _background(session: Any, **notes: Any) -> None:
     threading.Thread(target=run, daemon=True, name="tjm-note").start()
 
 
-_last_written: dict[int, float] = {}
-
-
-def note_command(session: Any, force: bool = False) -> None:
-    """A command starts (or ends) in ``session``: its last-command time, in the background, at
-    most once a minute unless ``force``."""
-    now = time.monotonic()
-    key = id(session)
-    if not force and now - _last_written.get(key, -ACTIVITY_EVERY) < ACTIVITY_EVERY:
-        return
-    _last_written[key] = now
+def note_command(session: Any) -> None:
+    """The session was connected (or attached) just now: its last-command time starts there
+    (the engine writes each command's start and end itself)."""
     _background(session, last_command=datetime.now(timezone.utc))
 
 
@@ -68,11 +57,9 @@ def note_idle_stop(session: Any, seconds: float | None) -> None:
     _background(session, idle_stop=seconds or 0.0)
 
 
-def note_closed_by(session: Any, by: str) -> None:
-    """Said before the deletion, in this thread (one PATCH, 3 s at most)."""
+def closed_by_note(session: Any, by: str) -> dict[str, str]:
+    """The keyword of ``session.close`` that notes what closes it (the engine writes it once
+    the close goes ahead, before the deletion); none for a session without a TrainJob."""
     if not by or not hasattr(session, "api_client"):
-        return
-    try:
-        note_session(session, closed_by=by)
-    except Exception as exc:
-        log.debug("could not note who closed the TrainJob: %s", exc)
+        return {}
+    return {"closed_by": by}

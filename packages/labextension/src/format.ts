@@ -44,6 +44,25 @@ export function stateLine(s: ISession): string {
   return parts.join(' · ');
 }
 
+/** Seconds since the page read ``s`` (0 when unknown). */
+function sinceRead(s: ISession, now: number): number {
+  return s.readAt === undefined ? 0 : Math.max(0, now - s.readAt) / 1000;
+}
+
+/** What the job holds, its idle time counted on from when the record was read, so the idle
+ * time and the idle-stop countdown below it move together ("idle 20 s" is 20 s before an idle
+ * stop of 40 s, never 3 s). '' when it holds nothing known. */
+export function holdsText(s: ISession, now: number = Date.now()): string {
+  const h = s.holds;
+  if (!h) {
+    return '';
+  }
+  if (h.idleSeconds === null || h.idleSeconds === undefined || h.heldText === undefined) {
+    return h.text;
+  }
+  return `${h.heldText} · idle ${durationWords(h.idleSeconds + sinceRead(s, now))}`;
+}
+
 export const IDLE_WARNING_SECONDS = 300; // as the server extension (inventory/records.py)
 
 /** The idle-stop warning, or '' when none is due within 5 minutes; counted down from when the
@@ -52,8 +71,7 @@ export function idleWarning(s: ISession, now: number = Date.now()): string {
   if (s.idleStopIn === null || s.idleStopIn === undefined) {
     return '';
   }
-  const since = s.readAt === undefined ? 0 : Math.max(0, now - s.readAt) / 1000;
-  const left = s.idleStopIn - since;
+  const left = s.idleStopIn - sinceRead(s, now);
   if (!s.idleWarning && left > IDLE_WARNING_SECONDS) {
     return '';
   }
@@ -116,4 +134,16 @@ export function groupByKernel(sessions: ISession[]): Array<[string, ISession[]]>
 
 export function attachCommand(s: ISession): string {
   return `%trainjob_connect --attach ${s.name} --namespace ${s.namespace}`;
+}
+
+/** What closing ``s`` releases, for the close dialog: "2 GPU and 8 CPU", else "its pods". */
+export function releaseWords(s: ISession): string {
+  const parts = [];
+  if (s.holds?.gpu) {
+    parts.push(`${num(s.holds.gpu)} GPU`);
+  }
+  if (s.holds?.cpu) {
+    parts.push(`${num(s.holds.cpu)} CPU`);
+  }
+  return parts.length ? parts.join(' and ') : 'its pods';
 }

@@ -1,5 +1,5 @@
 /** The live part of a panel: one line of the job's real state above the kernel's last drawing. */
-import { durationWords, idleWarning, stateLine } from './format';
+import { durationWords, holdsText, idleWarning, stateLine } from './format';
 import { IPanelRef, ISession } from './types';
 
 /** What the live line says for a panel of ``ref`` given the job's record (or none yet). */
@@ -17,7 +17,7 @@ export function liveLine(ref: IPanelRef, job: ISession | null): string {
     parts.push('the forward is closed');
   }
   if (job.holds && !job.gone) {
-    parts.push(job.holds.text);
+    parts.push(holdsText(job));
   }
   return parts.join(' · ');
 }

@@ -3,7 +3,16 @@ import { Clipboard, Dialog, showDialog, showErrorMessage } from '@jupyterlab/app
 import { Widget } from '@lumino/widgets';
 
 import { closeJob } from './api';
-import { attachCommand, groupByKernel, idleWarning, stateLine, totals, totalsLine } from './format';
+import {
+  attachCommand,
+  groupByKernel,
+  holdsText,
+  idleWarning,
+  releaseWords,
+  stateLine,
+  totals,
+  totalsLine
+} from './format';
 import { gpuSummary, sharedGpuReports, wantsGpus } from './gpus';
 import { SessionsModel } from './model';
 import { ISession } from './types';
@@ -69,7 +78,7 @@ export class SessionsSidebar extends Widget {
     row.appendChild(line('tjm-sidebar-name', `${s.name} · ${s.runtime ?? ''} · ${s.namespace}`));
     row.appendChild(line('tjm-sidebar-state', stateLine(s)));
     if (s.holds) {
-      row.appendChild(line('tjm-sidebar-holds', s.holds.text));
+      row.appendChild(line('tjm-sidebar-holds', holdsText(s)));
     }
     // GPUs: asked only while the sidebar is shown (at most every 10 s per job, shared)
     const gpus = sharedGpuReports();
@@ -99,9 +108,9 @@ export class SessionsSidebar extends Widget {
   private async _close(s: ISession): Promise<void> {
     const answer = await showDialog({
       title: `Close TrainJob ${s.name}?`,
-      body: `This deletes the TrainJob and its pods in namespace ${s.namespace}, releasing ${
-        s.holds?.text ?? 'what it holds'
-      }. A kernel using it will say the session was closed.`,
+      body: `This deletes the TrainJob and its pods in namespace ${
+        s.namespace
+      }, releasing ${releaseWords(s)}. A kernel using it will say the session was closed.`,
       buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Close TrainJob' })]
     });
     if (!answer.button.accept) {

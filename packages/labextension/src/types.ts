@@ -9,6 +9,8 @@ export interface IHolds {
   cpuHours: number;
   idleSeconds: number | null;
   text: string;
+  /** ``text`` without its idle part (the page counts the idle time on from ``readAt``). */
+  heldText?: string;
 }
 
 export interface IQueue {

@@ -1,4 +1,13 @@
-import { durationWords, groupByKernel, idleWarning, stateLine, totals, totalsLine } from '../src/format';
+import {
+  durationWords,
+  groupByKernel,
+  holdsText,
+  idleWarning,
+  releaseWords,
+  stateLine,
+  totals,
+  totalsLine
+} from '../src/format';
 import { isStale, liveLine } from '../src/panel';
 import { ISession } from '../src/types';
 
@@ -24,6 +33,29 @@ function session(over: Partial<ISession> = {}): ISession {
     ...over
   };
 }
+
+describe('idle time and release (issue 36)', () => {
+  it('counts the idle time on with the idle-stop countdown', () => {
+    const holds = {
+      ...session().holds!,
+      idleSeconds: 20,
+      text: '8 GPU · held 1 min (0.1 GPU-h) · idle 20 s',
+      heldText: '8 GPU · held 1 min (0.1 GPU-h)'
+    };
+    const s = session({ holds, idleStopIn: 20, idleWarning: true, readAt: 1_000_000 });
+    const later = 1_000_000 + 17_000;
+    expect(holdsText(s, later)).toBe('8 GPU · held 1 min (0.1 GPU-h) · idle 37 s');
+    expect(idleWarning(s, later)).toBe('Idle stop in 3 s: run a command to keep it');
+    // a server without heldText: its text as it is
+    expect(holdsText(session())).toBe(session().holds!.text);
+  });
+
+  it('says what a close releases, never the held time', () => {
+    expect(releaseWords(session())).toBe('8 GPU and 32 CPU');
+    const none = { ...session().holds!, gpu: 0, cpu: 0 };
+    expect(releaseWords(session({ holds: none }))).toBe('its pods');
+  });
+});
 
 describe('wording', () => {
   it('says durations as the magics do', () => {

@@ -115,6 +115,8 @@ class Holding:
             "cpuHours": round(self.cpu_hours, 3),
             "idleSeconds": None if self.idle_seconds is None else round(self.idle_seconds, 1),
             "text": holding_line(self),
+            # without the idle part: a page counts the idle time on from when it read this
+            "heldText": holding_line(self, idle=False),
         }
 
 
@@ -162,19 +164,27 @@ def _number(value: float) -> str:
     return f"{value:g}" if value == int(value) else f"{value:.1f}".rstrip("0").rstrip(".")
 
 
-def holding_line(h: Holding) -> str:
-    """``8 GPU · 32 CPU · held 2 h 10 min (17.3 GPU-h) · idle 41 min``; when nothing is
-    placed yet: ``holds nothing yet`` (plus the idle part)."""
+def _hours(value: float) -> str:
+    """Resource-hours to one decimal, ``<0.1`` below (a few seconds held is not ``0.0``)."""
+    return f"{value:.1f}" if value >= 0.05 else "<0.1"
+
+
+def holding_line(h: Holding, *, idle: bool = True) -> str:
+    """``8 GPU · 32 CPU · held 2 h 10 min (17.3 GPU-h) · idle 41 min``; pods that request
+    neither: ``requests no GPU or CPU · up 7 s``; when nothing is placed yet: ``holds nothing
+    yet`` (each plus the idle part)."""
     parts = []
     if h.requests.gpu:
         parts.append(f"{_number(h.requests.gpu)} GPU")
     if h.requests.cpu:
         parts.append(f"{_number(round(h.requests.cpu, 2))} CPU")
-    if parts or h.held_seconds:
-        hours = f"{h.gpu_hours:.1f} GPU-h" if h.requests.gpu else f"{h.cpu_hours:.1f} CPU-h"
+    if parts:
+        hours = f"{_hours(h.gpu_hours)} GPU-h" if h.requests.gpu else f"{_hours(h.cpu_hours)} CPU-h"
         parts.append(f"held {duration_words(h.held_seconds)} ({hours})")
+    elif h.held_seconds:  # placed pods that request no GPU or CPU: nothing to count in hours
+        parts.append(f"requests no GPU or CPU · up {duration_words(h.held_seconds)}")
     else:
         parts.append("holds nothing yet")
-    if h.idle_seconds is not None:
+    if idle and h.idle_seconds is not None:
         parts.append(f"idle {duration_words(h.idle_seconds)}")
     return " · ".join(parts)

@@ -3,11 +3,14 @@ when the last command ran, the idle stop, and what closed it."""
 
 from __future__ import annotations
 
+import logging
+import threading
 from datetime import datetime, timezone
 from typing import Protocol
 
 from kubernetes.client import ApiClient
 
+from ..errors import TrainJobError
 from ..kube.names import (
     CLOSED_BY_ANNOTATION,
     IDLE_STOP_ANNOTATION,
@@ -16,6 +19,8 @@ from ..kube.names import (
     trainjob_path,
 )
 from ..kube.requests import request
+
+log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -64,7 +69,52 @@ def note_session(
         notes[LAST_COMMAND_ANNOTATION] = rfc3339(last_command)
     if idle_stop is not None:
         notes[IDLE_STOP_ANNOTATION] = f"{idle_stop:g}" if idle_stop > 0 else None
-    if closed_by is not None:
-        notes[CLOSED_BY_ANNOTATION] = closed_by
+    if closed_by is not None:  # "" removes it: the job is not being closed after all
+        notes[CLOSED_BY_ANNOTATION] = closed_by or None
     if notes:
         annotate(session.api_client, session.namespace, session.name, notes)
+
+
+class LastCommandNotes:
+    """Writes, in one background thread, when the session's last command started and ended
+    (the sidebar's idle time counts from it): each begin and end is written, none held back a
+    minute; a newer time replaces one not written yet. Best effort (a failed PATCH leaves the
+    sidebar's idle time stale, nothing else)."""
+
+    def __init__(self, session: NamedJob) -> None:
+        self._session = session
+        self._cond = threading.Condition()
+        self._pending: datetime | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def note(self, when: datetime | None = None) -> None:
+        """Write ``when`` (now) as the last command's time, soon."""
+        with self._cond:
+            if self._stopped:
+                return
+            self._pending = when or datetime.now(timezone.utc)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True, name="tjm-note")
+                self._thread.start()
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        """Write nothing more (the session closed or was left)."""
+        with self._cond:
+            self._stopped, self._pending = True, None
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._pending is None:
+                    self._cond.wait(30.0)
+                if self._pending is None:  # nothing for a while (or stopped): end the thread
+                    self._thread = None
+                    return
+                when, self._pending = self._pending, None
+            try:
+                note_session(self._session, last_command=when)
+            except TrainJobError as exc:
+                log.debug("could not note the last command on %s: %s", self._session.name, exc)

@@ -1,0 +1,138 @@
+"""What the sidebar and the live panels show stays true (issue 36), in JupyterLab:
+
+- a job whose detached run lives is never shown "Closing (...)": not after a refused
+  ``%trainjob_close``, not after Kernel > Restart (which leaves the job to its run), and once
+  the run exits 3 the row and the panel say Failed;
+- the idle time starts when the last command ended (not up to a minute before), and the idle
+  time and the idle-stop countdown move together between two reads of the record.
+
+Screenshots under artifacts/screenshots/."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.kube import trainjob_names
+from tests.helpers.live_panels import live_state, menu, run_cell, wait_state, write_notebook
+from tests.helpers.polling import wait_until
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+
+IDLE = re.compile(r"idle (\d+) s")
+WARNING = re.compile(r"Idle stop in (\d+) s")
+
+
+def _sidebar(nbp: Any) -> Any:
+    nbp.page.locator(".tjm-statusbar-item").click()
+    sidebar = nbp.page.locator("#trainjob-magics-sessions")
+    sidebar.wait_for()
+    return sidebar
+
+
+def test_a_detached_run_is_never_shown_closing(
+    tmp_path: Path,
+    own_cluster: Any,
+    jupyterlab_factory: Any,
+    open_notebook: Any,
+    screenshot_path: Any,
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    go = tmp_path / "end-the-run"
+    write_notebook(
+        root / "detached.ipynb",
+        "%load_ext trainjob_magics",
+        "%trainjob_connect mpi-interactive",
+        f"%%trainjob --detach\nwhile [ ! -e {go} ]; do sleep 0.1; done; exit 3",
+        "%trainjob_close",
+    )
+    lab = jupyterlab_factory(root, {"KUBECONFIG": str(own_cluster.kubeconfig_path)})
+    nbp = open_notebook(lab, "detached.ipynb")
+    for index in range(3):
+        run_cell(nbp, index)
+    refused = run_cell(nbp, 3, errors_ok=True)
+    assert "closing would kill it" in refused.inner_text()
+    (name,) = trainjob_names(own_cluster.kubeconfig_path)
+    sidebar = _sidebar(nbp)
+    row = sidebar.locator(f'.tjm-sidebar-session[data-name="{name}"]')
+    row.wait_for()
+    wait_state(live_state(nbp, 1), "Running", 10)
+    # the refused close is no close: Running, and nothing says Closing
+    assert "Closing" not in row.locator(".tjm-sidebar-state").inner_text()
+    assert "Closing" not in live_state(nbp, 1).inner_text()
+
+    # Kernel > Restart leaves the job to its live run: still Running, never "Closing (kernel exit)"
+    menu(nbp.page, "Kernel", "Restart Kernel…")
+    nbp.page.locator(".jp-Dialog-button.jp-mod-accept", has_text="Restart").click()
+    wait_until(lambda: lab.kernel_state("detached.ipynb") == "idle", timeout=60)
+    row.wait_for()
+    state = row.locator(".tjm-sidebar-state")
+    # the sidebar reads the job's record again after the restart; it says Running the whole time
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        assert "Closing" not in state.inner_text(), state.inner_text()
+        assert "Closing" not in live_state(nbp, 1).inner_text()
+        time.sleep(0.2)
+    assert state.inner_text().startswith("Running"), state.inner_text()
+
+    # the run exits 3: the row and the panel say Failed
+    go.touch()
+    wait_until(lambda: state.inner_text().startswith("Failed"), timeout=60)
+    assert "Closing" not in state.inner_text()
+    wait_state(live_state(nbp, 1), "Failed", 10)
+    assert "Closing" not in live_state(nbp, 1).inner_text()
+    sidebar.screenshot(path=str(screenshot_path("views_true", "detached-failed-sidebar")))
+
+
+def test_idle_time_starts_at_the_last_command_and_moves_with_the_countdown(
+    tmp_path: Path,
+    own_cluster: Any,
+    jupyterlab_factory: Any,
+    open_notebook: Any,
+    screenshot_path: Any,
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    idle_stop = 50  # seconds are shown below a minute; the reads take a few of them
+    write_notebook(
+        root / "idle.ipynb",
+        "%load_ext trainjob_magics",
+        f"%trainjob_connect torch-distributed --idle-stop {idle_stop}s\n"
+        "import time; print(f'connected {time.time():.3f}')",
+        "%%trainjob\nsleep 8",
+    )
+    lab = jupyterlab_factory(root, {"KUBECONFIG": str(own_cluster.kubeconfig_path)})
+    nbp = open_notebook(lab, "idle.ipynb")
+    run_cell(nbp, 0)
+    connected = float(re.search(r"connected (\d+\.\d+)", run_cell(nbp, 1).inner_text()).group(1))
+    run_cell(nbp, 2)
+    # the command ended 8 s after the connect at the earliest: the idle time is at most the
+    # time since then (a note held back since the connect said 8 s more)
+    sidebar = _sidebar(nbp)
+    row = sidebar.locator(".tjm-sidebar-session").first
+    holds = row.locator(".tjm-sidebar-holds")
+    warning = row.locator(".tjm-idle-warning")
+
+    def idle_and_left() -> tuple[int, int] | None:
+        """One render's idle time and countdown (None until both show)."""
+        text = row.inner_text()
+        idle, left = IDLE.search(text), WARNING.search(text)
+        return (int(idle.group(1)), int(left.group(1))) if idle and left else None
+
+    try:
+        first = wait_until(idle_and_left, timeout=30)
+    except AssertionError:
+        raise AssertionError(f"no idle time and countdown: {row.inner_text()!r}") from None
+    at_most = time.time() - connected - 8
+    assert first[0] <= at_most + 2, (first, at_most, holds.inner_text())
+    # together: idle + left = the idle stop, now and once the countdown moved on (between
+    # two reads of the record the page counts both on)
+    assert abs(first[0] + first[1] - idle_stop) <= 2, first
+    later = wait_until(lambda: (v := idle_and_left()) and v[1] <= first[1] - 4 and v, timeout=30)
+    assert abs(later[0] + later[1] - idle_stop) <= 2, (first, later, warning.inner_text())
+    sidebar.screenshot(path=str(screenshot_path("views_true", "idle-and-countdown")))
