@@ -5,6 +5,7 @@ going, notes no "Closing (...)" state on the TrainJob; the job's record reads it
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from tests.helpers.kube import get_trainjob
 from tests.helpers.polling import wait_until
 from trainjob_magics.engine.inventory.notes import annotate
 from trainjob_magics.engine.inventory.records import session_record
+from trainjob_magics.engine.inventory.service import SessionInventory
 from trainjob_magics.engine.trainjob.targets import list_job_pods
 from trainjob_magics.localcluster import LocalCluster
 
@@ -119,3 +121,46 @@ def test_the_last_command_note_is_when_the_command_ended(
     assert last <= ended + timedelta(seconds=1), (last, ended)
     idle = _record(cluster, name)["holds"]["idleSeconds"]
     assert idle is not None and idle <= (datetime.now(timezone.utc) - ended).total_seconds() + 1.5
+
+
+def _cell_error(kernel: Kernel, code: str) -> str:
+    reply, out = kernel.run_text(code, timeout=120)
+    assert reply["status"] == "error", out
+    return out
+
+
+@pytest.mark.parametrize("how", ["sidebar", "kubectl"])
+def test_the_next_cell_says_who_deleted_the_job_and_the_magic_to_run(
+    cluster: LocalCluster, kernel: Kernel, kubectl: Any, how: str
+) -> None:
+    """After a close from the sidebar (the server extension's close) or a kubectl delete, the
+    next cell says what happened and the magic to run next, in one line: not the Python API's
+    "start a new session with connect(...)", and no "no exit code · 0.00 s" footer (text
+    views: the footer is in the cell's text)."""
+    _ok(kernel, load_magics_code(cluster.kubeconfig_path, widgets="off"))
+    _ok(kernel, "%trainjob_connect mpi-interactive --as a", timeout=120)
+    _ok(kernel, "%%trainjob a\necho ran")
+    name = _ok(kernel, f"print({SESSION}('a').session.name)").strip()
+    if how == "sidebar":
+        inventory = SessionInventory(config_file=str(cluster.kubeconfig_path))
+        try:
+            inventory.close("default", name)
+        finally:
+            inventory.stop()
+        why = "closed by the sidebar"
+    else:
+        kubectl("delete", "trainjob", name)
+        why = "deleted outside trainjob-magics (e.g. kubectl delete)"
+    out = _cell_error(kernel, "%%trainjob a\necho again")
+    lines = [line for line in out.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, out  # no footer: nothing ran
+    assert re.fullmatch(
+        rf"\S*TrainJobMagicError\S*: TrainJob {name} of session 'a' is gone, {re.escape(why)}"
+        r"( at \d\d:\d\d:\d\d)?: start a new session with %trainjob_connect mpi-interactive --as a "
+        r"\(and the options you used\)",
+        lines[0],
+    ), lines[0]
+    assert "connect(...)" not in out and "exit code" not in out and "0.00 s" not in out
+    # the magic it names works: a new session under the same alias
+    _ok(kernel, "%trainjob_connect mpi-interactive --as a", timeout=120)
+    _ok(kernel, "%%trainjob a\necho again")

@@ -34,6 +34,7 @@ from .errors import (
     SessionPreemptedError,
     TrainJobError,
     TrainJobFailedError,
+    TrainJobGoneError,
     TransferError,
     UnsafeArchiveError,
 )
@@ -118,6 +119,7 @@ __all__ = [
     "StopReport",
     "TrainJobError",
     "TrainJobFailedError",
+    "TrainJobGoneError",
     "TrainJobSession",
     "TransferError",
     "TransferResult",

@@ -52,6 +52,18 @@ class PodNotRunningError(TrainJobError):
     """The trainer pod is gone, not Running, Succeeded or Failed."""
 
 
+class TrainJobGoneError(PodNotRunningError):
+    """The session's TrainJob was deleted, or is being deleted, not by this session: closed from
+    the sidebar, ``kubectl delete``, ... ``why`` says it as the sidebar does ("closed by the
+    sidebar", "deleted outside trainjob-magics (e.g. kubectl delete)"), ``at`` when (a local
+    ``datetime``, None when unknown)."""
+
+    def __init__(self, message: str, *, why: str = "", at: Any = None) -> None:
+        super().__init__(message)
+        self.why = why
+        self.at = at
+
+
 class PodStartError(PodNotRunningError):
     """The trainer pod cannot start and waiting will not help (a bad image name, an image
     that failed to pull too often); ``problem`` says why."""

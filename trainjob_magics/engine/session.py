@@ -34,6 +34,7 @@ from .errors import (
     SessionClosedError,
     SessionPreemptedError,
     TrainJobError,
+    TrainJobGoneError,
 )
 from .exec.client import ExecClient
 from .exec.commands import CommandGroup, CommandRunner
@@ -48,9 +49,9 @@ from .forward.forward import Forward, OnProblem, PodChoice
 from .inventory.gpu_sampler import GpuSampler
 from .inventory.holdings import duration_words
 from .inventory.notes import LastCommandNotes, note_session
-from .inventory.records import IDLE_STOP_BY
+from .inventory.records import IDLE_STOP_BY, gone_reason
 from .kube.names import jobset_selector
-from .kube.objects import is_running, pod_name, pod_phase
+from .kube.objects import is_running, parse_time, pod_name, pod_phase
 from .kube.retry import OnNotice, validate_retry_seconds, window_of
 from .kueue.admission import detect_preemption, preempted_message, with_queue
 from .kueue.api import Visibility, queue_status
@@ -60,7 +61,13 @@ from .python.runs import OnPythonDone, PythonRun
 from .result import ExecResult, JobStatus, MultiExecResult, PodGpus, PodRef, StopReport
 from .trainjob.idle import Heartbeat, idle_released_error
 from .trainjob.idle_stop import IdleClock, idle_stopped_error, validate_idle_stop
-from .trainjob.lifecycle import delete_trainjob, fetch_trainjob, wait_pods_gone, wait_trainjob_gone
+from .trainjob.lifecycle import (
+    delete_trainjob,
+    deleted_version,
+    fetch_trainjob,
+    wait_pods_gone,
+    wait_trainjob_gone,
+)
 from .trainjob.notebook_pod import pod_owners
 from .trainjob.notebook_pod import release as release_from_pod
 from .trainjob.readiness import OnStatus, eviction_baseline, wait_ready
@@ -162,6 +169,7 @@ class TrainJobSession:
         self._detached: DetachedState | None = None  # the newest detached run seen
         self._idle_clock: IdleClock | None = None  # set_idle_stop()
         self._command_notes = LastCommandNotes(self)  # the last-command note, begin and end
+        self.seen_version = ""  # a resourceVersion of the TrainJob seen (a note's PATCH)
         self._idle_left: DetachedState | None = None  # the run an idle stop left running for
         self._idle_deleting = False  # the idle stop deletes the TrainJob (decided)
         self._on_idle_stop: OnIdleStop | None = None
@@ -488,19 +496,43 @@ class TrainJobSession:
                 with self._lock:
                     self._pod = pod_name(found)
             return pod_name(found)
-        if not pods:
-            try:
-                fetch_trainjob(self.api_client, self.namespace, self.name)
-            except NotFoundError:
-                raise PodNotRunningError(
-                    f"TrainJob {self.name} no longer exists in namespace {self.namespace}; "
-                    "start a new session with connect(...)"
-                ) from None
+        gone = self._gone()
+        if gone is not None:
+            raise gone
         state = f"is {pod_phase(found)}" if found is not None else "is gone"
         what = "the trainer pod" if ref.role == TRAINER else f"pod {ref.label}"
         raise PodNotRunningError(
             f"{what} of TrainJob {self.name} ({ref.name}) {state}; check "
             "session.status(), or close() the session and connect again"
+        )
+
+    def _gone(self) -> TrainJobGoneError | None:
+        """The error saying who deleted this session's TrainJob (or is deleting it), None while
+        it is there: the sidebar's note on it, read from the job being deleted, or from its last
+        version, replayed by a watch from one the session saw."""
+        if self._closed:
+            return None
+        try:
+            job: dict[str, Any] | None = fetch_trainjob(self.api_client, self.namespace, self.name)
+        except NotFoundError:
+            job = None
+        except TrainJobError:
+            return None  # cannot tell: the caller's own error says what it saw
+        if job is not None and not (job.get("metadata") or {}).get("deletionTimestamp"):
+            return None
+        state = "is being deleted" if job is not None else "no longer exists"
+        if job is None:
+            job = deleted_version(self.api_client, self.namespace, self.name, self.seen_version)
+        # without its last version (history too old, no watch permission) who deleted it is
+        # not known: not this session
+        why = gone_reason(job) if job else "deleted outside this kernel (the sidebar, kubectl...)"
+        at = parse_time(((job or {}).get("metadata") or {}).get("deletionTimestamp"))
+        when = f" at {at.astimezone():%H:%M:%S}" if at else ""
+        return TrainJobGoneError(
+            f"TrainJob {self.name} in namespace {self.namespace} {state} ({why}{when}); "
+            "start a new session with connect(...)",
+            why=why,
+            at=at.astimezone() if at else None,
         )
 
     def _await_replacement(self, found: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -10,8 +10,14 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..engine import CommandInterruptedError, CommandRun, MultiExecResult, PodGoneError
-from .failures import TrainJobCellError, TrainJobUsageError, as_one_line
+from ..engine import (
+    CommandInterruptedError,
+    CommandRun,
+    MultiExecResult,
+    PodGoneError,
+    TrainJobGoneError,
+)
+from .failures import TrainJobCellError, TrainJobMagicError, TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .options import check_positive, check_var, chosen_session
 from .outcomes import learn_from_cell, learn_from_cell_error
@@ -65,12 +71,16 @@ def _run_in(host: MagicsHost, args: Any, cell: str, entry: Any, session: Any) ->
         )
     except Exception as exc:
         learn_from_cell_error(entry, exc)  # e.g. preempted, or the job ended
+        if isinstance(exc, TrainJobGoneError):
+            raise TrainJobMagicError(gone_line(host, entry, exc)) from None
         raise as_one_line(exc) from None
     view = _view(host, run, args)
     key_cell_panel(view, session)
     raises = bool(host.settings.raise_on_error and not args.no_raise_error)
     result, error = follow(run, pump, view, raises=raises)
     learn_from_cell(entry, result, _engine_error(error))
+    if isinstance(error, TrainJobGoneError):
+        raise TrainJobMagicError(gone_line(host, entry, error)) from None
     if result is not None:
         store(host, result, args)
     if error is not None:
@@ -79,6 +89,22 @@ def _run_in(host: MagicsHost, args: Any, cell: str, entry: Any, session: Any) ->
         failure = failure_line(result)
         if failure:
             raise TrainJobCellError(failure, result)
+
+
+def gone_line(host: MagicsHost, entry: Any, error: TrainJobGoneError) -> str:
+    """The one line of a cell whose session's TrainJob was deleted by someone else (the
+    sidebar, kubectl): what happened, and the magic that starts a new session. The session is
+    forgotten, so that magic can take its name again."""
+    session = entry.session
+    when = f" at {error.at:%H:%M:%S}" if error.at is not None else ""
+    runtime = str(getattr(session, "runtime", "") or "RUNTIME")
+    alias = "" if entry.alias == "default" else f" --as {entry.alias}"
+    if host.registry.find(entry.alias) is entry:
+        host.registry.remove(entry.alias)
+    return (
+        f"TrainJob {session_name(session)} of session {entry.alias!r} is gone, {error.why}{when}: "
+        f"start a new session with %trainjob_connect {runtime}{alias} (and the options you used)"
+    )
 
 
 def _engine_error(error: BaseException | None) -> BaseException | None:
@@ -160,6 +186,9 @@ def follow(
         error: BaseException = run.interrupt()
         _finish(view, error.partial, "interrupted", interrupted=True)  # type: ignore[attr-defined]
         return error.partial, TrainJobCellError(str(error), error.partial)  # type: ignore[attr-defined]
+    except TrainJobGoneError as exc:  # nothing ran: no footer (no exit code, no time); the
+        _finish(view, None, "")  # cell's one line says what happened
+        return None, exc
     except Exception as exc:
         partial = getattr(exc, "partial", None)
         cause = getattr(exc, "cause", "") if isinstance(exc, PodGoneError) else ""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import datetime, timezone
-from typing import Protocol
+from typing import Any, Protocol
 
 from kubernetes.client import ApiClient
 
@@ -38,9 +38,10 @@ def rfc3339(when: datetime) -> str:
     return when.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def annotate(api: ApiClient, namespace: str, name: str, notes: dict[str, str | None]) -> None:
-    """Merge ``notes`` into the TrainJob's annotations (None removes one); one PATCH, no retry."""
-    request(
+def annotate(api: ApiClient, namespace: str, name: str, notes: dict[str, str | None]) -> Any:
+    """Merge ``notes`` into the TrainJob's annotations (None removes one); one PATCH, no retry.
+    Returns the TrainJob as patched."""
+    return request(
         api,
         "PATCH",
         trainjob_path(namespace, name),
@@ -72,7 +73,14 @@ def note_session(
     if closed_by is not None:  # "" removes it: the job is not being closed after all
         notes[CLOSED_BY_ANNOTATION] = closed_by or None
     if notes:
-        annotate(session.api_client, session.namespace, session.name, notes)
+        job = annotate(session.api_client, session.namespace, session.name, notes)
+        version = (
+            ((job or {}).get("metadata") or {}).get("resourceVersion")
+            if isinstance(job, dict)
+            else None
+        )
+        if version and hasattr(session, "seen_version"):  # where a replay of its end starts
+            session.seen_version = str(version)
 
 
 class LastCommandNotes:

@@ -3,11 +3,13 @@ background), and wait until it and its pods are gone."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import urllib3
 from kubernetes.client import ApiClient
 
-from ..errors import InvalidInputError, NotFoundError
+from ..errors import InvalidInputError, NotFoundError, TrainJobError
 from ..kube.names import (
     OWNER_HOST_ANNOTATION,
     OWNER_PID_ANNOTATION,
@@ -16,7 +18,7 @@ from ..kube.names import (
 )
 from ..kube.requests import request
 from ..kube.retry import window_of, with_retries
-from ..kube.watch import Watcher
+from ..kube.watch import Watcher, iter_lines
 from .targets import job_pods_watcher
 
 
@@ -97,6 +99,51 @@ def wait_trainjob_gone(api: ApiClient, namespace: str, name: str, deadline: floa
         field_selector=f"metadata.name={name}",
     )
     return bool(watcher.run(deadline, lambda: True if name not in watcher.objects else None))
+
+
+def deleted_version(
+    api: ApiClient, namespace: str, name: str, since: str, wait: float = 5.0
+) -> dict[str, Any] | None:
+    """The TrainJob as it was when it was deleted (its annotations say who closed it), replayed
+    by a watch from resourceVersion ``since`` (one the session saw; the API server keeps a few
+    minutes of history). None when it cannot be told: no ``since``, history too old (410), no
+    permission, no DELETED event within ``wait`` seconds."""
+    if not since:
+        return None
+    query = [
+        ("watch", "true"),
+        ("fieldSelector", f"metadata.name={name}"),
+        ("resourceVersion", since),
+        ("timeoutSeconds", str(max(1, int(wait)))),
+    ]
+    try:
+        resp = request(
+            api,
+            "GET",
+            trainjob_path(namespace),
+            verb="watch",
+            resource=TRAINJOB_RESOURCE,
+            namespace=namespace,
+            query=query,
+            stream=True,
+            timeout=(10.0, wait + 5.0),
+            in_outage_window=False,
+        )
+    except TrainJobError:
+        return None
+    try:
+        for line in iter_lines(resp):  # the history since ``since`` comes first
+            event = json.loads(line)
+            if event.get("type") == "DELETED":
+                return dict(event.get("object") or {})
+            if event.get("type") == "ERROR":  # 410: the history is gone
+                return None
+    except (urllib3.exceptions.HTTPError, OSError, ValueError):
+        return None
+    finally:
+        resp.close()
+        resp.release_conn()
+    return None
 
 
 # Background deletion: the TrainJob goes at once and the garbage collector removes its JobSet,
