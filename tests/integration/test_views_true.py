@@ -164,3 +164,19 @@ def test_the_next_cell_says_who_deleted_the_job_and_the_magic_to_run(
     # the magic it names works: a new session under the same alias
     _ok(kernel, "%trainjob_connect mpi-interactive --as a", timeout=120)
     _ok(kernel, "%%trainjob a\necho again")
+
+
+def test_holding_lines_and_as_read_true(shell: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """%trainjob_sessions and %trainjob_status: one holding line each, never "holds held" or
+    "(0.0 CPU-h)" (pods that request nothing); %%trainjob --as ALIAS as %trainjob_connect takes
+    it."""
+    shell.run_line_magic("trainjob_connect", "mpi-interactive --as a")
+    capsys.readouterr()
+    shell.run_line_magic("trainjob_sessions", "")
+    shell.run_line_magic("trainjob_status", "a")
+    out = capsys.readouterr().out
+    lines = [x for x in out.splitlines() if "requests no GPU or CPU · up " in x]
+    assert len(lines) == 2 and lines[0].startswith("a ("), out
+    assert "holds held" not in out and "0.0 CPU-h" not in out, out
+    ok = shell.run_cell("%%trainjob --as a\necho as-works").success
+    assert ok and "as-works" in capsys.readouterr().out

@@ -41,8 +41,11 @@ def session_args(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def session_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    """--session ALIAS (for magics whose positional arguments are something else)."""
-    return argument("--session", metavar="ALIAS", help=SESSION_HELP)(f)
+    """--session ALIAS, or --as ALIAS as %trainjob_connect names it (for magics whose
+    positional arguments are something else)."""
+    return argument(
+        "--session", "--as", dest="session", metavar="ALIAS", help=f"{SESSION_HELP} Same as --as."
+    )(f)
 
 
 def cluster_args(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -51,15 +51,17 @@ def list_sessions(host: MagicsHost, args: Any) -> None:
     for e in host.registry.entries():
         holds = _holds(host, e.session)
         if holds:
-            print(f"{e.alias} ({session_name(e.session)}) holds {holds}")
+            print(f"{e.alias} ({session_name(e.session)}): {holds}")
 
 
 def _holds(host: MagicsHost, session: Any) -> str:
-    """``8 GPU · 32 CPU · held 2 h 10 min (17.3 GPU-h) · idle 41 min``, or '' if unreadable."""
+    """``holds 8 GPU · 32 CPU · held 2 h 10 min (17.3 GPU-h) · idle 41 min`` (or ``requests
+    no GPU or CPU · up 7 s``, ``holds nothing yet``), or '' if unreadable."""
     try:
-        return str(host.engine.holding_text(session))
+        text = str(host.engine.holding_text(session))
     except Exception:
         return ""
+    return f"holds {text}" if text[:1].isdigit() else text
 
 
 def _managed_trainjobs(
@@ -152,8 +154,8 @@ def render_status(host: MagicsHost, entry: Entry, quiet_errors: bool = False) ->
             format_status(status, max_runtime=duration_seconds(entry.settings.get("max_runtime")))
         )
     holds = _holds(host, entry.session) if status.state not in ENDED_STATES else ""
-    if holds:  # a job with no request reads "held 3 s ...": not "holds held"
-        print(holds if holds.startswith("held") else f"holds {holds}")
+    if holds:
+        print(holds)
     gpus = _gpus(entry.session)
     if gpus:
         _show_gpus(host, gpus)
