@@ -19,9 +19,15 @@ async function call<T>(path: string, init: RequestInit = {}): Promise<T> {
   return data as T;
 }
 
-export function fetchSessions(since: number | null, wait: number): Promise<ISnapshot> {
+/** The sessions' snapshot: at once without ``since``, else after version ``since`` (the server
+ * holds the request up to ``wait`` seconds while nothing changes). ``signal`` aborts it. */
+export function fetchSessions(
+  since: number | null,
+  wait: number,
+  signal?: AbortSignal
+): Promise<ISnapshot> {
   const query = since === null ? '' : `?since=${since}&wait=${wait}`;
-  return call<ISnapshot>(`sessions${query}`);
+  return call<ISnapshot>(`sessions${query}`, signal ? { signal } : {});
 }
 
 export function fetchJob(namespace: string, name: string, uid: string): Promise<ISession> {

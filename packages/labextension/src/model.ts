@@ -1,20 +1,53 @@
-/** One long-poll per page for every panel, the sidebar and the status bar. */
+/** One long-poll per page for every panel, the sidebar and the status bar, on Lumino's `Poll`
+ * (as jupyter-resource-usage and jupyterlab-git poll): backoff after a failed request, standby
+ * while the page is hidden, nothing left running once the model is disposed. */
+import { IDisposable } from '@lumino/disposable';
+import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { fetchJob, fetchSessions } from './api';
 import { ISession, ISnapshot } from './types';
 
-const WAIT_SECONDS = 20;
-const RETRY_MS = 2000;
-const TICK_MS = 5000; // idle times and the idle-stop countdown move on between changes
+/** How long the server holds a long-poll open when nothing changes (seconds). */
+export const WAIT_SECONDS = 20;
+/** The pause between an answer and the next long-poll (a change in it is answered at once). */
+export const POLL_INTERVAL_MS = 500;
+/** The longest pause after failed requests (the pause grows 3x per failure up to this). */
+export const POLL_MAX_MS = 30_000;
+/** Idle times and the idle-stop countdown move on between changes: ``changed`` this often. */
+export const TICK_MS = 5000;
 
-export class SessionsModel {
+export class SessionsModel implements IDisposable {
   private _snapshot: ISnapshot | null = null;
   private _changed = new Signal<this, void>(this);
   private _jobs = new Map<string, ISession>();
   private _asked = new Set<string>();
-  private _running = false;
+  private _since: number | null = null;
+  private _aborts = new Set<AbortController>();
+  private _disposed = false;
+  private _poll: Poll<ISnapshot, unknown>;
+  private _tick: Poll<void, unknown>;
   error = '';
+
+  constructor() {
+    this._poll = new Poll<ISnapshot, unknown>({
+      auto: false,
+      factory: (): Promise<ISnapshot> => this._read(),
+      frequency: { interval: POLL_INTERVAL_MS, backoff: true, max: POLL_MAX_MS },
+      name: 'trainjob-magics:sessions',
+      standby: 'when-hidden'
+    });
+    this._tick = new Poll<void, unknown>({
+      auto: false,
+      factory: (): Promise<void> => {
+        this._changed.emit();
+        return Promise.resolve();
+      },
+      frequency: { interval: TICK_MS, backoff: false },
+      name: 'trainjob-magics:tick',
+      standby: 'when-hidden'
+    });
+  }
 
   get changed(): ISignal<this, void> {
     return this._changed;
@@ -28,37 +61,69 @@ export class SessionsModel {
     return this._snapshot?.sessions ?? [];
   }
 
-  start(): void {
-    if (this._running) {
-      return;
-    }
-    this._running = true;
-    void this._loop();
-    window.setInterval(() => this._changed.emit(), TICK_MS);
+  get isDisposed(): boolean {
+    return this._disposed;
   }
 
-  private async _loop(): Promise<void> {
-    let since: number | null = null;
-    while (this._running) {
-      try {
-        const snap = await fetchSessions(since, WAIT_SECONDS);
-        const readAt = Date.now();
-        snap.sessions.forEach(s => (s.readAt = readAt));
-        const changed = since === null || snap.version !== since;
-        since = snap.version;
-        this._snapshot = snap;
-        this.error = '';
-        if (changed) {
-          this._jobs.clear();
-          this._asked.clear();
-        }
-        this._changed.emit();
-      } catch (err) {
+  /** Start the long-poll and the tick (idempotent: a running poll is not restarted). */
+  start(): void {
+    if (this._disposed) {
+      return;
+    }
+    void this._poll.start();
+    void this._tick.schedule({
+      cancel: ({ phase }) => phase !== 'constructed',
+      interval: TICK_MS,
+      phase: 'started'
+    });
+  }
+
+  /** Stop polling and ticking, abort the request in flight, disconnect every listener. */
+  dispose(): void {
+    if (this._disposed) {
+      return;
+    }
+    this._disposed = true;
+    this._poll.dispose();
+    this._tick.dispose();
+    this._aborts.forEach(a => a.abort());
+    this._aborts.clear();
+    Signal.clearData(this);
+  }
+
+  /** One long-poll: the snapshot after ``since`` (at once when there is none yet). A failure
+   * is shown (``error``) and rethrown, so that the poll backs off; the next request after it
+   * asks for a whole snapshot. */
+  private async _read(): Promise<ISnapshot> {
+    const abort = new AbortController();
+    this._aborts.add(abort);
+    try {
+      const since = this._since;
+      const snap = await fetchSessions(since, WAIT_SECONDS, abort.signal);
+      if (this._disposed) {
+        return snap;
+      }
+      const readAt = Date.now();
+      snap.sessions.forEach(s => (s.readAt = readAt));
+      const changed = since === null || snap.version !== since;
+      this._since = snap.version;
+      this._snapshot = snap;
+      this.error = '';
+      if (changed) {
+        this._jobs.clear();
+        this._asked.clear();
+      }
+      this._changed.emit();
+      return snap;
+    } catch (err) {
+      if (!this._disposed) {
+        this._since = null;
         this.error = err instanceof Error ? err.message : String(err);
         this._changed.emit();
-        await new Promise(resolve => window.setTimeout(resolve, RETRY_MS));
-        since = null;
       }
+      throw err;
+    } finally {
+      this._aborts.delete(abort);
     }
   }
 
@@ -78,7 +143,7 @@ export class SessionsModel {
     }
     const key = `${namespace}/${name}/${uid}`;
     const known = this._jobs.get(key);
-    if (!this._asked.has(key)) {
+    if (!this._asked.has(key) && !this._disposed) {
       this._asked.add(key);
       fetchJob(namespace, name, uid)
         .then(job => {

@@ -1,5 +1,5 @@
 import { fetchJob, fetchSessions } from '../src/api';
-import { SessionsModel } from '../src/model';
+import { POLL_INTERVAL_MS, SessionsModel } from '../src/model';
 import { ISession, ISnapshot } from '../src/types';
 
 jest.mock('../src/api');
@@ -55,6 +55,7 @@ describe('the records of jobs a panel asked for one by one', () => {
     const model = new SessionsModel();
     const firstRead = nextChange(model);
     model.start();
+    await jest.advanceTimersByTimeAsync(0); // the poll's first tick
     await firstRead;
 
     // not in the snapshot: asked once, then served from the cache under version 1
@@ -68,6 +69,7 @@ describe('the records of jobs a panel asked for one by one', () => {
     // version 2: the cached record is dropped (not shown as the job's state) and asked again
     const secondRead = nextChange(model);
     answerSecond(snapshot(2));
+    await jest.advanceTimersByTimeAsync(POLL_INTERVAL_MS); // the next long-poll
     await secondRead;
     expect(model.find('ns', 'tjmother', 'uid-1')).toBeNull();
     expect(mockedJob).toHaveBeenCalledTimes(2);
@@ -89,12 +91,14 @@ describe('the records of jobs a panel asked for one by one', () => {
     const model = new SessionsModel();
     const firstRead = nextChange(model);
     model.start();
+    await jest.advanceTimersByTimeAsync(0); // the poll's first tick
     await firstRead;
     model.find('ns', 'tjmother', 'uid-1');
     await nextChange(model);
 
     const secondRead = nextChange(model);
     answerSecond(snapshot(4)); // the wait ran out with nothing new
+    await jest.advanceTimersByTimeAsync(POLL_INTERVAL_MS); // the next long-poll
     await secondRead;
     expect(model.find('ns', 'tjmother', 'uid-1')?.state).toBe('Running');
     expect(mockedJob).toHaveBeenCalledTimes(1);

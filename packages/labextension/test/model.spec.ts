@@ -27,6 +27,7 @@ async function modelWith(snapshot: ISnapshot): Promise<SessionsModel> {
   const model = new SessionsModel();
   const read = new Promise<void>(resolve => model.changed.connect(() => resolve()));
   model.start();
+  await jest.advanceTimersByTimeAsync(0); // the poll's first tick
   await read;
   return model;
 }
