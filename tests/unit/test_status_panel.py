@@ -155,7 +155,7 @@ def test_the_pod_table_wraps_its_long_columns_to_fit_a_narrow_window() -> None:
     import re
 
     page = StatusWidget(_status("Pending", "Pending"), show=False).html
-    cells = re.findall(r'<td style="([^"]*)">', page)
+    cells = re.findall(r'<td style="([^"]*)" data-label="[^"]*">', page)
     assert len(cells) == 8, cells
     wraps = [("white-space:normal" in c and "break-all" not in c) for c in cells]
     # NAME, ROLE, PHASE, READY, NODE, RESTARTS, AGE, WAITING

@@ -9,6 +9,7 @@ from .failures import TrainJobUsageError, as_one_line
 from .host import MagicsHost
 from .links import browser_url
 from .registry import Entry, session_name
+from .sidebar_notes import note_forwards
 from .views.forward import ForwardPanel
 
 USAGE = (
@@ -92,7 +93,17 @@ def start(host: MagicsHost, entry: Entry, port: str, args: Any) -> None:
         waiting = list(early)
     for message in waiting:
         panel.problem(message)
-    fwd.when_closed(lambda f: panel.ended(_ended_state(f.closed_reason)))
+
+    def link_of(f: Any) -> str:
+        return browser_url(f.url, f.local_port, host.settings.forward_url)
+
+    def closed(f: Any) -> None:
+        panel.ended(_ended_state(f.closed_reason))
+        if not session.closed:  # a closing session's job goes with its notes
+            note_forwards(session, link_of)
+
+    note_forwards(session, link_of)  # the sidebar lists it and opens it
+    fwd.when_closed(closed)
 
 
 def _ended_state(reason: str) -> str:

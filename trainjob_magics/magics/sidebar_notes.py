@@ -9,6 +9,7 @@ import contextlib
 import logging
 import os
 import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -63,3 +64,26 @@ def closed_by_note(session: Any, by: str) -> dict[str, str]:
     if not by or not hasattr(session, "api_client"):
         return {}
     return {"closed_by": by}
+
+
+_forwards_lock = threading.Lock()
+
+
+def note_forwards(session: Any, link: Callable[[Any], str]) -> None:
+    """The session's open forwards, for the sidebar to list and open (``link(forward)``: the
+    link the kernel shows for it), in the background: each write reads the forwards open then
+    (one at a time), so the last one written is the newest."""
+
+    def run() -> None:
+        with _forwards_lock:
+            open_ones = [f for f in list(getattr(session, "forwards", []) or []) if not f.closed]
+            rows = [
+                {"localPort": f.local_port, "port": f.port, "pod": f.pod, "link": link(f)}
+                for f in open_ones
+            ]
+            try:
+                note_session(session, forwards=rows)
+            except Exception as exc:  # the sidebar lists stale forwards; nothing else breaks
+                log.debug("could not note the forwards on the TrainJob: %s", exc)
+
+    threading.Thread(target=run, daemon=True, name="tjm-note-forwards").start()

@@ -1,5 +1,5 @@
 /** Pure wording shared by the sidebar, the status bar and the live panels (unit-tested). */
-import { ISession } from './types';
+import { IForwardRow, ISession } from './types';
 
 export function durationWords(seconds: number): string {
   const s = Math.max(0, Math.floor(seconds));
@@ -146,4 +146,9 @@ export function releaseWords(s: ISession): string {
     parts.push(`${num(s.holds.cpu)} CPU`);
   }
   return parts.length ? parts.join(' and ') : 'its pods';
+}
+
+/** A forward's words in the sidebar: "port 6006 of pod P → local port 40123". */
+export function forwardWords(f: IForwardRow): string {
+  return `port ${f.port}${f.pod ? ` of pod ${f.pod}` : ''} → local port ${f.localPort}`;
 }

@@ -6,7 +6,6 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { sharedModel } from './model';
 import { SessionsSidebar } from './sidebar';
 import { SessionsStatus } from './statusbar';
-import { ISession } from './types';
 
 const ICON_SVG =
   '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24"><g class="jp-icon3" fill="#616161">' +
@@ -17,15 +16,6 @@ const icon = new LabIcon({ name: 'trainjob-magics:sessions', svgstr: ICON_SVG })
 
 const TOGGLE = 'trainjob-magics:toggle-sessions';
 
-function openForward(app: JupyterFrontEnd, s: ISession): void {
-  const port = window.prompt(`Port of ${s.name}'s trainer pod to open (as forwarded in the kernel)`);
-  if (!port || !/^\d+$/.test(port)) {
-    return;
-  }
-  const base = app.serviceManager.serverSettings.baseUrl;
-  window.open(`${base}proxy/${port}/`, '_blank', 'noopener');
-}
-
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'trainjob-magics-labextension:plugin',
   description: 'TrainJob sessions: a sidebar and a status-bar item',
@@ -33,7 +23,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
   optional: [IStatusBar],
   activate: (app: JupyterFrontEnd, statusBar: IStatusBar | null): void => {
     const model = sharedModel();
-    const sidebar = new SessionsSidebar(model, s => openForward(app, s));
+    const sidebar = new SessionsSidebar(model);
     sidebar.title.icon = icon;
     app.shell.add(sidebar, 'left', { rank: 900 });
     app.commands.addCommand(TOGGLE, {

@@ -5,6 +5,7 @@ import { Widget } from '@lumino/widgets';
 import { closeJob } from './api';
 import {
   attachCommand,
+  forwardWords,
   groupByKernel,
   holdsText,
   idleWarning,
@@ -19,12 +20,10 @@ import { ISession } from './types';
 
 export class SessionsSidebar extends Widget {
   private _model: SessionsModel;
-  private _openForward: (s: ISession) => void;
 
-  constructor(model: SessionsModel, openForward: (s: ISession) => void) {
+  constructor(model: SessionsModel) {
     super();
     this._model = model;
-    this._openForward = openForward;
     this.id = 'trainjob-magics-sessions';
     this.addClass('tjm-sidebar');
     this.title.caption = 'TrainJob sessions';
@@ -100,8 +99,8 @@ export class SessionsSidebar extends Widget {
     buttons.appendChild(
       button('Copy attach', 'tjm-copy', () => Clipboard.copyToSystem(attachCommand(s)))
     );
-    buttons.appendChild(button('Open forward', 'tjm-forward', () => this._openForward(s)));
     row.appendChild(buttons);
+    row.appendChild(forwardsList(s));
     return row;
   }
 
@@ -122,6 +121,32 @@ export class SessionsSidebar extends Widget {
       await showErrorMessage('Could not close the TrainJob', String(err));
     }
   }
+}
+
+/** The session's open forwards, each opened by its button at the link the kernel shows for
+ * it; or a line saying none is open. */
+function forwardsList(s: ISession): HTMLElement {
+  const list = document.createElement('div');
+  list.className = 'tjm-sidebar-forwards';
+  const forwards = s.forwards ?? [];
+  if (!forwards.length) {
+    list.appendChild(line('tjm-sidebar-no-forward', 'No port forward open'));
+    return list;
+  }
+  for (const f of forwards) {
+    const item = document.createElement('div');
+    item.className = 'tjm-sidebar-forward';
+    item.dataset.port = String(f.port);
+    item.appendChild(line('tjm-sidebar-forward-words', forwardWords(f)));
+    item.appendChild(
+      button(`Open port ${f.port}`, 'tjm-forward', () => {
+        window.open(f.link, '_blank', 'noopener');
+      })
+    );
+    item.title = f.link;
+    list.appendChild(item);
+  }
+  return list;
 }
 
 function line(className: string, text: string): HTMLElement {

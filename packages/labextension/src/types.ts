@@ -27,6 +27,15 @@ export interface IPodRow {
   ready: boolean;
 }
 
+/** An open port forward of the session's kernel (``forwards``, records.py ``forwards_of``). */
+export interface IForwardRow {
+  localPort: number;
+  port: number;
+  pod: string;
+  /** The link as the kernel shows it (its local URL, or the server's proxy path). */
+  link: string;
+}
+
 export interface IGone {
   reason: string;
   at: string | null;
@@ -48,6 +57,7 @@ export interface ISession {
   idleStopIn?: number | null;
   idleWarning?: boolean;
   closing?: string;
+  forwards?: IForwardRow[];
   pods: IPodRow[];
   podsReady: string;
   queue?: IQueue | null;

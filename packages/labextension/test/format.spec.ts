@@ -1,5 +1,6 @@
 import {
   durationWords,
+  forwardWords,
   groupByKernel,
   holdsText,
   idleWarning,
@@ -48,6 +49,12 @@ describe('idle time and release (issue 36)', () => {
     expect(idleWarning(s, later)).toBe('Idle stop in 3 s: run a command to keep it');
     // a server without heldText: its text as it is
     expect(holdsText(session())).toBe(session().holds!.text);
+  });
+
+  it('says a forward by the pod port and the kernel local port', () => {
+    expect(forwardWords({ localPort: 40123, port: 6006, pod: 'p0', link: 'http://x/' })).toBe(
+      'port 6006 of pod p0 → local port 40123'
+    );
   });
 
   it('says what a close releases, never the held time', () => {

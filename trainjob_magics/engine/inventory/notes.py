@@ -3,6 +3,7 @@ when the last command ran, the idle stop, and what closed it."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from datetime import datetime, timezone
@@ -13,6 +14,7 @@ from kubernetes.client import ApiClient
 from ..errors import TrainJobError
 from ..kube.names import (
     CLOSED_BY_ANNOTATION,
+    FORWARDS_ANNOTATION,
     IDLE_STOP_ANNOTATION,
     LAST_COMMAND_ANNOTATION,
     TRAINJOB_RESOURCE,
@@ -63,9 +65,15 @@ def note_session(
     last_command: datetime | None = None,
     idle_stop: float | None = None,
     closed_by: str | None = None,
+    forwards: list[dict[str, Any]] | None = None,
 ) -> None:
-    """Write what the sidebar shows about ``session`` (a TrainJobSession) on its TrainJob."""
+    """Write what the sidebar shows about ``session`` (a TrainJobSession) on its TrainJob;
+    ``forwards``: the open forwards (``[]`` removes the note)."""
     notes: dict[str, str | None] = {}
+    if forwards is not None:
+        notes[FORWARDS_ANNOTATION] = (
+            json.dumps(forwards, separators=(",", ":")) if forwards else None
+        )
     if last_command is not None:
         notes[LAST_COMMAND_ANNOTATION] = rfc3339(last_command)
     if idle_stop is not None:

@@ -3,6 +3,7 @@ record of a job that is gone (closed by whom, deleted, finished)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from ..kube.names import (
     CLOSED_BY_ANNOTATION,
     CREATED_BY_ANNOTATION,
+    FORWARDS_ANNOTATION,
     IDLE_ANNOTATION,
     IDLE_STOP_ANNOTATION,
     JOBSET_NAME_LABEL,
@@ -42,6 +44,30 @@ def _number(value: Any) -> float | None:
 def _queue_only(trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
     lq = queue_of(trainjob)
     return {"localQueue": lq} if lq else None
+
+
+def forwards_of(notes: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The open forwards the kernel noted (``localPort``, ``port``, ``pod``, ``link``); a link
+    is kept only as http(s) or a path of this server (never ``javascript:``)."""
+    try:
+        raw = json.loads(str(notes.get(FORWARDS_ANNOTATION) or "[]"))
+    except ValueError:
+        return []
+    found = []
+    for item in raw if isinstance(raw, list) else []:
+        if not isinstance(item, dict):
+            continue
+        link = str(item.get("link") or "")
+        if not (link.startswith(("http://", "https://")) or link.startswith("/")):
+            continue
+        try:
+            local, port = int(item.get("localPort")), int(item.get("port"))
+        except (TypeError, ValueError):
+            continue
+        found.append(
+            {"localPort": local, "port": port, "pod": str(item.get("pod") or ""), "link": link}
+        )
+    return found
 
 
 def pods_of(name: str, pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -93,6 +119,7 @@ def session_record(
         "idleStopIn": None if stop_in is None else round(stop_in, 1),
         "idleWarning": stop_in is not None and stop_in <= IDLE_WARNING_SECONDS,
         "closing": str(notes.get(CLOSED_BY_ANNOTATION, "")),
+        "forwards": forwards_of(notes),
         "pods": [{"name": pod_name(p), "phase": pod_phase(p), "ready": is_ready(p)} for p in mine],
         "podsReady": f"{ready}/{len(mine)}",
         "queue": dict(queue)

@@ -94,8 +94,8 @@ def runtime_path(kind: str, namespace: str, name: str | None = None) -> str:
     return f"{base}/{name}" if name else base
 
 
-# When the session's kernel last started a command (UTC, RFC 3339), written by the kernel at
-# most once a minute and at each command's end: the sidebar's and panels' idle time.
+# When the session's last command started or ended (UTC, RFC 3339), written at each: the
+# sidebar's and panels' idle time.
 LAST_COMMAND_ANNOTATION = "trainjob-magics/last-command"
 
 # The session's idle stop in seconds (``%trainjob_connect --idle-stop``); absent when off.
@@ -104,3 +104,7 @@ IDLE_STOP_ANNOTATION = "trainjob-magics/idle-stop"
 # What closed the job (``%trainjob_close``, ``kernel exit``, ``idle stop``, ``the sidebar``),
 # written just before the deletion so that a panel of a gone job can say who closed it.
 CLOSED_BY_ANNOTATION = "trainjob-magics/closed-by"
+
+# The kernel's open port forwards of the session (JSON: a list of {localPort, port, pod, link},
+# the link as the kernel shows it); absent when none is open. The sidebar opens them.
+FORWARDS_ANNOTATION = "trainjob-magics/forwards"

@@ -106,7 +106,10 @@ def _pod_table(pods: list[Any], now: datetime | None, fold: str = "") -> str:
     th = "".join(f'<th style="{COMPACT_CELL}">{c.title()}</th>' for c in POD_COLUMNS)
     rows = []
     for row in pod_rows(pods, now):
-        cells = "".join(f'<td style="{st}">{e(c)}</td>' for st, c in zip(styles, row, strict=True))
+        cells = "".join(  # data-label: a narrow page shows each row as a card (base.css)
+            f'<td style="{st}" data-label="{e(col.title())}">{e(c)}</td>'
+            for st, col, c in zip(styles, POD_COLUMNS, row, strict=True)
+        )
         rows.append(f"<tr>{cells}</tr>")
     table = (  # fits the width (WRAP_COLUMNS); scrolls only where even that cannot
         f'<div class="tjm-pods-scroll" style="overflow-x:auto;max-width:100%">'
