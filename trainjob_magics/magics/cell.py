@@ -17,7 +17,7 @@ from ..engine import (
     PodGoneError,
     TrainJobGoneError,
 )
-from .failures import TrainJobCellError, TrainJobMagicError, TrainJobUsageError, as_one_line
+from .failures import TrainJobCellError, TrainJobMagicError, TrainJobUsageError
 from .host import MagicsHost
 from .options import check_positive, check_var, chosen_session
 from .outcomes import learn_from_cell, learn_from_cell_error
@@ -73,7 +73,7 @@ def _run_in(host: MagicsHost, args: Any, cell: str, entry: Any, session: Any) ->
         learn_from_cell_error(entry, exc)  # e.g. preempted, or the job ended
         if isinstance(exc, TrainJobGoneError):
             raise TrainJobMagicError(gone_line(host, entry, exc)) from None
-        raise as_one_line(exc) from None
+        raise
     view = _view(host, run, args)
     key_cell_panel(view, session)
     raises = bool(host.settings.raise_on_error and not args.no_raise_error)
@@ -195,7 +195,7 @@ def follow(
         _finish(view, partial, f"pod {cause}" if cause else type(exc).__name__)
         if isinstance(exc, CommandInterruptedError):
             return partial, TrainJobCellError(str(exc), partial)
-        return partial, as_one_line(exc)
+        return partial, exc
     _finish(view, result, raises=raises)
     return result, None
 

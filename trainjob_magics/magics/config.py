@@ -72,6 +72,13 @@ class TrainJobConfig(Configurable):
         True,
         "A non-zero remote exit code fails the cell (stops Run All, nbconvert, papermill).",
     )
+    show_tracebacks = _setting(
+        Bool,
+        False,
+        "Show the full traceback of every error of a magic. Off: an error you can fix (a bad "
+        "option, a missing pod, a denied permission) is one line, and only an unexpected one "
+        "(a bug) shows its traceback.",
+    )
     widgets = CaselessStrEnum(
         ["auto", "on", "off"],
         default_value="auto",

@@ -9,7 +9,6 @@ from typing import Any
 
 from ..engine import (
     ConnectTimeoutError,
-    InvalidInputError,
     NotFoundError,
     QueuedTimeoutError,
     SessionClosedError,
@@ -17,7 +16,7 @@ from ..engine import (
 )
 from . import idle_stop, restarts
 from .detach import show_after_attach
-from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
+from .failures import TrainJobMagicError, TrainJobUsageError
 from .host import MagicsHost
 from .options import check_positive, cluster_settings, parse_env
 from .queued import QueuedJob, queued_message
@@ -146,10 +145,7 @@ def check_new_runtime(host: MagicsHost, live: dict[str, Any], settings: dict[str
     if not runtime or runtime == live.get("runtime"):
         return
     common = {k: settings[k] for k in ("namespace", "context", "config_file")}
-    try:
-        host.engine.check_runtime(runtime, **common)
-    except InvalidInputError as exc:
-        raise as_one_line(exc) from None
+    host.engine.check_runtime(runtime, **common)
 
 
 def ready_line(alias: str, session: Any) -> str:
@@ -230,17 +226,14 @@ def dry_run(host: MagicsHost, settings: dict[str, Any]) -> None:
     kw.update({k: settings[k] for k in _KUEUE_KEYS if settings.get(k) is not None})
     kw.update({k: settings[k] for k in SHAPING_OPTIONS.values() if settings.get(k)})
     common = {k: settings[k] for k in ("namespace", "context", "config_file")}
-    try:
-        manifest = host.engine.connect(
-            settings["runtime"],
-            name=settings["name"] or host.engine.new_name(),
-            api_retry_seconds=host.settings.api_retry_seconds,
-            dry_run=True,
-            **kw,
-            **common,
-        )
-    except Exception as exc:
-        raise as_one_line(exc) from None
+    manifest = host.engine.connect(
+        settings["runtime"],
+        name=settings["name"] or host.engine.new_name(),
+        api_retry_seconds=host.settings.api_retry_seconds,
+        dry_run=True,
+        **kw,
+        **common,
+    )
     print(manifest_yaml(manifest), end="")
 
 
@@ -295,7 +288,7 @@ def run_connect(
     except Exception as exc:
         timed_out = isinstance(exc, (ConnectTimeoutError, QueuedTimeoutError))
         view.final("Timed out" if timed_out else "Failed")
-        raise as_one_line(exc) from None
+        raise
     try:
         final = session.status()
     except Exception:

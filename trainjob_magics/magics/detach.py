@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from ..engine import DetachedState, TrainJobError
-from .failures import TrainJobUsageError, as_one_line
+from .failures import TrainJobUsageError
 from .host import MagicsHost
 from .options import chosen_session
 
@@ -36,10 +36,7 @@ def detach_cell(host: MagicsHost, args: Any, cell: str) -> Any:
     if not cell.strip():
         raise TrainJobUsageError("the cell is empty: write the shell commands below %%trainjob")
     entry = host.entry(chosen_session(args))
-    try:
-        run = entry.session.detach(cell, container=args.container)
-    except Exception as exc:
-        raise as_one_line(exc) from None
+    run = entry.session.detach(cell, container=args.container)
     host.last_result = run
     ns = host.user_ns()
     ns["_trainjob"] = run

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .detach import show_after_follow
-from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
+from .failures import TrainJobMagicError, TrainJobUsageError
 from .host import MagicsHost
 from .options import check_positive
 from .views.progress import transfer_line
@@ -36,9 +36,9 @@ def _run_with_progress(
         pump.cancel()
         bar.finish(ok=False)
         raise TrainJobMagicError(f"interrupted: {label.lower()} abandoned") from None
-    except Exception as exc:
+    except Exception:
         bar.finish(ok=False)
-        raise as_one_line(exc) from None
+        raise
     bar.finish(ok=True)
     return result
 
@@ -51,10 +51,7 @@ def _transfer(
     session = host.entry(args.session).session
     refs: Any = args.pod
     if label == "Uploading":  # resolved once: the same bytes go to each of these pods
-        try:
-            refs = session.pods(args.pod)
-        except Exception as exc:
-            raise as_one_line(exc) from None
+        refs = session.pods(args.pod)
     copies = len(refs) if isinstance(refs, list) else 1
     result = _run_with_progress(
         host, label, lambda progress: call(session, refs, progress), copies=copies
@@ -65,10 +62,7 @@ def _transfer(
 def write_file(host: MagicsHost, args: Any, cell: str) -> None:
     """Write the cell body to PATH in the pod(s)."""
     session = host.entry(args.session).session
-    try:
-        result = session.write_file(args.path, cell, pods=args.pod)
-    except Exception as exc:
-        raise as_one_line(exc) from None
+    result = session.write_file(args.path, cell, pods=args.pod)
     where = result.pods[0] if len(result.pods) == 1 else f"{len(result.pods)} pods"
     print(f"Wrote {result.bytes} bytes to {args.path} on {where}.")
 
@@ -103,10 +97,7 @@ def logs(host: MagicsHost, args: Any) -> None:
         raise TrainJobUsageError(f"--tail must be >= 0, got {args.tail}")
     check_positive(args.timeout, "--timeout")
     session = host.entry(args.session).session
-    try:
-        refs = session.pods(args.pod)
-    except Exception as exc:
-        raise as_one_line(exc) from None
+    refs = session.pods(args.pod)
     pods = [(r.name, "" if r.role == "trainer" else r.label) for r in refs]
     view = host.pods_view(pods, "session.logs()", live_summary=False)
     stop = threading.Event()
@@ -137,7 +128,7 @@ def logs(host: MagicsHost, args: Any) -> None:
         return
     except Exception as exc:
         view.finish(type(exc).__name__, ok=False)
-        raise as_one_line(exc) from None
+        raise
     for pod in found:
         error = found.errors.get(pod)
         if error is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .failures import TrainJobUsageError, as_one_line
+from .failures import TrainJobUsageError
 from .host import MagicsHost
 from .links import browser_url
 from .registry import Entry, session_name
@@ -64,16 +64,13 @@ def start(host: MagicsHost, entry: Entry, port: str, args: Any) -> None:
                 return
         panel.problem(message)
 
-    try:
-        fwd = session.forward(
-            port,
-            pod=args.pod,
-            local_port=args.local_port,
-            address=args.address or "127.0.0.1",
-            on_error=problem,
-        )
-    except Exception as exc:
-        raise as_one_line(exc) from None
+    fwd = session.forward(
+        port,
+        pod=args.pod,
+        local_port=args.local_port,
+        address=args.address or "127.0.0.1",
+        on_error=problem,
+    )
     link = browser_url(fwd.url, fwd.local_port, host.settings.forward_url)
     panel = ForwardPanel(
         link=link,

@@ -1,8 +1,9 @@
 """The IPython magics: one class declaring every magic, each body one line.
 
 The work is in the command modules (``connect``, ``cell``, ``sessions``, ``files``), which get
-a :class:`~.host.MagicsHost` and never call back into this class. Settings come from
-:class:`~.config.TrainJobConfig` (``%config TrainJobMagics``).
+a :class:`~.host.MagicsHost` and never call back into this class. Every magic runs under
+:func:`~.failures.magic_errors`, the one place that decides how its errors are shown. Settings
+come from :class:`~.config.TrainJobConfig` (``%config TrainJobMagics``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from . import cell, connect, detach, files, forward, python, restarts, sessions
 from .config import TrainJobConfig
+from .failures import magic_errors
 from .host import MagicsHost
 from .options import (
     POD_HELP,
@@ -69,6 +71,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         if self.shell is not None:
             uninstall_hooks(self.shell)
 
+    @magic_errors
     @magic_arguments()
     @connect_args
     @line_magic
@@ -79,6 +82,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         """
         connect.connect(self.host, parse(self.trainjob_connect, line))
 
+    @magic_errors
     @magic_arguments()
     @session_args
     @argument(
@@ -112,6 +116,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         cell.run_cell(self.host, args, cell_body)
         return None
 
+    @magic_errors
     @magic_arguments()
     @argument("names", nargs="+", metavar="NAME", help="Variables of the notebook to send.")
     @argument("--pod", default="trainer", help=POD_HELP)
@@ -121,6 +126,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         """Send notebook variables (pickled) into the pods' Python interpreters."""
         python.push(self.host, parse(self.trainjob_push, line))
 
+    @magic_errors
     @magic_arguments()
     @argument("names", nargs="+", metavar="NAME", help="Variables of the remote interpreter.")
     @argument(
@@ -135,6 +141,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         """Bring values (pickled) from a pod's Python interpreter into the notebook."""
         python.pull(self.host, parse(self.trainjob_pull, line))
 
+    @magic_errors
     @magic_arguments()
     @argument("--pod", default="trainer", help=POD_HELP)
     @session_option
@@ -143,6 +150,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         """Restart the pods' Python interpreters: every name defined there is gone."""
         python.reset(self.host, parse(self.trainjob_python_reset, line))
 
+    @magic_errors
     @magic_arguments()
     @argument(
         "--all",
@@ -156,6 +164,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         TrainJob of the project in the namespace, with owner, age and state."""
         sessions.list_sessions(self.host, parse(self.trainjob_sessions, line))
 
+    @magic_errors
     @magic_arguments()
     @session_args
     @cluster_args
@@ -169,6 +178,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         """
         sessions.show_status(self.host, parse(self.trainjob_status, line))
 
+    @magic_errors
     @magic_arguments()
     @session_args
     @argument("--all", action="store_true", help="Close every session of this kernel.")
@@ -192,6 +202,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         """
         sessions.close(self.host, parse(self.trainjob_close, line))
 
+    @magic_errors
     @magic_arguments()
     @argument("path", help="File to write in the pod(s); relative to the working directory.")
     @argument("--pod", default="trainer", help=POD_HELP)
@@ -201,6 +212,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         """Write the cell body to PATH in the pod(s), as ``%%writefile`` does locally."""
         files.write_file(self.host, parse(self.trainjob_writefile, line), cell)
 
+    @magic_errors
     @magic_arguments()
     @argument("local", help="Local file or directory.")
     @argument("remote", help="Destination in the pod(s); ending in / means inside that directory.")
@@ -212,6 +224,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         """Copy a local file or directory to the pod(s) as a tar stream (like kubectl cp)."""
         files.upload(self.host, parse(self.trainjob_upload, line))
 
+    @magic_errors
     @magic_arguments()
     @argument("remote", help="File or directory in the pod.")
     @argument("local", help="Local destination; ending in / means inside that directory.")
@@ -223,6 +236,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         """Copy a file or directory from a pod, refusing archive members that escape LOCAL."""
         files.download(self.host, parse(self.trainjob_download, line))
 
+    @magic_errors
     @magic_arguments()
     @argument("--pod", default="trainer", help=POD_HELP)
     @argument("--tail", type=int, help="Only the last N lines.")
@@ -235,6 +249,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
         """Show pod logs (e.g. the sshd logs of MPI node pods), grouped per pod."""
         files.logs(self.host, parse(self.trainjob_logs, line))
 
+    @magic_errors
     @magic_arguments()
     @argument("words", nargs="*", metavar="[ALIAS] PORT", help="Session, and the pod's port.")
     @argument("--pod", metavar="TARGET", help="One pod: trainer (default), node-1, a pod name.")

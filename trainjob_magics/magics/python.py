@@ -14,7 +14,7 @@ from IPython.display import display
 
 from ..engine import MultiPythonResult, PythonResult, PythonRun, RemoteError
 from .cell import QuietPodsView, SinglePodView, key_cell_panel, multi_summary
-from .failures import TrainJobCellError, TrainJobUsageError, as_one_line
+from .failures import TrainJobCellError, TrainJobUsageError
 from .host import MagicsHost
 from .options import check_positive, check_var, chosen_session
 from .outcomes import learn_from_cell, learn_from_cell_error
@@ -90,7 +90,7 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> Any:
         )
     except Exception as exc:
         learn_from_cell_error(entry, exc)  # e.g. preempted, or the job ended
-        raise as_one_line(exc) from None
+        raise
     view = _view(host, run, args)
     key_cell_panel(view, session)
     result, error = _follow(run, pump, view)
@@ -150,7 +150,7 @@ def _follow(run: PythonRun, pump: Pump, view: Any) -> tuple[Any, BaseException |
     except Exception as exc:
         partial = getattr(exc, "partial", None)
         view.finish(_footer(partial, type(exc).__name__), ok=False)
-        return partial, as_one_line(exc)
+        return partial, exc
     view.finish(_footer(result), ok=result.ok)
     return result, None
 
@@ -244,24 +244,18 @@ def push(host: MagicsHost, args: Any) -> None:
     if missing:
         raise TrainJobUsageError(f"no variable {missing[0]!r} in the notebook to push")
     session = _session(host, args)
-    try:
-        pods = session.push(
-            {n: ns[n] for n in args.names},
-            pods=_pods_arg(args),
-            interpreter=host.settings.python,
-        )
-    except Exception as exc:
-        raise as_one_line(exc) from None
+    pods = session.push(
+        {n: ns[n] for n in args.names},
+        pods=_pods_arg(args),
+        interpreter=host.settings.python,
+    )
     print(f"pushed {', '.join(args.names)} to {_where(pods)}")
 
 
 def pull(host: MagicsHost, args: Any) -> None:
     """``%trainjob_pull NAME...``: values of the interpreters into the notebook."""
     session = _session(host, args)
-    try:
-        got = session.pull(*args.names, pods=_pods_arg(args), interpreter=host.settings.python)
-    except Exception as exc:
-        raise as_one_line(exc) from None
+    got = session.pull(*args.names, pods=_pods_arg(args), interpreter=host.settings.python)
     ns = host.user_ns()
     spec = _pods_arg(args)
     if spec is not None and len(got) == 1 and spec != "all" and "," not in spec:
@@ -284,10 +278,7 @@ def pull(host: MagicsHost, args: Any) -> None:
 def reset(host: MagicsHost, args: Any) -> None:
     """``%trainjob_python_reset``: new interpreters, every name gone."""
     session = _session(host, args)
-    try:
-        pods = session.python_reset(pods=_pods_arg(args), interpreter=host.settings.python)
-    except Exception as exc:
-        raise as_one_line(exc) from None
+    pods = session.python_reset(pods=_pods_arg(args), interpreter=host.settings.python)
     print(f"restarted the Python interpreter in {_where(pods)}: its state is gone")
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from ..engine import NotFoundError, validate_name
 from . import restarts
 from .detach import detached_mark
-from .failures import TrainJobMagicError, TrainJobUsageError, as_one_line
+from .failures import TrainJobMagicError, TrainJobUsageError
 from .host import MagicsHost
 from .options import chosen_session, cluster_settings
 from .outcomes import ENDED_STATES
@@ -74,19 +74,16 @@ def _managed_trainjobs(
     namespaces: list[str | None] = [where["namespace"]]
     if with_sessions and not args.namespace:
         namespaces += [e.session.namespace for e in host.registry.entries()]
-    try:
-        if problems is None:
-            return host.engine.find_trainjobs(
-                namespaces, context=where["context"], config_file=where["config_file"]
-            )
+    if problems is None:
         return host.engine.find_trainjobs(
-            namespaces,
-            context=where["context"],
-            config_file=where["config_file"],
-            problems=problems,
+            namespaces, context=where["context"], config_file=where["config_file"]
         )
-    except Exception as exc:
-        raise as_one_line(exc) from None
+    return host.engine.find_trainjobs(
+        namespaces,
+        context=where["context"],
+        config_file=where["config_file"],
+        problems=problems,
+    )
 
 
 def list_all_trainjobs(host: MagicsHost, args: Any) -> None:
@@ -133,10 +130,10 @@ def render_status(host: MagicsHost, entry: Entry, quiet_errors: bool = False) ->
     other panels, e.g. the connect cell's), or a text table."""
     try:
         status = entry.session.status()
-    except Exception as exc:
+    except Exception:
         if quiet_errors:
             return
-        raise as_one_line(exc) from None
+        raise
     if host.use_widgets():
         from .views.status import StatusWidget
 
@@ -270,5 +267,3 @@ def _close_by_name(host: MagicsHost, args: Any, name: str, timeout: float) -> No
             f"no session or TrainJob named {name!r} (this kernel's sessions: {known}; "
             "list every TrainJob with %trainjob_sessions --all)"
         ) from None
-    except Exception as exc:
-        raise as_one_line(exc) from None
