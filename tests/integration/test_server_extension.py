@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import JupyterLab, start_jupyterlab
+from tests.helpers.rest_records import problems
 from trainjob_magics import connect
+from trainjob_magics.engine.inventory import schema
 from trainjob_magics.localcluster import LocalCluster
 
 API = "/trainjob-magics/api"
@@ -76,12 +78,17 @@ def test_sessions_api_reads_holds_deletes_and_closes(
         assert snap["problems"] == []
         # no credential in any answer
         assert own_cluster.token not in json.dumps(snap)
+        # every answer has exactly the fields schema.py types, each of its type
+        assert problems(snap, schema.Snapshot) == []
+        assert all("notebook" in r and "kernelAlive" in r for r in snap["sessions"])
 
         # one job by name and uid
         one = lab.api(f"{API}/sessions/{rec['namespace']}/{first.name}?uid={rec['uid']}")
         assert one["state"] == "Running" and one["uid"] == rec["uid"]
+        assert problems(one, schema.SessionRecord) == [] and "version" in one
         stale = lab.api(f"{API}/sessions/{rec['namespace']}/{first.name}?uid=not-its-uid")
         assert stale["state"] == "Gone"
+        assert problems(stale, schema.GoneRecord) == []
 
         # deleted behind its back (what kubectl delete does): Gone, and why, within 2 s
         uid2 = lab.api(f"{API}/sessions/{second.namespace}/{second.name}")["uid"]
@@ -94,6 +101,7 @@ def test_sessions_api_reads_holds_deletes_and_closes(
         )
         assert time.monotonic() - started < 2.0
         assert "deleted outside trainjob-magics" in gone["gone"]["reason"]
+        assert problems(gone, schema.GoneRecord) == []
 
         # close: unauthenticated is refused, with the token it closes and says who closed it
         path = f"{API}/sessions/{first.namespace}/{first.name}/close"
@@ -106,6 +114,7 @@ def test_sessions_api_reads_holds_deletes_and_closes(
         assert anonymous.value.code == 403
         closed = lab.api(path, method="POST", body={})
         assert closed["message"].startswith(f"Closed TrainJob {first.name}")
+        assert problems(closed, schema.Message) == []
         after = lab.api(f"{API}/sessions/{first.namespace}/{first.name}?uid={rec['uid']}")
         assert after["state"] == "Gone" and after["gone"]["reason"] == "closed by the sidebar"
     finally:
@@ -144,5 +153,10 @@ def test_a_namespace_the_user_may_not_list_is_one_line(
         assert snap["problems"][0].startswith("namespace default: ")
         assert "permission" in snap["problems"][0] or "forbidden" in snap["problems"][0]
         assert token not in json.dumps(snap)
+        assert problems(snap, schema.Snapshot) == []
+        # a job in the namespace it may not list: Unknown, saying why, typed as the others
+        unknown = lab.api(f"{API}/sessions/default/{session.name}")
+        assert unknown["state"] == "Unknown" and unknown["problem"]
+        assert problems(unknown, schema.UnknownRecord) == []
     finally:
         session.close()

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 
 class ExecResult:
@@ -489,6 +489,26 @@ def _amount(value: float | None) -> str:
     return "n/a" if value is None else f"{value:g}"
 
 
+class GpuRecord(TypedDict):
+    """``GpuInfo`` as the REST API sends it (``IGpu`` in the lab extension's types.ts)."""
+
+    index: int | None
+    name: str
+    utilization: float | None
+    memoryUsedMiB: float | None
+    memoryTotalMiB: float | None
+
+
+class PodGpusRecord(TypedDict):
+    """``PodGpus`` as the REST API sends it (``IPodGpus`` in the lab extension's types.ts)."""
+
+    pod: str
+    state: str
+    gpus: list[GpuRecord]
+    sampledAt: str | None
+    message: str
+
+
 @dataclass(frozen=True)
 class GpuInfo:
     """One GPU as ``nvidia-smi --query-gpu`` reports it; None where it said ``[N/A]`` or
@@ -507,7 +527,7 @@ class GpuInfo:
         memory = f"{_amount(self.memory_used_mib)}/{_amount(self.memory_total_mib)} MiB"
         return f"{which}: {util} · {memory}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> GpuRecord:
         return {
             "index": self.index,
             "name": self.name,
@@ -532,7 +552,7 @@ class PodGpus:
     sampled_at: float = 0.0
     message: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> PodGpusRecord:
         when = datetime.fromtimestamp(self.sampled_at).astimezone() if self.sampled_at else None
         return {
             "pod": self.pod,

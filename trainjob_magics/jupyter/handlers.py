@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
 from ..engine import NotFoundError, SessionInventory, TrainJobError
+from ..engine.inventory.schema import AnyJobRecord, GpuReport, Message, Snapshot
 from .kernels_file import read_namespaces
 
 MAX_WAIT = 25.0
@@ -37,7 +37,8 @@ class _Base(APIHandler):
 
     def fail(self, status: int, message: str) -> None:
         self.set_status(status)
-        self.finish(json.dumps({"message": message}))
+        body: Message = {"message": message}
+        self.finish(json.dumps(body))
 
     async def notebooks_by_kernel(self) -> dict[str, str]:
         """kernel id -> the path of the notebook (or console) its Jupyter session opened."""
@@ -73,7 +74,7 @@ class SessionsHandler(_Base):
         if since and int(since) == inventory.version and wait > 0:
             await self.settings["trainjob_magics_waiters"].wait(wait)
         loop = asyncio.get_running_loop()
-        snapshot: dict[str, Any] = await loop.run_in_executor(None, inventory.snapshot)
+        snapshot: Snapshot = await loop.run_in_executor(None, inventory.snapshot)
         notebooks = await self.notebooks_by_kernel()
         for record in snapshot["sessions"]:
             record["notebook"] = notebooks.get(record.get("kernel") or "", "")
@@ -88,7 +89,9 @@ class JobHandler(_Base):
     async def get(self, namespace: str, name: str) -> None:
         uid = self.get_query_argument("uid", "")
         loop = asyncio.get_running_loop()
-        record = await loop.run_in_executor(None, self.inventory.job, namespace, name, uid)
+        record: AnyJobRecord = await loop.run_in_executor(
+            None, self.inventory.job, namespace, name, uid
+        )
         record["version"] = self.inventory.version
         self.finish(json.dumps(record))
 
@@ -102,7 +105,9 @@ class GpusHandler(_Base):
     async def get(self, namespace: str, name: str) -> None:
         uid = self.get_query_argument("uid", "")
         loop = asyncio.get_running_loop()
-        record = await loop.run_in_executor(None, self.inventory.gpus, namespace, name, uid)
+        record: GpuReport = await loop.run_in_executor(
+            None, self.inventory.gpus, namespace, name, uid
+        )
         self.finish(json.dumps(record))
 
 
@@ -120,4 +125,5 @@ class CloseHandler(_Base):
         except TrainJobError as exc:
             self.fail(400, str(exc).splitlines()[0])
             return
-        self.finish(json.dumps({"message": line}))
+        reply: Message = {"message": line}
+        self.finish(json.dumps(reply))

@@ -2,7 +2,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { IGpuReport, ISession, ISnapshot } from './types';
+import { IGpuReport, IMessage, ISession, ISnapshot } from './types';
 
 export const API_ROOT = 'trainjob-magics/api';
 
@@ -13,7 +13,7 @@ async function call<T>(path: string, init: RequestInit = {}): Promise<T> {
   const text = await response.text();
   const data: unknown = text ? JSON.parse(text) : {};
   if (!response.ok) {
-    const message = (data as { message?: string }).message ?? response.statusText;
+    const message = (data as Partial<IMessage>).message ?? response.statusText;
     throw new Error(message);
   }
   return data as T;
@@ -46,7 +46,7 @@ export function fetchGpus(namespace: string, name: string, uid: string): Promise
 }
 
 export async function closeJob(namespace: string, name: string): Promise<string> {
-  const data = await call<{ message: string }>(
+  const data = await call<IMessage>(
     `sessions/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}/close`,
     { method: 'POST' }
   );

@@ -1,4 +1,6 @@
-/** What the server extension answers (trainjob_magics/engine/inventory/records.py). */
+/** What the server extension answers. Typed once, in Python: each interface here mirrors a
+ * TypedDict of trainjob_magics/engine/inventory/schema.py (its ``TYPESCRIPT`` map), and
+ * tests/unit/test_rest_types.py fails when a field, its optionality or its type differ. */
 
 export interface IHolds {
   gpu: number;
@@ -10,7 +12,7 @@ export interface IHolds {
   idleSeconds: number | null;
   text: string;
   /** ``text`` without its idle part (the page counts the idle time on from ``readAt``). */
-  heldText?: string;
+  heldText: string;
 }
 
 export interface IQueue {
@@ -41,6 +43,8 @@ export interface IGone {
   at: string | null;
 }
 
+/** A job's record: live (every field), gone (``gone`` set) or not readable (``problem``), from
+ * the sessions GET (``notebook``, ``kernelAlive`` added) or the one-job GET (``version``). */
 export interface ISession {
   name: string;
   namespace: string;
@@ -48,11 +52,16 @@ export interface ISession {
   state: string;
   runtime?: string;
   kernel?: string;
+  /** The kernel's host, and the user who created the job (the created-by note). */
+  host?: string;
+  user?: string;
   notebook?: string;
   kernelAlive?: boolean;
   created?: string | null;
   ageSeconds?: number | null;
   lastCommand?: string | null;
+  /** Seconds without the kernel's heartbeat before the job ends itself; null when off. */
+  idleTimeout?: number | null;
   idleStopSeconds?: number | null;
   idleStopIn?: number | null;
   idleWarning?: boolean;
@@ -64,6 +73,8 @@ export interface ISession {
   holds: IHolds | null;
   gone: IGone | null;
   problem?: string;
+  /** The snapshot version the one-job GET read it at. */
+  version?: number;
   /** When this page read the record (Date.now()); set by the page, not the server. */
   readAt?: number;
 }
@@ -92,7 +103,7 @@ export interface IGpuReport {
   name: string;
   namespace: string;
   uid: string;
-  sampleEvery?: number;
+  sampleEvery: number;
   pods: IPodGpus[];
   problem?: string;
 }
@@ -104,6 +115,11 @@ export interface ISnapshot {
   problems: string[];
   namespaces: string[];
   user: string | null;
+}
+
+/** ``POST .../close``'s answer, and every error's body. */
+export interface IMessage {
+  message: string;
 }
 
 /** What a panel carries in its MIME bundle (magics/views/live.py). */

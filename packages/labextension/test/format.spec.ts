@@ -10,7 +10,7 @@ import {
   totalsLine
 } from '../src/format';
 import { isStale, liveLine } from '../src/panel';
-import { ISession } from '../src/types';
+import { IHolds, ISession } from '../src/types';
 
 function session(over: Partial<ISession> = {}): ISession {
   return {
@@ -28,7 +28,8 @@ function session(over: Partial<ISession> = {}): ISession {
       gpuHours: 17.3,
       cpuHours: 69.3,
       idleSeconds: 2460,
-      text: '8 GPU · 32 CPU · held 2 h 10 min (17.3 GPU-h) · idle 41 min'
+      text: '8 GPU · 32 CPU · held 2 h 10 min (17.3 GPU-h) · idle 41 min',
+      heldText: '8 GPU · 32 CPU · held 2 h 10 min (17.3 GPU-h)'
     },
     gone: null,
     ...over
@@ -47,8 +48,9 @@ describe('idle time and release (issue 36)', () => {
     const later = 1_000_000 + 17_000;
     expect(holdsText(s, later)).toBe('8 GPU · held 1 min (0.1 GPU-h) · idle 37 s');
     expect(idleWarning(s, later)).toBe('Idle stop in 3 s: run a command to keep it');
-    // a server without heldText: its text as it is
-    expect(holdsText(session())).toBe(session().holds!.text);
+    // a server without heldText (before it was sent): its text as it is
+    const old = { ...session().holds!, heldText: undefined } as unknown as IHolds;
+    expect(holdsText(session({ holds: old }))).toBe(session().holds!.text);
   });
 
   it('says a forward by the pod port and the kernel local port', () => {

@@ -60,7 +60,8 @@ function job(over: Partial<ISession> = {}): ISession {
       gpuHours: 0.05,
       cpuHours: 0.2,
       idleSeconds: 10,
-      text: '3 GPU · 12 CPU'
+      text: '3 GPU · 12 CPU',
+      heldText: '3 GPU · 12 CPU'
     },
     gone: null,
     ...over

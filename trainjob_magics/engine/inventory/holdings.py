@@ -11,6 +11,7 @@ from typing import Any
 
 from ..kube.names import GPU_RESOURCE
 from ..kube.objects import parse_time, pod_phase
+from .schema import Holds
 
 _SUFFIXES = {
     "Ki": 2**10,
@@ -105,7 +106,7 @@ class Holding:
     cpu_hours: float
     idle_seconds: float | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> Holds:
         return {
             "gpu": self.requests.gpu,
             "cpu": self.requests.cpu,

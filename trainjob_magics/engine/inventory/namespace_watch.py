@@ -23,6 +23,7 @@ from ..kube.names import (
 )
 from ..kube.watch import Watcher
 from .records import gone_reason, gone_record
+from .schema import GoneRecord
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class NamespaceWatch:
         self.namespace = namespace
         self.jobs: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
-        self.gone: dict[str, dict[str, Any]] = {}
+        self.gone: dict[str, GoneRecord] = {}
         # uid -> who closed it, for jobs closed here whose closed-by note could not be written
         # (a Role without `patch` on trainjobs): said as it is, not as a kubectl delete
         self.closed_here: dict[str, str] = {}

@@ -24,6 +24,7 @@ from ..kueue.labels import queue_of
 from ..trainjob.body import runtime_ref
 from ..trainjob.orphans import job_state
 from .holdings import duration_words, holding
+from .schema import ForwardRow, GoneRecord, Queue, SessionRecord, UnknownRecord
 
 IDLE_WARNING_SECONDS = 300.0  # the panels and the sidebar warn this long before an idle stop
 IDLE_STOP_BY = "idle stop"  # the closed-by note of a session the kernel stopped for being idle
@@ -41,19 +42,19 @@ def _number(value: Any) -> float | None:
     return number if number > 0 else None
 
 
-def _queue_only(trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
+def _queue_only(trainjob: Mapping[str, Any]) -> Queue | None:
     lq = queue_of(trainjob)
     return {"localQueue": lq} if lq else None
 
 
-def forwards_of(notes: Mapping[str, Any]) -> list[dict[str, Any]]:
+def forwards_of(notes: Mapping[str, Any]) -> list[ForwardRow]:
     """The open forwards the kernel noted (``localPort``, ``port``, ``pod``, ``link``); a link
     is kept only as http(s) or a path of this server (never ``javascript:``)."""
     try:
         raw = json.loads(str(notes.get(FORWARDS_ANNOTATION) or "[]"))
     except ValueError:
         return []
-    found = []
+    found: list[ForwardRow] = []
     for item in raw if isinstance(raw, list) else []:
         if not isinstance(item, dict):
             continue
@@ -84,8 +85,8 @@ def session_record(
     pods: Iterable[Mapping[str, Any]],
     *,
     now: datetime | None = None,
-    queue: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    queue: Queue | None = None,
+) -> SessionRecord:
     """What one TrainJob is, runs and holds, for the REST API (never any credential)."""
     now = now or datetime.now(timezone.utc)
     meta = trainjob.get("metadata") or {}
@@ -122,9 +123,7 @@ def session_record(
         "forwards": forwards_of(notes),
         "pods": [{"name": pod_name(p), "phase": pod_phase(p), "ready": is_ready(p)} for p in mine],
         "podsReady": f"{ready}/{len(mine)}",
-        "queue": dict(queue)
-        if queue
-        else ({"localQueue": queue_of(trainjob)} if queue_of(trainjob) else None),
+        "queue": queue.copy() if queue else _queue_only(trainjob),
         "holds": held.as_dict(),
         "gone": None,
     }
@@ -152,7 +151,7 @@ def gone_reason(last_seen: Mapping[str, Any] | None, closed_by: str | None = Non
 
 def gone_record(
     name: str, namespace: str, uid: str, reason: str, when: datetime | None
-) -> dict[str, Any]:
+) -> GoneRecord:
     """The record of a job that is no longer on the cluster."""
     return {
         "name": name,
@@ -163,4 +162,19 @@ def gone_record(
         "pods": [],
         "podsReady": "0/0",
         "holds": None,
+    }
+
+
+def unknown_record(name: str, namespace: str, uid: str, problem: str) -> UnknownRecord:
+    """The record of a job whose namespace is not read (yet): ``problem`` says why."""
+    return {
+        "name": name,
+        "namespace": namespace,
+        "uid": uid,
+        "state": "Unknown",
+        "problem": problem,
+        "pods": [],
+        "podsReady": "0/0",
+        "holds": None,
+        "gone": None,
     }

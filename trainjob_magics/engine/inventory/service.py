@@ -23,7 +23,8 @@ from ..validation import validate_name, validate_namespace
 from .gpu_sampler import SAMPLE_EVERY, GpuSampler
 from .namespace_watch import NamespaceWatch
 from .notes import annotate
-from .records import pods_of, session_record
+from .records import gone_record, pods_of, session_record, unknown_record
+from .schema import AnyJobRecord, GoneRecord, GpuReport, Queue, SessionRecord, Snapshot
 
 QUEUE_CACHE_SECONDS = 5.0
 STOP_SECONDS = 10.0  # the longest stop() waits for the watch threads (a relist in flight)
@@ -65,7 +66,7 @@ class SessionInventory:
         self._version = 0
         self._watches: dict[str, NamespaceWatch] = {}
         self._stopped = False
-        self._queues: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        self._queues: dict[str, tuple[float, Queue | None]] = {}
         self._visibility: Visibility | None = None
         self._gpus: GpuSampler | None = None
         self.listeners: list[Callable[[], None]] = []  # called (any thread) on every change
@@ -125,7 +126,7 @@ class SessionInventory:
         notes = (job.get("metadata") or {}).get("annotations") or {}
         return notes.get(CREATED_BY_ANNOTATION) == self.user
 
-    def _queue(self, namespace: str, job: dict[str, Any], state: str) -> dict[str, Any] | None:
+    def _queue(self, namespace: str, job: dict[str, Any], state: str) -> Queue | None:
         lq = queue_of(job)
         uid = str((job.get("metadata") or {}).get("uid") or "")
         if not lq or state not in ("Suspended", "Pending"):
@@ -137,7 +138,7 @@ class SessionInventory:
             if self._visibility is None:
                 self._visibility = Visibility(self.api)
             qs = queue_status(self.api, namespace, uid, lq, self._visibility)
-            found: dict[str, Any] | None = {
+            found: Queue | None = {
                 "localQueue": lq,
                 "state": qs.state,
                 "position": qs.position_in_local_queue,
@@ -149,11 +150,11 @@ class SessionInventory:
         self._queues[uid] = (time.monotonic(), found)
         return found
 
-    def snapshot(self) -> dict[str, Any]:
-        """``{version, sessions, gone, problems, namespaces}`` for the REST API."""
+    def snapshot(self) -> Snapshot:
+        """``{version, sessions, gone, problems, namespaces, user}`` for the REST API."""
         now = self._clock()
-        sessions: list[dict[str, Any]] = []
-        gone: list[dict[str, Any]] = []
+        sessions: list[SessionRecord] = []
+        gone: list[GoneRecord] = []
         problems = [self.problem] if self.problem else []
         version = self._version
         for ns, watch in list(self._watches.items()):
@@ -177,20 +178,16 @@ class SessionInventory:
             "user": self.user,
         }
 
-    def job(self, namespace: str, name: str, uid: str = "") -> dict[str, Any]:
+    def job(self, namespace: str, name: str, uid: str = "") -> AnyJobRecord:
         """One job's record by name (and uid: a newer job of the same name is not it); a gone
         record when it is not on the cluster; ``state: "Unknown"`` while the namespace is not
         read yet or cannot be read."""
         self.add_namespace(namespace)
         watch = self._watches.get(namespace)
         if watch is None:
-            return {
-                "name": name,
-                "namespace": namespace,
-                "uid": uid,
-                "state": "Unknown",
-                "problem": self.problem or f"{namespace!r} is not a namespace name",
-            }
+            return unknown_record(
+                name, namespace, uid, self.problem or f"{namespace!r} is not a namespace name"
+            )
         job = watch.jobs.get(name)
         if job is not None and (not uid or (job.get("metadata") or {}).get("uid") == uid):
             record = session_record(job, watch.pods.values(), now=self._clock())
@@ -199,36 +196,21 @@ class SessionInventory:
         if uid and uid in watch.gone:
             return watch.gone[uid]
         if not watch.synced:
-            return {
-                "name": name,
-                "namespace": namespace,
-                "uid": uid,
-                "state": "Unknown",
-                "problem": watch.problem or "reading the namespace",
-            }
+            return unknown_record(name, namespace, uid, watch.problem or "reading the namespace")
         reason = (
             "replaced by a newer TrainJob of the same name"
             if job is not None
             else "not on the cluster: deleted before this Jupyter server saw it"
         )
-        return {
-            "name": name,
-            "namespace": namespace,
-            "uid": uid,
-            "state": "Gone",
-            "gone": {"reason": reason, "at": None},
-            "pods": [],
-            "podsReady": "0/0",
-            "holds": None,
-        }
+        return gone_record(name, namespace, uid, reason, None)
 
     # ------------------------------------------------------------------ GPUs
 
-    def gpus(self, namespace: str, name: str, uid: str = "") -> dict[str, Any]:
+    def gpus(self, namespace: str, name: str, uid: str = "") -> GpuReport:
         """Each GPU's utilisation and memory in the job's pods that request GPUs, for a panel
         that is visible: one exec per pod at most every 10 s whoever asks, none in a pod where
         one of our commands runs (the pod's own check); ``pods: []`` when nothing is sampled."""
-        record: dict[str, Any] = {
+        record: GpuReport = {
             "name": name,
             "namespace": namespace,
             "uid": uid,
