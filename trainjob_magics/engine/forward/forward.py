@@ -1,20 +1,18 @@
 """A local TCP port forwarded to a port of one of a session's pods (``session.forward()``).
 
-Like ``kubectl port-forward``, each accepted connection gets its own stream. The way is chosen
-once, at start, by the API server: the first upgrade offers both subprotocols, and the server
-picks. ``tunnel`` (kube-apiserver 1.30+ with PortForwardWebsockets): one WebSocket carrying
-SPDY, every connection a stream pair in it (``spdy_tunnel.py``), opened again when it drops.
-``websocket`` (older servers, or the gate off): each connection its own ``v4.channel.k8s.io``
-WebSocket and thread (``tunnel.py``). The pod is looked up per connection (per tunnel), so after
-the trainer pod is replaced new connections reach the new one. A connection the pod refuses
-(nothing listens) is reset and reported, and the forward keeps accepting.
+Like ``kubectl port-forward``, each accepted connection gets its own stream. The forward listens,
+probes and reports; a :class:`~.dialers.Dialer` carries the connections and is the only part
+that knows the transport (``dialers.py``: the SPDY tunnel, one v4 WebSocket per connection,
+and the fallback dialer that takes the one the server picked at start). The pod is looked up per
+connection (per tunnel), so after the trainer pod is replaced new connections reach the new one.
+A connection the pod refuses (nothing listens) is reset and reported, and the forward keeps
+accepting.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import logging
 import selectors
 import socket
@@ -23,19 +21,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import InvalidInputError, PodNotRunningError, TrainJobError
+from ..errors import InvalidInputError, PodNotRunningError
 from ..exec.client import ExecClient
 from ..exec.handshake import ExecSocket
-from .spdy_tunnel import SUBPROTOCOL, Connection, SpdyTunnel
-from .tunnel import Tunnel, portforward_url, reset
+from .dialers import Dialer, FallbackDialer, TunnelDialer, Way, WebSocketDialer
+from .spdy_tunnel import SUBPROTOCOL
+from .tunnel import portforward_url
 
 log = logging.getLogger(__name__)
 
-V4 = "v4.channel.k8s.io"  # the kubelet's WebSocket port-forward protocol
-PROTOCOLS = [V4]
-OFFERED = [SUBPROTOCOL, V4]  # at start: the server picks the tunnel if it serves one
-
-TUNNEL, WEBSOCKET = "tunnel", "websocket"  # Forward.mode
+TUNNEL, WEBSOCKET = TunnelDialer.name, WebSocketDialer.name  # Forward.mode
 AUTO = "auto"  # Forward(via=...): the server picks; WEBSOCKET: one v4 WebSocket per connection
 VIAS = (AUTO, WEBSOCKET)
 
@@ -46,6 +41,14 @@ PROBE_WAIT = 3.0  # seconds the first probe listens for "nothing listens on the 
 MAX_ERRORS = 20  # distinct problems kept in ``Forward.errors``
 
 OnProblem = Callable[[str], None]
+DialerFor = Callable[[Way], Dialer]  # a forward's dialer, made from what the forward gives it
+
+
+def dialer_for(via: str) -> DialerFor:
+    """``auto``: the tunnel when the server serves it, else one WebSocket per connection."""
+    if via == WEBSOCKET:
+        return WebSocketDialer
+    return lambda way: FallbackDialer(TunnelDialer(way), WebSocketDialer(way), way)
 
 
 @dataclass
@@ -112,7 +115,9 @@ class Forward:
         on_error: OnProblem | None = None,
         on_close: Callable[[Forward], None] | None = None,
         via: str = AUTO,
+        dialer: DialerFor | None = None,
     ) -> None:
+        """``dialer`` (tests: a stand-in) replaces the one ``via`` names."""
         if via not in VIAS:
             raise InvalidInputError(f"via must be one of {', '.join(VIAS)}, not {via!r}")
         self.port = port
@@ -128,15 +133,11 @@ class Forward:
         self._on_close: list[Callable[[Forward], None]] = [on_close] if on_close else []
         self.closed_reason = ""  # why it was closed ("" while open, or when not said)
         self._lock = threading.Lock()
-        self._tunnels: set[Tunnel] = set()
-        self._probing: Tunnel | None = None  # the start's probe: in _tunnels, no connection
         self._threads: set[threading.Thread] = set()
         self._closed = False
         self._last_pod = ""
-        self.mode = ""  # TUNNEL or WEBSOCKET, once started
-        self._tunnel_lock = threading.Lock()  # one opening of the shared tunnel at a time
-        self._spdy: SpdyTunnel | None = None  # the tunnel new connections go into
-        self._spdy_conns = 0  # connections carried by tunnels now (not the probe)
+        way = Way(port, self._open, pod.current, self._spawn, self._report)
+        self._dialer = (dialer or dialer_for(via))(way)
         self._listener = _listen(address, local_port)
         self.local_port: int = self._listener.getsockname()[1]
         self._wake_r, self._wake_w = socket.socketpair()
@@ -154,13 +155,14 @@ class Forward:
         return self._last_pod or self._pod.current()
 
     @property
+    def mode(self) -> str:
+        """How connections go (TUNNEL or WEBSOCKET), once started: the dialer's name."""
+        return self._dialer.name
+
+    @property
     def active(self) -> int:
         """Connections being relayed now (the start's probe is none of them)."""
-        with self._lock:
-            alone = sum(
-                1 for t in self._tunnels if isinstance(t, Tunnel) and t is not self._probing
-            )
-            return alone + self._spdy_conns
+        return self._dialer.active
 
     @property
     def closed(self) -> bool:
@@ -182,16 +184,11 @@ class Forward:
         """Check the way to the pod once (permission, pod running), then accept connections.
         Raises the usual one-line errors (e.g. a missing ``pods/portforward`` permission)."""
         try:
-            ws, pod = self._open(OFFERED if self.via == AUTO else PROTOCOLS)
+            self._dialer.start()
         except BaseException:
             self._shut_listener()
             raise
-        self.mode = TUNNEL if ws.subprotocol == SUBPROTOCOL else WEBSOCKET
-        if self.mode == TUNNEL:
-            self._spdy = self._start_tunnel(ws, pod)
-            self._spawn(self._probe_tunnel, self._spdy, pod)
-        else:
-            self._spawn(self._probe, ws, pod)
+        self._spawn(self._probe)
         self._accepting = self._spawn(self._accept_loop)
         return self
 
@@ -226,10 +223,8 @@ class Forward:
             bio=SUBPROTOCOL in protocols,  # the one tunnel: TLS over memory BIOs (bulk reads)
         )
 
-    def _open(self, protocols: list[str] | None = None) -> tuple[ExecSocket, str]:
+    def _open(self, protocols: list[str]) -> tuple[ExecSocket, str]:
         """A WebSocket to the pod's port: the current pod, or its replacement if it refused."""
-        if protocols is None:
-            protocols = [SUBPROTOCOL] if self.mode == TUNNEL else PROTOCOLS
         pod = self._pod.current()
         try:
             sock = self._upgrade(pod, protocols)
@@ -239,50 +234,27 @@ class Forward:
         self._last_pod = pod
         return sock, pod
 
-    # -- the one tunnel ---------------------------------------------------------------------
-    def _start_tunnel(self, ws: ExecSocket, pod: str) -> SpdyTunnel:
-        tunnel = SpdyTunnel(ws, pod, self.port, on_retry=self._move)
-        with self._lock:  # checked and added at once: close() stops every tunnel it sees
-            if self._closed:
-                ws.shutdown()
-                raise TrainJobError("the forward is closed")
-            self._tunnels.add(tunnel)
-        self._spawn(self._run_tunnel, tunnel)
-        return tunnel
-
-    def _run_tunnel(self, tunnel: SpdyTunnel) -> None:
-        try:
-            tunnel.run()
-        finally:
-            with self._lock:
-                self._tunnels.discard(tunnel)
-
-    def _tunnel(self) -> SpdyTunnel:
-        """The open tunnel to the current pod, opened (again) if it dropped or retired."""
-        with self._tunnel_lock:
-            tunnel = self._spdy
-            if tunnel is not None and tunnel.alive and tunnel.pod == self._pod.current():
-                return tunnel
-            if tunnel is not None:
-                tunnel.retire()
-            ws, pod = self._open()
-            self._spdy = self._start_tunnel(ws, pod)
-            return self._spdy
-
-    def _probe_tunnel(self, tunnel: SpdyTunnel, pod: str) -> None:
-        """The tunnel's first stream pair, on a socket pair of our own: the pod says at once
-        when nothing listens."""
+    # -- the probe ---------------------------------------------------------------------------
+    def _probe(self) -> None:
+        """The first stream, on a socket pair of our own: the pod says at once when nothing
+        listens."""
         mine, theirs = socket.socketpair()
         ended = threading.Event()
-        conn = tunnel.add(theirs, lambda _conn: ended.set(), retried=True)  # never moved
+        said: list[tuple[str, str]] = []
+
+        def on_end(error: str, pod: str) -> None:
+            said.append((error, pod))
+            ended.set()
+
+        cut = self._dialer.probe(theirs, on_end)
         try:
-            if conn is not None and not ended.wait(PROBE_WAIT):
-                tunnel.cut(conn)
+            if cut is not None and not ended.wait(PROBE_WAIT):
+                cut()
                 ended.wait(PROBE_WAIT)
         finally:
             mine.close()
-        if conn is not None and conn.error:
-            self._said(conn.error, pod, probe=True)
+        if said and said[0][0]:
+            self._said(*said[0], probe=True)
 
     def _said(self, error: str, pod: str, *, probe: bool = False) -> None:
         if probe and "refused" in error.lower():
@@ -290,33 +262,8 @@ class Forward:
                 f"nothing listens on port {self.port} of pod {pod} yet; the forward is ready "
                 "and connections work once something does"
             )
-        else:
+        elif error:
             self._report(explain(error, self.port, pod))
-
-    def _probe(self, ws: ExecSocket, pod: str) -> None:
-        """Listen briefly on the first stream: the pod says at once when nothing listens."""
-        mine, theirs = socket.socketpair()
-        tunnel = Tunnel(theirs, ws)
-        with self._lock:
-            self._tunnels.add(tunnel)
-            self._probing = tunnel
-        timer = threading.Timer(PROBE_WAIT, tunnel.stop)
-        timer.daemon = True
-        timer.start()
-        try:
-            tunnel.run()
-        finally:
-            timer.cancel()
-            mine.close()
-            with self._lock:
-                self._tunnels.discard(tunnel)
-        if tunnel.error and "refused" in tunnel.error.lower():
-            self._report(
-                f"nothing listens on port {self.port} of pod {pod} yet; the forward is ready "
-                "and connections work once something does"
-            )
-        elif tunnel.error:
-            self._report(explain(tunnel.error, self.port, pod))
 
     # -- serving ----------------------------------------------------------------------------
     def _accept_loop(self) -> None:
@@ -334,91 +281,9 @@ class Forward:
                         continue
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     self.connections += 1
-                    if not self._into_open_tunnel(conn):
-                        self._spawn(self._serve, conn)
+                    self._dialer.dial(conn, self._said)
         finally:
             sel.close()
-
-    def _serve(self, conn: socket.socket) -> None:
-        if self.mode == TUNNEL:
-            self._serve_in_tunnel(conn)
-            return
-        try:
-            ws, pod = self._open()
-        except Exception as exc:  # each one a one-line TrainJobError, unless something broke
-            text = str(exc) if isinstance(exc, TrainJobError) else f"{type(exc).__name__}: {exc}"
-            self._report(text)
-            reset(conn)
-            return
-        tunnel = Tunnel(conn, ws)
-        with self._lock:
-            if self._closed:
-                tunnel.stop()
-            self._tunnels.add(tunnel)
-        try:
-            tunnel.run()
-        finally:
-            with self._lock:
-                self._tunnels.discard(tunnel)
-        if tunnel.error:
-            self._report(explain(tunnel.error, self.port, pod))
-
-    def _move(self, conn: Connection) -> bool:
-        """A tunnel dropped before the pod answered ``conn``: carry it on the next tunnel
-        (which finds a replaced pod), sending again what it sent."""
-        with self._lock:
-            if self._closed:
-                return False
-            self._spdy_conns -= 1
-        first = bytes(conn.replay or b"")
-        self._spawn(self._serve_in_tunnel, conn.sock, first, True)
-        return True
-
-    def _into_open_tunnel(self, conn: socket.socket) -> bool:
-        """The common case, without a thread: the tunnel to the current pod is open."""
-        tunnel = self._spdy
-        if self.mode != TUNNEL or tunnel is None or not tunnel.alive:
-            return False
-        if tunnel.pod != self._pod.current():
-            return False
-        with self._lock:
-            self._spdy_conns += 1
-        if tunnel.add(conn, functools.partial(self._tunnel_conn_ended, tunnel)) is not None:
-            return True
-        with self._lock:
-            self._spdy_conns -= 1
-        return False
-
-    def _serve_in_tunnel(
-        self, conn: socket.socket, first: bytes = b"", moved: bool = False
-    ) -> None:
-        """Hand ``conn`` to the tunnel (opening one if needed): a new stream pair."""
-        for _attempt in range(2):  # a tunnel that dropped just now: once more on a new one
-            try:
-                tunnel = self._tunnel()
-            except Exception as exc:  # each one a one-line TrainJobError, unless something broke
-                text = (
-                    str(exc) if isinstance(exc, TrainJobError) else f"{type(exc).__name__}: {exc}"
-                )
-                self._report(text)
-                reset(conn)
-                return
-            with self._lock:
-                self._spdy_conns += 1
-            ended = functools.partial(self._tunnel_conn_ended, tunnel)
-            if tunnel.add(conn, ended, first=first, retried=moved) is not None:
-                return
-            with self._lock:
-                self._spdy_conns -= 1
-        reset(conn)
-
-    def _tunnel_conn_ended(self, tunnel: SpdyTunnel, conn: Connection) -> None:
-        with self._lock:
-            self._spdy_conns -= 1
-        if conn.error:
-            self._said(conn.error, tunnel.pod)
-            if "refused" not in conn.error.lower():
-                tunnel.retire()  # the pod may be gone: the next connection looks again
 
     def _report(self, message: str) -> None:
         with self._lock:
@@ -459,7 +324,6 @@ class Forward:
                 return
             self._closed = True
             self.closed_reason = reason
-            tunnels = list(self._tunnels)
             threads = [t for t in self._threads if t is not threading.current_thread()]
         deadline = time.monotonic() + timeout
         with contextlib.suppress(OSError):
@@ -467,8 +331,7 @@ class Forward:
         if self._accepting is not None and self._accepting is not threading.current_thread():
             self._accepting.join(timeout)
         self._shut_listener()
-        for tunnel in tunnels:
-            tunnel.stop()
+        self._dialer.stop()
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         for callback in self._on_close:
