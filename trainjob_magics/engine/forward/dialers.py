@@ -49,8 +49,12 @@ class Way:
 class Dialer(Protocol):
     """Carries a forward's local connections to the pod's port."""
 
-    name: str  # Forward.mode: "tunnel" or "websocket" ("" before start)
     protocols: list[str]  # the WebSocket subprotocols its upgrade offers
+
+    @property
+    def name(self) -> str:
+        """Forward.mode: "tunnel" or "websocket" ("" before start)."""
+        ...
 
     def start(self) -> str:
         """Open the first WebSocket (raises the usual one-line errors); its pod."""
