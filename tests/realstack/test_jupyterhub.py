@@ -73,9 +73,12 @@ def _one_line_error(result: Any, *needles: str) -> str:
 
 
 def _connect(kernel: Kernel, args: str) -> str:
-    """``%trainjob_connect ARGS``; the TrainJob's name (from ``session.name``)."""
+    """``%trainjob_connect ARGS``; the TrainJob's name (the one new in the user's namespace)."""
+    hub, ns = kernel.user.hub, kernel.user.hub.namespace(kernel.user.name)
+    before = set(trainjobs(hub.ctx, ns))
     _ok(kernel.run(f"%trainjob_connect {args}"))
-    return _ok(kernel.run("print(_trainjob_session.name)")).stdout.strip()
+    (name,) = set(trainjobs(hub.ctx, ns)) - before
+    return name
 
 
 def test_the_kernel_runs_in_the_cluster_with_the_pods_service_account(
@@ -113,8 +116,8 @@ def test_stopping_the_server_ends_its_sessions_but_not_a_live_detached_run(
     ns = user_ns(hub, user)
     k = user.kernel()
     _ok(k.run("%load_ext trainjob_magics"))
-    plain = _connect(k, f"{RUNTIME} --alias plain")
-    detached = _connect(k, f"{RUNTIME} --alias runner")
+    plain = _connect(k, f"{RUNTIME} --as plain")
+    detached = _connect(k, f"{RUNTIME} --as runner")
     _ok(k.run("%%trainjob runner --detach\nsleep 45; echo detached-run-finished"), "Detached run")
     # a second kernel attaches to the run (a new kernel, as after a restart)
     k2 = user.kernel()

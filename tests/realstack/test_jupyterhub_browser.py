@@ -82,7 +82,7 @@ def _notebook(text: str, cpu_a: int, cpu_b: int) -> dict[str, Any]:
         "%trainjob_upload local.txt up/local.txt",
         "%trainjob_download up/local.txt back.txt",
         f"assert open('back.txt').read() == {text!r}\nprint('round trip ok')",
-        f"%trainjob_connect torch-distributed --alias waiting --cpu {cpu_b}m "
+        f"%trainjob_connect torch-distributed --as waiting --cpu {cpu_b}m "
         f"--queue {users.LOCAL_QUEUE} --timeout 40",
     ]
     nb = nbformat.v4.new_notebook(

@@ -98,7 +98,7 @@ def start(ctx: StackContext) -> Hub:
     pair = ctx.pki.issue("jupyterhub", "jupyterhub", orgs=("system:masters",), client=True)
     kcfg = kubeconfig(ctx, h.dir / "hub.kubeconfig", "jupyterhub", pair, server=relay_url(ctx))
     kueue = controllers.kueue_api_version(ctx) if ctx.versions.kueue else None
-    (h.dir / "user-objects.json").write_text(json.dumps(users.user_objects(kueue)))
+    (h.dir / "user-objects.json").write_text(users.render(users.user_objects(kueue), users.NS_MARK))
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         raise procs.StackError("the hub's pre-spawn hook needs kubectl on PATH")
@@ -142,9 +142,11 @@ def start(ctx: StackContext) -> Hub:
     procs.start(ctx.run, "hub-proxy", host.in_node(slot, proxy), env=env, cwd=h.dir)
     hub_argv = [str(venv / "bin" / "jupyterhub"), "-f", str(cfg)]
     procs.start(ctx.run, "jupyterhub", host.in_node(slot, hub_argv), env=env, cwd=h.dir)
+    # from this machine only the node's address is reachable: through the proxy
+    through_proxy = f"http://{host.node_ip(slot)}:{hubconfig.PROXY_PORT}/hub/api/"
     procs.wait_for(
-        "the hub's API",
-        lambda: procs.http_ok(f"{hub_url}/hub/api/"),
+        "the hub's API (through its proxy)",
+        lambda: procs.http_ok(through_proxy),
         timeout=120,
         run=ctx.run,
         name="jupyterhub",

@@ -64,7 +64,7 @@ c.JupyterHub.authenticator_class = "shared-password"
 c.SharedPasswordAuthenticator.user_password = _read(S["password_file"])
 c.Authenticator.allow_all = True
 
-c.JupyterHub.spawner_class = "kubespawner"
+c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
 c.KubeSpawner.enable_user_namespaces = True
 c.KubeSpawner.user_namespace_template = S["namespace_template"]
 c.KubeSpawner.service_account = S["service_account"]
