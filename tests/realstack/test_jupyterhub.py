@@ -176,9 +176,28 @@ def test_the_idle_culler_ends_the_sessions_of_the_server_it_culls(hub: Hub, user
     print(f"\nculled: the TrainJob gone {time.monotonic() - culled_at:.1f} s after the cull")
 
 
-def test_a_pod_killed_with_no_grace_leaves_jobs_the_keep_alive_ends(
+def test_a_pod_killed_with_no_grace_takes_its_jobs_with_it(hub: Hub, user: HubUser) -> None:
+    """No grace at all (``--grace-period=0 --force``): the kernel cannot delete anything, the
+    garbage collector does (the TrainJob is owned by the pod)."""
+    user.spawn()
+    ns = user_ns(hub, user)
+    k = user.kernel()
+    _ok(k.run("%load_ext trainjob_magics"))
+    name = _connect(k, RUNTIME)
+    pod = f"jupyter-{user.name}"
+    controllers.kubectl(
+        hub.ctx, "delete", "pod", pod, "-n", ns, "--grace-period=0", "--force", "--wait=false"
+    )
+    killed_at = time.monotonic()
+    until("the TrainJob gone", lambda: name not in trainjobs(hub.ctx, ns), STOP_BOUND)
+    print(f"\nno grace: the TrainJob gone {time.monotonic() - killed_at:.1f} s after the pod")
+
+
+def test_a_kernel_killed_in_a_living_pod_leaves_jobs_the_keep_alive_ends(
     hub: Hub, user: HubUser
 ) -> None:
+    """The kernel SIGKILLed (out of memory, a crash) while its pod lives: nothing deletes the
+    TrainJob, its keep-alive ends it after ``idle_timeout``."""
     user.spawn()
     ns = user_ns(hub, user)
     k = user.kernel()
@@ -186,10 +205,9 @@ def test_a_pod_killed_with_no_grace_leaves_jobs_the_keep_alive_ends(
     name = _connect(k, RUNTIME)
     pod = f"jupyter-{user.name}"
     controllers.kubectl(
-        hub.ctx, "delete", "pod", pod, "-n", ns, "--grace-period=0", "--force", "--wait=false"
+        hub.ctx, "exec", "-n", ns, pod, "--", "pkill", "-KILL", "-f", "ipykernel_launcher"
     )
     killed_at = time.monotonic()
-    # nothing deleted it: the kernel died with the pod
     assert name in trainjobs(hub.ctx, ns)
     until(
         "the TrainJob ended by its keep-alive",
@@ -198,7 +216,7 @@ def test_a_pod_killed_with_no_grace_leaves_jobs_the_keep_alive_ends(
     )
     took = time.monotonic() - killed_at
     assert took > 20, f"ended after {took:.1f} s: sooner than the idle timeout allows"
-    print(f"\nno grace: the keep-alive ended the TrainJob {took:.1f} s after the pod went")
+    print(f"\nkernel killed: the keep-alive ended the TrainJob {took:.1f} s after")
 
 
 def _projected_token_dir(hub: Hub, namespace: str, pod: str) -> Path:
@@ -210,6 +228,23 @@ def _projected_token_dir(hub: Hub, namespace: str, pod: str) -> Path:
     found = [p for p in found if (p / "token").exists()]
     assert found, f"no projected token volume of {pod} under {hub.ctx.run / 'node'}"
     return found[0]
+
+
+def _accepted(hub: Hub, token: str) -> bool:
+    """Whether the API server takes ``token`` (``kubectl auth whoami`` with it alone)."""
+    proc = subprocess.run(
+        [
+            "kubectl",
+            f"--server={hub.ctx.apiserver_url}",
+            f"--certificate-authority={hub.ctx.pki.ca.cert}",
+            f"--token={token}",
+            "auth",
+            "whoami",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    return proc.returncode == 0
 
 
 def _write_like_the_kubelet(volume: Path, token: str) -> None:
@@ -239,8 +274,12 @@ def test_a_rotated_projected_token_is_used_by_the_next_cell(hub: Hub, user: HubU
     _connect(k, RUNTIME)
     _ok(k.run("%%trainjob\necho before-rotation"), "before-rotation")
     sa = users.SERVICE_ACCOUNT
+    volume = _projected_token_dir(hub, ns, pod)
+    old_token = (volume / "token").read_text().strip()
     controllers.kubectl(hub.ctx, "delete", "serviceaccount", sa, "-n", ns)
     controllers.kubectl(hub.ctx, "create", "serviceaccount", sa, "-n", ns)
+    # the API server caches a token's success for 10 s: wait until it refuses the old one
+    until("the pod's first token refused", lambda: not _accepted(hub, old_token), 60)
     token = controllers.kubectl(
         hub.ctx,
         "create",
@@ -252,7 +291,7 @@ def test_a_rotated_projected_token_is_used_by_the_next_cell(hub: Hub, user: HubU
         f"--bound-object-name={pod}",
         "--duration=1h",
     ).stdout.strip()
-    _write_like_the_kubelet(_projected_token_dir(hub, ns, pod), token)
+    _write_like_the_kubelet(volume, token)
     _ok(k.run("%%trainjob\necho after-rotation"), "after-rotation")
     _ok(k.run("%trainjob_close"))
 
