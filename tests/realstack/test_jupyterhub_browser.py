@@ -95,12 +95,18 @@ def _notebook(text: str, cpu_a: int, cpu_b: int) -> dict[str, Any]:
 
 
 def _run_cell(pg: Any, index: int, timeout: float = 300, *, fails: bool = False) -> Any:
+    """Shift+Enter in cell ``index``'s editor; wait for its execution count."""
     cell = pg.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(index)
-    cell.locator(".jp-InputArea-editor").click()
-    pg.keyboard.press("Shift+Enter")
-    cell.locator(".jp-InputPrompt", has_text=re.compile(r"\[\d+\]")).wait_for(
-        timeout=timeout * 1000
-    )
+    prompt = cell.locator(".jp-InputPrompt")
+    for _ in range(3):  # a key pressed before the editor took focus is lost: press again
+        cell.locator(".jp-InputArea-editor").click()
+        pg.keyboard.press("Shift+Enter")
+        try:
+            prompt.filter(has_text=re.compile(r"\[(\*|\d+)\]")).wait_for(timeout=20_000)
+            break
+        except Exception:
+            continue
+    prompt.filter(has_text=re.compile(r"\[\d+\]")).wait_for(timeout=timeout * 1000)
     errors = cell.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
     if not fails:
         assert errors.count() == 0, f"cell {index}: {errors.all_inner_texts()}"
@@ -131,8 +137,13 @@ def test_a_user_runs_mpirun_from_the_hub_and_stopping_the_server_leaves_no_train
         user.put_notebook("flow.ipynb", _notebook(text, quota * 3 // 10, quota // 2))
         page.goto(f"{user.base}lab/tree/flow.ipynb")
         page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").first.wait_for()
-        page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(
-            timeout=120_000
+        until(
+            "the notebook's kernel idle",
+            lambda: any(
+                x["path"] == "flow.ipynb" and x["kernel"]["execution_state"] == "idle"
+                for x in user.api("api/sessions")
+            ),
+            120,
         )
         for index in range(2):
             _run_cell(page, index)
@@ -204,6 +215,9 @@ def test_a_user_runs_mpirun_from_the_hub_and_stopping_the_server_leaves_no_train
         took = time.monotonic() - stopped_at
         until("the server stopped", user.stopped, 120)
         print(f"\nhub: spawned in {spawned:.0f} s; no TrainJob {took:.1f} s after Stop My Server")
+    except Exception:
+        page.screenshot(path=str(SHOTS / "hub-failure.png"))
+        raise
     finally:
         user.stop()
         controllers.kubectl(

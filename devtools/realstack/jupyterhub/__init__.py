@@ -85,13 +85,14 @@ def start(ctx: StackContext) -> Hub:
     h = Hub(ctx)
     log = ctx.run / "logs" / "jupyterhub-build.log"
     h.dir.mkdir(parents=True, exist_ok=True)
-    if all(procs.pid_of(ctx.run, name) for name in COMPONENTS) and _health(h):
-        return h
     venv = install.hub_venv(log)
     chp = install.proxy_bin(log)
+    # the image of this checkout (cached by content): a running hub's next spawn takes it
     tars = singleuser.build(log)
     ctr = gobuild.build("containerd", ctx.versions.containerd, ctx.run / "logs" / "build.log")
     images.import_images(ctr / "ctr", containerd.socket(ctx), tars, log)
+    if all(procs.pid_of(ctx.run, name) for name in COMPONENTS) and _health(h):
+        return h
 
     for name in ("password", "proxy-token", "admin-token"):
         _secret(h.dir / name)

@@ -3,6 +3,7 @@ downloaded ones: no member may land outside the destination."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import os
@@ -337,6 +338,41 @@ class ChunkStream:
         return self._offset
 
 
+# tarfile's extraction filters came with Python 3.10.12 and 3.11.4 (PEP 706): Debian bookworm's
+# 3.11.2, the Python of many notebook images, lacks them. There the same limits are applied here.
+_DATA_FILTER: Callable[[tarfile.TarInfo, str], tarfile.TarInfo] | None = getattr(
+    tarfile, "data_filter", None
+)
+_FILTER_ERRORS: tuple[type[Exception], ...] = tuple(
+    e for e in (getattr(tarfile, "FilterError", None),) if e is not None
+)
+
+
+def data_safe(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+    """``tarfile.data_filter(member, dest)``, or where Python lacks it what it does to a member
+    :func:`check_member` already let by (paths, link targets and special files were checked
+    there): no set-id, sticky or group/other write bits, the owner may read and write a file,
+    a file not executable by its owner is executable by nobody, no ownership, no mode for
+    directories and symlinks."""
+    if _DATA_FILTER is not None:
+        return _DATA_FILTER(member, dest)
+    safe = copy.copy(member)
+    mode = member.mode & 0o755
+    if member.isreg() or member.islnk():
+        if not mode & 0o100:
+            mode &= ~0o111
+        safe.mode = mode | 0o600
+    elif member.isdir() or member.issym():
+        safe.mode = None  # type: ignore[assignment]  # what data_filter sets: "keep the default"
+    else:
+        raise UnsafeArchiveError(
+            f"refused to unpack the download: member {member.name!r} is a special file"
+        )
+    safe.uid = safe.gid = None  # type: ignore[assignment]
+    safe.uname = safe.gname = None  # type: ignore[assignment]
+    return safe
+
+
 def unpack(
     archive: BinaryIO | ChunkStream,
     root: str,
@@ -368,7 +404,7 @@ def unpack(
                         f"({why}); nothing was written"
                     )
                 names.add(member.name)
-                safe = tarfile.data_filter(member, str(staging))
+                safe = data_safe(member, str(staging))
                 target = staging / safe.name
                 if safe.isreg():
                     if member.sparse is not None:
@@ -382,12 +418,15 @@ def unpack(
                 else:
                     if member.islnk() and links is not None:
                         links[member.name] = member.linkname
-                    tar.extract(safe, staging, set_attrs=False, filter="data")
+                    if _DATA_FILTER is not None:
+                        tar.extract(safe, staging, set_attrs=False, filter="data")
+                    else:  # checked above; this Python's extract takes no filter
+                        tar.extract(safe, staging, set_attrs=False)
         for target, safe in reversed(directories):
             _set_attrs(target, safe)
     except UnsafeArchiveError:
         raise
-    except tarfile.FilterError as exc:  # the data filter refused something our checks let by
+    except _FILTER_ERRORS as exc:  # the data filter refused something our checks let by
         raise UnsafeArchiveError(f"refused to unpack the download: {exc}") from None
     except tarfile.TarError as exc:
         raise TransferError(f"the pod sent a broken tar stream: {exc}") from None
