@@ -53,14 +53,17 @@ def rs() -> Iterator[StackContext]:
     run = Path(tempfile.mkdtemp(prefix="tjm-faults-"))
     before, stacks = host.snapshot(), host.stacks_on_host()
     try:
-        ctx = stack.up(run, versions, NodeShape(gpus=0))
+        # with the hub too: `down` must take its processes and leave the host as it was
+        ctx = stack.up(run, versions, NodeShape(gpus=0), jupyterhub=True)
     except procs.StackError as exc:
         stack.down(run)
         _missing(f"the real stack did not start: {exc}")
     yield ctx
     slot = ctx.node_slot
     processes = stack.stack_processes(run)
-    assert len(processes) >= 9, processes  # the control plane, the node, the controllers...
+    assert len(processes) >= 12, processes  # the control plane, the node, the controllers, hub
+    for name in ("jupyterhub", "hub-proxy", "hub-relay"):
+        assert procs.pid_of(run, name) in processes, name
     stack.down(run)
     # `down` returns only when they are gone: a `down; up` cannot race them (issue 36)
     survivors = [p for p in processes if procs.alive(p)]

@@ -17,6 +17,7 @@ Cached by content: the wheel's files, the package pins and this file.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -45,6 +46,8 @@ PIP_PACKAGES = (
 )
 DEBIAN_PACKAGES = ("python3", "python3-venv", "ca-certificates", "procps", "passwd", "tini")
 RECIPE_VERSION = "1"
+# what `python -m build --no-isolation` needs here (pyproject.toml's [build-system] requires)
+BUILD_MODULES = ("build", "hatchling", "hatch_jupyter_builder", "jupyterlab")
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -53,11 +56,7 @@ def build_wheel(out_dir: Path, log: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.whl"):
         old.unlink()
-    images._run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "-o", str(out_dir), str(REPO)],
-        log,
-        "python -m build --wheel (the project's wheel for the single-user image)",
-    )
+    images._run(wheel_argv(out_dir), log, "the project's wheel for the single-user image")
     wheels = sorted(out_dir.glob("trainjob_magics-*.whl"))
     if not wheels:
         raise StackError(f"python -m build made no trainjob_magics wheel in {out_dir}")
@@ -68,6 +67,27 @@ def build_wheel(out_dir: Path, log: Path) -> Path:
     ):
         raise StackError(f"{wheels[0].name} lacks the built lab extension (jlpm build:prod)")
     return wheels[0]
+
+
+def wheel_argv(out_dir: Path) -> list[str]:
+    """``python -m build --wheel``: with the project's build requirements at hand (its test
+    extra, scripts/setup.sh) without isolation, else isolated (they come from PyPI); without
+    the ``build`` package, pip's own ``pip wheel`` builds the same wheel."""
+    have = {m: importlib.util.find_spec(m) is not None for m in BUILD_MODULES}
+    if have["build"] and all(have.values()):
+        return [
+            sys.executable,
+            "-m",
+            "build",
+            "--wheel",
+            "--no-isolation",
+            "-o",
+            str(out_dir),
+            str(REPO),
+        ]
+    if have["build"]:
+        return [sys.executable, "-m", "build", "--wheel", "-o", str(out_dir), str(REPO)]
+    return [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out_dir), str(REPO)]
 
 
 def wheel_digest(wheel: Path) -> str:
@@ -190,4 +210,12 @@ def build(log: Path) -> list[Path]:
             cfg = _config([base.diff_id, layer.diff_id], False)
             nw = images.put_image(store, "singleuser", [base, layer], cfg)
             images.write_oci_tar(store, nw, [NO_WIDGETS_IMAGE], out_nw)
+        _prune(store / "oci", keep={out, out_nw})
     return [out, out_nw]
+
+
+def _prune(oci: Path, keep: set[Path]) -> None:
+    """Drop the tars of earlier checkouts' images (180 MB each)."""
+    for old in oci.glob("singleuser-*.tar"):
+        if old not in keep:
+            old.unlink(missing_ok=True)
