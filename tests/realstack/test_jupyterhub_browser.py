@@ -150,6 +150,9 @@ def test_a_user_runs_mpirun_from_the_hub_and_stopping_the_server_leaves_no_train
         jobs = trainjobs(hub.ctx, ns)
         assert len(jobs) == 1, jobs
         name = next(iter(jobs))
+        # the connect panel's live line, drawn by the lab extension from the server extension
+        live = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(1)
+        live.locator('.tjm-live-state[data-state="Running"]').wait_for(timeout=30_000)
 
         # mpirun across the pods: one line per rank, each a pod of this TrainJob
         cell = _run_cell(page, 2)
@@ -214,6 +217,15 @@ def test_a_user_runs_mpirun_from_the_hub_and_stopping_the_server_leaves_no_train
         )
         took = time.monotonic() - stopped_at
         until("the server stopped", user.stopped, 120)
+        until(
+            "nothing left: no pod in the user's namespace",
+            lambda: (
+                not json.loads(
+                    controllers.kubectl(hub.ctx, "get", "pods", "-n", ns, "-o", "json").stdout
+                )["items"]
+            ),
+            120,
+        )
         print(f"\nhub: spawned in {spawned:.0f} s; no TrainJob {took:.1f} s after Stop My Server")
     except Exception:
         page.screenshot(path=str(SHOTS / "hub-failure.png"))
