@@ -103,7 +103,12 @@ def up(
         steps.append(("jupyterhub", hub.start))
     for name, step in steps:
         t = time.monotonic()
-        _step(ctx, name, step)
+        try:
+            _step(ctx, name, step)
+        except BaseException:
+            # a failed start stops what it started (its logs stay in RUN/logs for a look)
+            down(run, keep_state=True)
+            raise
         timings[name] = round(time.monotonic() - t, 1)
     timings["total"] = round(time.monotonic() - t0, 1)
     (run / "timings.json").write_text(json.dumps(timings, indent=2))
