@@ -142,14 +142,15 @@ def test_menu_restart_sidebar_and_close_button(
     rows.nth(1).wait_for()
     assert rows.count() == 2
     assert sidebar.locator("h3").first.inner_text() == "side.ipynb"
-    first = rows.nth(0).inner_text()
+    # rows go by creation time, to the second: two jobs made in one second go by name
+    first = sidebar.locator('.tjm-sidebar-session:not([data-name="tjmsecond"])').inner_text()
     assert "torch-distributed" in first and "2/2 pods ready" in first and "4 GPU" in first, first
     sidebar.screenshot(path=str(screenshot_path("sidebar", "two-sessions")))
     page.screenshot(path=str(screenshot_path("sidebar", "page")))
 
     # close with its confirm: the row goes, the panel says who closed it
-    second_name = rows.nth(1).get_attribute("data-name")
-    rows.nth(1).locator(".tjm-close").click()
+    second_name = "tjmsecond"
+    sidebar.locator(f'.tjm-sidebar-session[data-name="{second_name}"] .tjm-close').click()
     page.locator(".jp-Dialog-button.jp-mod-accept", has_text="Close TrainJob").click()
     took = _wait_state(_live_state(nbp, 2), "Gone", 30)
     assert "closed by the sidebar" in _live_state(nbp, 2).inner_text()

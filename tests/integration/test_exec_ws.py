@@ -756,10 +756,14 @@ def test_openmpi_rank_killed_by_signal(server: ExecServer, openmpi: str) -> None
     script = '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && kill -9 $$; sleep 1'
     out = run_exec(server, mpirun_argv("openmpi", "sh", "-c", script), pod=launcher(server))
     assert exit_code(out) == 128 + signal.SIGKILL
-    assert re.search(
+    # Open MPI names the killed rank in one of its two forms, by whether its daemon saw the
+    # signal itself or the exit status 137 (seen in a loaded CI run): both name rank 1 and 9/137
+    signalled = re.search(
         rb"process rank 1 with PID \d+ on node job-node-0-0 exited on signal 9 \(Killed\)",
         out.stderr,
     )
+    exited = re.search(rb"\[\[\d+,\d+\],1\]\s+Exit code:\s+137", out.stderr + out.stdout)
+    assert signalled or exited, out.stderr.decode(errors="replace")
 
 
 def test_openmpi_needs_oversubscribe_beyond_the_cores(server: ExecServer, openmpi: str) -> None:
