@@ -13,29 +13,23 @@ from __future__ import annotations
 
 import re
 import secrets
-import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers.live_panels import live_state, run_cell, serve_cell, wait_state, write_notebook
+from tests.helpers.live_panels import (
+    live_state,
+    open_sidebar,
+    run_cell,
+    serve_cell,
+    wait_state,
+    write_notebook,
+)
 from tests.helpers.polling import wait_until
+from tests.helpers.ports import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _sidebar(nbp: Any) -> Any:
-    nbp.page.locator(".tjm-statusbar-item").click()
-    sidebar = nbp.page.locator("#trainjob-magics-sessions")
-    sidebar.wait_for()
-    return sidebar
 
 
 def test_the_sidebar_lists_and_opens_the_kernels_forwards(
@@ -47,7 +41,7 @@ def test_the_sidebar_lists_and_opens_the_kernels_forwards(
 ) -> None:
     root = tmp_path / "root"
     root.mkdir()
-    port, text = _free_port(), f"pod page {secrets.token_hex(4)}"
+    port, text = free_port(), f"pod page {secrets.token_hex(4)}"
     write_notebook(
         root / "fwd.ipynb",
         "%load_ext trainjob_magics",
@@ -62,7 +56,7 @@ def test_the_sidebar_lists_and_opens_the_kernels_forwards(
     page = nbp.page
     for index in range(3):
         run_cell(nbp, index)
-    sidebar = _sidebar(nbp)
+    sidebar = open_sidebar(nbp)
     row = sidebar.locator(".tjm-sidebar-session").first
     row.locator(".tjm-sidebar-no-forward", has_text="No port forward open").wait_for()
     assert row.locator(".tjm-forward").count() == 0
@@ -126,7 +120,7 @@ def test_the_pod_table_fits_800px_with_the_sidebar_open(
     for index in range(3):
         run_cell(nbp, index)
     wait_state(live_state(nbp, 2), "Running", 10)
-    _sidebar(nbp)
+    open_sidebar(nbp)
     page.locator(".tjm-sidebar-session").first.wait_for()
     boxes = wait_until(lambda: page.evaluate(_TABLE), timeout=10)
     nbp.screenshot_cell(2, screenshot_path("pod_table", "800px-sidebar-open"))

@@ -18,20 +18,20 @@ from typing import Any
 import pytest
 
 from tests.helpers.kube import trainjob_names
-from tests.helpers.live_panels import live_state, menu, run_cell, wait_state, write_notebook
+from tests.helpers.live_panels import (
+    live_state,
+    menu,
+    open_sidebar,
+    run_cell,
+    wait_state,
+    write_notebook,
+)
 from tests.helpers.polling import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 IDLE = re.compile(r"idle (\d+) s")
 WARNING = re.compile(r"Idle stop in (\d+) s")
-
-
-def _sidebar(nbp: Any) -> Any:
-    nbp.page.locator(".tjm-statusbar-item").click()
-    sidebar = nbp.page.locator("#trainjob-magics-sessions")
-    sidebar.wait_for()
-    return sidebar
 
 
 def test_a_detached_run_is_never_shown_closing(
@@ -58,7 +58,7 @@ def test_a_detached_run_is_never_shown_closing(
     refused = run_cell(nbp, 3, errors_ok=True)
     assert "closing would kill it" in refused.inner_text()
     (name,) = trainjob_names(own_cluster.kubeconfig_path)
-    sidebar = _sidebar(nbp)
+    sidebar = open_sidebar(nbp)
     row = sidebar.locator(f'.tjm-sidebar-session[data-name="{name}"]')
     row.wait_for()
     wait_state(live_state(nbp, 1), "Running", 10)
@@ -113,7 +113,7 @@ def test_idle_time_starts_at_the_last_command_and_moves_with_the_countdown(
     run_cell(nbp, 2)
     # the command ended 8 s after the connect at the earliest: the idle time is at most the
     # time since then (a note held back since the connect said 8 s more)
-    sidebar = _sidebar(nbp)
+    sidebar = open_sidebar(nbp)
     row = sidebar.locator(".tjm-sidebar-session").first
     holds = row.locator(".tjm-sidebar-holds")
     warning = row.locator(".tjm-idle-warning")

@@ -81,6 +81,14 @@ def run_cell(nbp: Any, index: int, timeout: float = 180, errors_ok: bool = False
     return cell
 
 
+def open_sidebar(nbp: Any) -> Any:
+    """Open the TrainJob sessions sidebar from the status-bar item; its locator."""
+    nbp.page.locator(".tjm-statusbar-item").click()
+    sidebar = nbp.page.locator("#trainjob-magics-sessions")
+    sidebar.wait_for()
+    return sidebar
+
+
 def menu(page: Any, top: str, item: str) -> None:
     """Click ``top`` in the menu bar, then ``item`` (JupyterLab and Notebook 7)."""
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{re.escape(top)}$")).click()

@@ -22,24 +22,13 @@ import pytest
 from devtools.realstack import controllers
 from devtools.realstack.jupyterhub import Hub, users
 from tests.helpers.hub import STOP_BOUND, HubUser, trainjobs, until
+from tests.helpers.live_panels import serve_cell
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(1200)]
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "artifacts" / "screenshots"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 PORT = 8000  # the pod's page
-
-WAIT_LISTENING = (
-    "python3 -c 'import socket, sys, time\n"
-    "for _ in range(300):\n"
-    "    try:\n"
-    '        socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1).close()\n'
-    "        break\n"
-    "    except OSError:\n"
-    "        time.sleep(0.2)\n"
-    "else:\n"
-    '    sys.exit("the server did not start")\' {port}'
-)
 
 
 @pytest.fixture
@@ -68,15 +57,11 @@ def _cpu_quota_m(hub: Hub) -> int:
 
 
 def _notebook(text: str, cpu_a: int, cpu_b: int) -> dict[str, Any]:
-    page = f"<!doctype html><title>pod page</title><h1>{text}</h1>"
     sources = [
         "%load_ext trainjob_magics",
         f"%trainjob_connect mlx-distributed --nodes 3 --cpu {cpu_a}m --queue {users.LOCAL_QUEUE}",
         "%%trainjob\nmpirun hostname",
-        "%%trainjob\n"
-        f"printf '%s' '{page}' > index.html\n"
-        f"nohup python3 -m http.server {PORT} --bind 127.0.0.1 > http.log 2>&1 < /dev/null &\n"
-        + WAIT_LISTENING.format(port=PORT),
+        serve_cell(PORT, text),
         f"%trainjob_forward {PORT} --show",
         f"open('local.txt', 'w').write({text!r})",
         "%trainjob_upload local.txt up/local.txt",
