@@ -127,22 +127,23 @@ class HubUser:
     def put_notebook(self, path: str, notebook: dict[str, Any]) -> None:
         self.api(f"api/contents/{path}", "PUT", {"type": "notebook", "content": notebook})
 
-    def kernel(self) -> Kernel:
+    def kernel(self) -> HubKernel:
         model = self.api("api/kernels", "POST", {"name": "python3"})
-        return Kernel(self, model["id"])
+        return HubKernel(self, model["id"])
 
 
 class Kernel:
-    """A kernel of the user's server, through its channels WebSocket (the JSON protocol)."""
+    """A kernel of a Jupyter server (``base``: its URL ending in /; a user's server behind the
+    hub, or a JupyterLab), through its channels WebSocket (the JSON protocol)."""
 
-    def __init__(self, user: HubUser, kernel_id: str) -> None:
-        self.user = user
+    def __init__(self, base: str, token: str, kernel_id: str, username: str = "user") -> None:
+        self.username = username
         self.id = kernel_id
         self.session = uuid.uuid4().hex
-        url = user.base.replace("http://", "ws://") + f"api/kernels/{kernel_id}/channels"
+        url = base.replace("http://", "ws://") + f"api/kernels/{kernel_id}/channels"
         self.ws = websocket.create_connection(
             f"{url}?session_id={self.session}",
-            header=[f"Authorization: token {user.hub.admin_token}"],
+            header=[f"Authorization: token {token}"],
             timeout=30,
         )
 
@@ -156,7 +157,7 @@ class Kernel:
                         "msg_id": msg_id,
                         "msg_type": "execute_request",
                         "session": self.session,
-                        "username": self.user.name,
+                        "username": self.username,
                         "version": "5.3",
                         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     },
@@ -207,6 +208,14 @@ class Kernel:
 
     def close(self) -> None:
         self.ws.close()
+
+
+class HubKernel(Kernel):
+    """A kernel of a hub user's server."""
+
+    def __init__(self, user: HubUser, kernel_id: str) -> None:
+        super().__init__(user.base, user.hub.admin_token, kernel_id, user.name)
+        self.user = user
 
 
 def until(what: str, check: Any, timeout: float, interval: float = 0.5) -> Any:

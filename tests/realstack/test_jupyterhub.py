@@ -30,7 +30,7 @@ import pytest
 
 from devtools.realstack import controllers, procs
 from devtools.realstack.jupyterhub import Hub, users
-from tests.helpers.hub import STOP_BOUND, HubUser, Kernel, trainjobs, until
+from tests.helpers.hub import STOP_BOUND, HubKernel, HubUser, trainjobs, until
 
 pytestmark = pytest.mark.timeout(900)
 RUNTIME = "torch-distributed"
@@ -72,7 +72,7 @@ def _one_line_error(result: Any, *needles: str) -> str:
     return shown
 
 
-def _connect(kernel: Kernel, args: str) -> str:
+def _connect(kernel: HubKernel, args: str) -> str:
     """``%trainjob_connect ARGS``; the TrainJob's name (the one new in the user's namespace)."""
     hub, ns = kernel.user.hub, kernel.user.hub.namespace(kernel.user.name)
     before = set(trainjobs(hub.ctx, ns))

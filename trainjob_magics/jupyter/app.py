@@ -12,6 +12,7 @@ from jupyter_server.utils import url_path_join
 from ..engine import SessionInventory
 from .config import TrainJobSessions
 from .handlers import CloseHandler, GpusHandler, JobHandler, SessionsHandler
+from .kernel_exits import KernelExits
 from .kernels_file import read_namespaces
 from .waiters import Waiters
 
@@ -39,6 +40,9 @@ class TrainJobSessionsApp(ExtensionApp):
             context=config.context or None,
             namespaces=namespaces,
             all_users=config.all_users,
+            kernel_ended=KernelExits(
+                serverapp.kernel_manager, getattr(serverapp, "event_logger", None)
+            ).ended,
         )
         loop = asyncio.get_event_loop()
         waiters = Waiters()

@@ -17,6 +17,8 @@ from ..kube.names import (
     JOBSET_NAME_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    OWNER_KERNEL_ANNOTATION,
+    OWNER_PID_ANNOTATION,
     TRAINJOB_RESOURCE,
     pods_path,
     trainjob_path,
@@ -31,6 +33,11 @@ RETRY_SECONDS = 15.0  # after a failed list (no permission, server down): try ag
 WATCH_SECONDS = 30  # the longest single watch request
 FOREVER = 10 * 365 * 86400.0
 MAX_GONE = 500  # tombstones kept per namespace
+KERNEL_EXIT = "kernel exit"  # the closed-by note a kernel writes when it exits
+
+# (kernel id, pid of the kernel process that made the job) -> whether that kernel process has
+# exited or is exiting: a Jupyter server knows it of its own kernels (trainjob_magics/jupyter)
+KernelEnded = Callable[[str, str], bool]
 
 
 def _uid(obj: dict[str, Any]) -> str:
@@ -42,7 +49,13 @@ class NamespaceWatch:
     thread; ``gone`` maps a vanished job's uid to its record; ``problem`` is one line while
     the namespace cannot be read; ``synced`` once both lists succeeded."""
 
-    def __init__(self, api: ApiClient, namespace: str, changed: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        api: ApiClient,
+        namespace: str,
+        changed: Callable[[], None],
+        kernel_ended: KernelEnded | None = None,
+    ) -> None:
         self.namespace = namespace
         self.jobs: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
@@ -50,6 +63,7 @@ class NamespaceWatch:
         # uid -> who closed it, for jobs closed here whose closed-by note could not be written
         # (a Role without `patch` on trainjobs): said as it is, not as a kubectl delete
         self.closed_here: dict[str, str] = {}
+        self._kernel_ended = kernel_ended
         self.problem = ""
         self._synced = {"jobs": False, "pods": False}
         self._changed = changed
@@ -126,6 +140,22 @@ class NamespaceWatch:
             self._changed()
         self._stop.wait(RETRY_SECONDS)
 
+    def _by(self, job: dict[str, Any]) -> str | None:
+        """Closed at "kernel exit": a job whose kernel (of this Jupyter server) has exited or is
+        exiting: its close at exit deleted it though its closed-by note could not be written
+        (a Role without `patch` on trainjobs, or an API server too slow for the few seconds a
+        kernel has to exit); None otherwise."""
+        notes = (job.get("metadata") or {}).get("annotations") or {}
+        kernel = str(notes.get(OWNER_KERNEL_ANNOTATION, ""))
+        if not kernel or self._kernel_ended is None:
+            return None
+        try:
+            ended = self._kernel_ended(kernel, str(notes.get(OWNER_PID_ANNOTATION, "")))
+        except Exception:  # never let the watch thread die over it
+            log.debug("could not tell whether kernel %s ended", kernel, exc_info=True)
+            return None
+        return KERNEL_EXIT if ended else None
+
     def _publish(self, kind: str, objects: dict[str, dict[str, Any]]) -> None:
         with self._lock:
             self._synced[kind] = True
@@ -142,7 +172,7 @@ class NamespaceWatch:
                             name,
                             self.namespace,
                             uid,
-                            gone_reason(old, self.closed_here.pop(uid, None)),
+                            gone_reason(old, self.closed_here.pop(uid, None) or self._by(old)),
                             now,
                         )
                 while len(self.gone) > MAX_GONE:

@@ -21,7 +21,7 @@ from ..kueue.labels import queue_of
 from ..trainjob.orphans import close_trainjob
 from ..validation import validate_name, validate_namespace
 from .gpu_sampler import SAMPLE_EVERY, GpuSampler
-from .namespace_watch import NamespaceWatch
+from .namespace_watch import KernelEnded, NamespaceWatch
 from .notes import annotate
 from .records import gone_record, pods_of, session_record, unknown_record
 from .schema import AnyJobRecord, GoneRecord, GpuReport, Queue, SessionRecord, Snapshot
@@ -56,8 +56,12 @@ class SessionInventory:
         namespaces: Iterable[str] = (),
         all_users: bool = False,
         clock: Callable[[], datetime] = utc_now,
+        kernel_ended: KernelEnded | None = None,
     ) -> None:
+        """``kernel_ended(kernel_id, pid)``: whether that kernel process of this Jupyter server
+        has exited or is exiting (a job of it that vanished unnoted was closed at its exit)."""
         self.config_file, self.context = config_file, context
+        self._kernel_ended = kernel_ended
         self._clock = clock
         self.user = None if all_users else current_user()
         self.problem = ""
@@ -93,7 +97,9 @@ class SessionInventory:
             if self._stopped:
                 return False
             if namespace not in self._watches:
-                self._watches[namespace] = NamespaceWatch(self.api, namespace, self._bump)
+                self._watches[namespace] = NamespaceWatch(
+                    self.api, namespace, self._bump, self._kernel_ended
+                )
         return True
 
     def namespaces(self) -> list[str]:
