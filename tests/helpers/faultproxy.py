@@ -30,6 +30,7 @@ class FaultProxy:
         self._resets = 0
         self.reset_count = 0
         self._conns: list[socket.socket] = []
+        self._frozen: set[socket.socket] = set()
         self._stop = threading.Event()
         threading.Thread(target=self._accept, daemon=True, name="fault-proxy").start()
 
@@ -43,6 +44,13 @@ class FaultProxy:
             conns, self._conns = self._conns, []
         for c in conns:
             _rst(c)
+
+    def freeze_established(self) -> None:
+        """Every open connection stops passing bytes, both ways, and is never closed: what a
+        dead node or a NAT that dropped the flow looks like to the client. New connections
+        pass as before."""
+        with self._lock:
+            self._frozen.update(self._conns)
 
     def close(self) -> None:
         self._stop.set()
@@ -96,7 +104,23 @@ class FaultProxy:
             with self._lock:
                 self._conns += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if src in self._frozen:  # swallow it, and everything after, and never close
+                    self._stop.wait()
+                    return
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
 
 
 FILE_KEYS = ("certificate-authority", "client-certificate", "client-key", "tokenFile")
@@ -117,17 +141,3 @@ def _rst(sock: socket.socket) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     with contextlib.suppress(OSError):
         sock.close()
-
-
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
-    try:
-        while True:
-            data = src.recv(65536)
-            if not data:
-                break
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_WR)

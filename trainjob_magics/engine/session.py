@@ -197,6 +197,19 @@ class TrainJobSession:
         self._exec.max_memory_output = MAX_MEMORY_OUTPUT if limit is None else limit
 
     @property
+    def silent_after(self) -> float:
+        """Seconds without a byte from a command's or a forward's connection, pongs to our
+        pings included, before it counts as gone silent (a dead node, a network that dropped
+        the flow): the command then ends with ConnectionLostError, never a hang (default 30)."""
+        return float(self._exec.silent_after)
+
+    @silent_after.setter
+    def silent_after(self, value: float) -> None:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 1:
+            raise TrainJobError(f"silent_after must be a number of seconds, at least 1: {value!r}")
+        self._exec.silent_after = float(value)
+
+    @property
     def api_retry_seconds(self) -> float:
         """How long calls wait for an API server that answered before and is now unreachable
         (a restart, a control-plane upgrade), from the outage's first failure."""
@@ -440,12 +453,14 @@ class TrainJobSession:
     def _record_pods_gone(self, result: MultiExecResult) -> None:
         """Pods of a fan-out that were deleted or evicted: the first one's error says what the
         next command will do, and :meth:`status` remembers it."""
-        gone = [p for p, e in result.errors.items() if isinstance(e, PodGoneError)]
+        gone = [(p, e) for p, e in result.errors.items() if isinstance(e, PodGoneError)]
         if not gone:
             return
-        result.errors[gone[0]] = self._pod_gone(result.errors[gone[0]])  # type: ignore[arg-type]
+        pod, first = gone[0]
+        result.errors[pod] = self._pod_gone(first)
         if len(gone) > 1:
-            self._disruption += f" (and {len(gone) - 1} more pods: {', '.join(gone[1:4])}"
+            names = ", ".join(p for p, _ in gone[1:4])
+            self._disruption += f" (and {len(gone) - 1} more pods: {names}"
             self._disruption += ", …)" if len(gone) > 4 else ")"
 
     def _check_preempted(self, partial: Any, pod: str | None = None) -> None:

@@ -73,6 +73,7 @@ from .frames import (
     StdinSender,
     client_frame,
 )
+from .liveness import SILENT_AFTER, ConnectionSilent, Liveness
 from .output import MAX_MEMORY_OUTPUT, Sink, SpillDir
 from .streams import Collector, FrameHandler, OnOutput
 
@@ -202,6 +203,8 @@ class ExecClient:
         self.configuration = api_client.configuration
         self.spill_dir = spill_dir  # None: the process-wide default directory
         self.max_memory_output = max_memory_output  # bytes per stream kept in memory
+        # no byte for this long, pongs to our pings included: the connection went silent
+        self.silent_after = SILENT_AFTER
         self._ssl_context: ssl.SSLContext | None = None
         self._lock = threading.Lock()
 
@@ -421,10 +424,11 @@ class ExecClient:
             outcome = self._io_loop(ws, sender, collector, deadline)
         except KeyboardInterrupt as exc:
             collector.flush()
+            # the output so far, on the user's own KeyboardInterrupt
             exc.partial = collector.result(None, started, pod)  # type: ignore[attr-defined]
             raise
         except StdinError as exc:
-            raise exc.__cause__ from None  # type: ignore[misc]
+            raise exc.error from None
         except (TimeoutError, ConnectionDropped, OSError) as exc:  # ssl.SSLError is an OSError
             raise exec_failure(exc, collector, started, pod, timeout) from None
         finally:
@@ -460,9 +464,13 @@ class ExecClient:
         left to send, one selector waits for readable or writable, else the read itself waits
         (socket timeout, inside the ssl module: no exception and no select per TLS record).
 
+        While nothing arrives it pings (:mod:`.liveness`); no byte for :attr:`silent_after`
+        seconds, pongs included, is :class:`~.liveness.ConnectionSilent`.
+
         Returns ``(returncode, status message, got_status)``; raises ``TimeoutError`` past
         ``deadline`` and :class:`ConnectionDropped` / ``OSError`` when the connection breaks."""
         sock = ws.sock
+        alive = Liveness(self.silent_after)
         reader = FrameReader(sock)
         reader.buf += ws.leftover  # frames that came with the upgrade response
         frames = FrameHandler(collector, sender)
@@ -479,11 +487,15 @@ class ExecClient:
                     if frames.got_status:
                         return frames.outcome()
                     raise TimeoutError
+                ping = alive.check(now)
+                if ping is not None:
+                    sender.queue_control(ping)
                 if sender.busy and not sender.waits_for:
                     sender.send(WRITE_BUDGET)
                 idle = not sender.busy  # only reading: let the read wait
                 status_known = frames.got_status
                 wait = (IDLE_WAIT if limit is None else limit - now) if idle else 0.0
+                wait = max(0.0, min(wait, alive.next_due() - now))
                 sock.settimeout(wait)
                 read_waits_for = 0
                 got = 0
@@ -500,6 +512,7 @@ class ExecClient:
                             break
                         except TimeoutError:  # the idle wait ended: look at the clock
                             break
+                        alive.heard()
                         if idle and limit is not None:  # output trickling in: keep the limit
                             wait = limit - time.monotonic()
                             if wait <= 0:
@@ -519,9 +532,10 @@ class ExecClient:
                 if events != registered:
                     selector.modify(sock, events)
                     registered = events
-                wait = None if limit is None else max(0.0, limit - time.monotonic())
+                due = alive.next_due() if limit is None else min(limit, alive.next_due())
+                select_wait = max(0.0, due - time.monotonic())
                 ready = 0
-                for _key, mask in selector.select(wait):
+                for _key, mask in selector.select(select_wait):
                     ready |= mask
                 if ready & sender.waits_for:
                     sender.waits_for = 0  # retry the blocked write (with the same buffer)
@@ -563,6 +577,13 @@ def exec_failure(
         return ExecTimeoutError(
             f"the command did not finish within {timeout:g}s; it may still be running in pod "
             f"{pod} (closing the connection does not stop it)",
+            partial=partial,
+        )
+    if isinstance(exc, ConnectionSilent):
+        return ConnectionLostError(
+            f"the connection to pod {pod} went silent ({exc}: a dead node, or a network that "
+            f"dropped it); what ran is unknown, the command may still be running in the pod: "
+            f"{LOST_HINT}",
             partial=partial,
         )
     return ConnectionLostError(

@@ -51,6 +51,7 @@ from .client import (
     exec_url,
 )
 from .frames import OP_CLOSE, ConnectionDropped, FrameReader, StdinSender, client_frame
+from .liveness import ConnectionSilent, Liveness
 from .streams import Collector, FrameHandler, OnOutput
 
 log = logging.getLogger(__name__)
@@ -141,6 +142,8 @@ class ExecJob:
     collector: Collector | None = None
     events: int = 0
     closing_by: float = 0.0
+    alive: Liveness | None = None  # pings while nothing arrives; silent past the bound
+    alive_at: float = 0.0  # when its (one) liveness timer fires
 
 
 def _open_files_budget() -> int:
@@ -390,7 +393,10 @@ class Reactor:
         job.reader = FrameReader(job.sock)
         job.reader.buf += rest
         job.frames = FrameHandler(collector, job.sender)
+        job.alive = Liveness(self.client.silent_after)
         self._timer(job, job.deadline)
+        job.alive_at = job.alive.next_due()
+        self._timer(job, job.alive_at)
         if job.on_start is not None:
             started = job.started
             job.on_start(lambda: collector.snapshot(started, job.pod))
@@ -415,6 +421,8 @@ class Reactor:
                     except ssl.SSLWantWriteError:
                         read_waits = WRITE
                         break
+                    if job.alive is not None:
+                        job.alive.heard()
                     continue
                 status_known = frames.got_status
                 if frames.handle(*frame):  # the close frame
@@ -455,6 +463,22 @@ class Reactor:
                 self._end(job)
         elif job.deadline is not None and now >= job.deadline:
             self._fail(job, TimeoutError())
+        elif job.alive is not None and now >= job.alive_at:  # its liveness timer
+            self._keep_alive(job, job.alive, now)
+
+    def _keep_alive(self, job: ExecJob, alive: Liveness, now: float) -> None:
+        """Ping a connection that sent nothing for a while; fail one silent past the bound;
+        then arm the next liveness timer (bytes that came since moved it later)."""
+        try:
+            ping = alive.check(now)
+        except ConnectionSilent as exc:
+            self._fail(job, exc)
+            return
+        if ping is not None and job.sender is not None:
+            job.sender.queue_control(ping)
+            self._ready.append(job)  # _pump writes it
+        job.alive_at = alive.next_due()
+        self._timer(job, job.alive_at)
 
     def _close(self, job: ExecJob) -> None:
         """Answer the close frame (best effort, briefly), then end the job."""

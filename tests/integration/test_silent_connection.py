@@ -1,0 +1,103 @@
+"""A connection that goes silent (no byte and no close: a dead node, a NAT that dropped the flow)
+is found by WebSocket pings within the session's ``silent_after`` bound, for one command and for
+a command on every pod; the call ends with one line saying so and what it printed before is
+kept, never a hang. A command that prints nothing for longer than the bound is not silent: its
+connection answers the pings. The stand-in for the dead network is a TCP proxy in front of the
+API server that stops passing bytes both ways without closing (tests/helpers/faultproxy.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.faultproxy import FaultProxy
+from trainjob_magics import connect
+from trainjob_magics.engine.errors import ConnectionLostError, TrainJobError
+from trainjob_magics.localcluster import LocalCluster
+
+BOUND = 4.0  # the test's silent_after: short, yet several pings long
+
+
+@pytest.fixture
+def proxied(own_cluster: LocalCluster, tmp_path: Path) -> Iterator[tuple[Any, FaultProxy]]:
+    kubeconfig = own_cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    proxy = FaultProxy.for_kubeconfig(kubeconfig, tmp_path / "proxied")
+    session = connect(
+        "torch-distributed", num_nodes=2, config_file=str(tmp_path / "proxied"), timeout=120
+    )
+    session.silent_after = BOUND
+    yield session, proxy
+    proxy.close()
+    session.close()
+
+
+def _freeze_once_printed(proxy: FaultProxy, printed: threading.Event) -> None:
+    def run() -> None:
+        printed.wait(60)
+        proxy.freeze_established()
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+def test_a_quiet_command_longer_than_the_bound_is_not_silent(proxied: Any) -> None:
+    session, _proxy = proxied
+    started = time.monotonic()
+    result = session.execute(f"sleep {BOUND * 2.5:g}; echo woke")
+    assert result.returncode == 0 and result.stdout == "woke\n"
+    assert time.monotonic() - started >= BOUND * 2.5
+
+
+def test_a_silent_connection_ends_the_call_in_one_line(proxied: Any) -> None:
+    session, proxy = proxied
+    printed = threading.Event()
+
+    def on_output(_pod: str, _stream: str, text: str) -> None:
+        if "before the silence" in text:
+            printed.set()
+
+    _freeze_once_printed(proxy, printed)
+    started = time.monotonic()
+    with pytest.raises(ConnectionLostError) as lost:
+        session.execute("echo before the silence; sleep 600", on_output=on_output)
+    took = time.monotonic() - started
+    # found within the bound (plus the time to print and the stop it tries), not after 600 s
+    assert printed.is_set() and took < 120, took
+    line = str(lost.value).splitlines()[0]
+    assert "went silent" in line and f"no byte for {BOUND:g} s" in line, line
+    assert "before the silence" in lost.value.partial.stdout
+
+
+def test_a_silent_connection_ends_each_pod_of_a_fan_out(proxied: Any) -> None:
+    """Every pod's exec through the reactor (one thread for all): each is found silent."""
+    session, proxy = proxied
+    seen: set[str] = set()
+    printed = threading.Event()
+
+    def on_output(pod: str, _stream: str, text: str) -> None:
+        if "before the silence" in text:
+            seen.add(pod)
+            if len(seen) == 2:
+                printed.set()
+
+    _freeze_once_printed(proxy, printed)
+    started = time.monotonic()
+    result = session.execute("echo before the silence; sleep 600", on_output=on_output, pods="all")
+    took = time.monotonic() - started
+    assert printed.is_set() and took < 120, took
+    assert sorted(result.errors) == sorted(result.pods) and len(result.errors) == 2, result
+    for pod, error in result.errors.items():
+        assert isinstance(error, ConnectionLostError), (pod, error)
+        assert "went silent" in str(error).splitlines()[0], error
+        assert "before the silence" in result.results[pod].stdout, result.results[pod]
+
+
+def test_silent_after_is_validated(proxied: Any) -> None:
+    session, _proxy = proxied
+    for bad in (0, -1, "30", True):
+        with pytest.raises(TrainJobError, match="silent_after"):
+            session.silent_after = bad
