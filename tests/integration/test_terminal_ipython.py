@@ -212,3 +212,21 @@ def test_terminal_ctrl_c_footer_on_its_own_line(terminal: TerminalIPython) -> No
         r"^(no exit code|exit code -?\d+) · [\d.]+ s · pod \S+ · interrupted$", out, re.M
     ), out
     assert terminal.exit() == 0, terminal.text()
+
+
+def test_terminal_connect_counts_every_pod_of_the_job(
+    terminal: TerminalIPython, own_cluster: Any
+) -> None:
+    """Issue 36, defect 6: an MPI job of 3 pods (launcher + 2 nodes) comes up node pods first
+    (the launcher waits for them, the runtime's dependsOn); while it does, the connect's
+    lines counted the pods created so far ("0/2 pods running"), not the job's 3."""
+    assert "Error" not in terminal.run("%load_ext trainjob_magics")
+    out = terminal.run("%trainjob_connect mpi-interactive --nodes 3", timeout=120)
+    (job,) = trainjob_names(own_cluster.kubeconfig_path)
+    counts = re.findall(rf"^\[\S+\] {job}: \w+, (\d+)/(\d+) pods running", out, re.M)
+    assert counts, out
+    assert all(total == "3" for _running, total in counts), out
+    # the lines before the launcher existed say so too (the first said 0/2 before the fix)
+    assert re.search(rf"\] {job}: Pending, 0/3 pods running - waiting for the launcher pod", out)
+    assert counts[-1] == ("3", "3"), out
+    assert terminal.exit() == 0, terminal.text()

@@ -90,6 +90,7 @@ def wait(monkeypatch: pytest.MonkeyPatch, pod: dict[str, Any], node: LocalNode |
     monkeypatch.setattr(readiness, "job_pods_watcher", lambda *a: Watcher([pod]))
     monkeypatch.setattr(readiness, "fetch_trainjob", lambda *a: {"metadata": {"name": "j"}})
     monkeypatch.setattr(readiness, "local_node", lambda api: node)
+    monkeypatch.setattr(readiness, "fetch_jobset", lambda *a: None)  # no get on jobsets
     seen: list[JobStatus] = []
     with pytest.raises((ConnectTimeoutError, PodStartError)) as info:
         readiness.wait_for_trainer_pod(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import random
 from datetime import datetime, timedelta, timezone
@@ -443,3 +444,12 @@ def test_text_progress_says_the_pod_count_once_and_at_most_a_line_a_second(
     assert capsys.readouterr().out.splitlines() == [
         "[1s] j: Running, 2/2 pods running - trainer pod j-launcher-0-0 is running"
     ]
+
+
+def test_the_progress_line_counts_the_pods_the_job_will_have() -> None:
+    """Issue 36, defect 6: 2 node pods of an MPI job of 3 (its launcher not created yet) read
+    0/3, not 0/2."""
+    status = dataclasses.replace(_mpi_wait("Pending", 0, (), 0.1), pods_expected=3)
+    assert status_change_line(status) == (
+        "[0s] j: Pending, 0/3 pods running - waiting for the launcher pod"
+    )

@@ -197,3 +197,28 @@ def test_a_runtime_then_a_trainjob_is_rejected_with_its_index() -> None:
     bad = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"
     with pytest.raises(ValueError, match="document 2 is ConfigMap"):
         parse_runtime_yaml(good + "\n---\n" + bad)
+
+
+@pytest.mark.parametrize(
+    ("runtime", "nodes", "pods"),
+    [
+        ("mpi-interactive", 3, 3),  # the launcher is one of the nodes (runLauncherAsNode)
+        ("mpi-interactive", 1, 2),  # ... and the node job keeps one pod
+        ("deepspeed-distributed", 4, 4),
+        ("torch-distributed", 3, 3),
+    ],
+)
+def test_jobset_pod_count_is_every_pod_the_job_runs(runtime: str, nodes: int, pods: int) -> None:
+    """The connect's "N/M pods running" counts the JobSet's pods (issue 36, defect 6), not
+    those created so far: an MPI launcher comes after its node pods."""
+    from trainjob_magics.engine.trainjob.runtime import jobset_pod_count
+    from trainjob_magics.localcluster.controller.podspec import build_jobset_spec
+
+    trainjob = {"metadata": {"name": "j"}, "spec": {"trainer": {"numNodes": nodes}}}
+    spec = build_jobset_spec(copy.deepcopy(builtin(runtime)), trainjob)
+    assert jobset_pod_count({"spec": spec}) == pods
+    # without get on jobsets, or before the JobSet: nothing known
+    assert jobset_pod_count(None) == 0
+    # no launcher as node: the launcher and every node (Trainer's other MPI runtimes)
+    rjobs = [{"name": "launcher"}, {"name": "node", "template": {"spec": {"parallelism": 3}}}]
+    assert jobset_pod_count({"spec": {"replicatedJobs": rjobs}}) == 4

@@ -221,6 +221,7 @@ class JobStatus:
     disruption: str = ""  # the last pod deletion/eviction/preemption a command of this session saw
     shape: PodShape | None = None  # the trainer pod's volumes, service account and placement
     uid: str = ""  # the TrainJob's uid once it exists (a newer job of the same name has another)
+    pods_expected: int = 0  # how many pods the job runs, created or not (0: not known)
 
 
 def _unlink(path: str) -> None:

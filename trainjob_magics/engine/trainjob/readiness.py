@@ -35,6 +35,7 @@ from ..result import JobStatus
 from .capacity import WAIT_FOR_NODE, LocalNode, beyond_node, local_node, never_fits_line
 from .lifecycle import delete_hint, delete_trainjob, fetch_trainjob
 from .pending import DEFAULT_IMAGE_PULL_RETRIES, PodProblem, job_problem, pod_problem, user_error
+from .runtime import fetch_jobset, jobset_pod_count
 from .shaping import PodShaping
 from .status import job_status, trainjob_failure
 from .targets import job_pods_watcher, list_job_pods
@@ -233,6 +234,20 @@ def wait_for_trainer_pod(
         ) or job_problem(f"JobSet {name}", namespace, events_about(api, namespace, name, "JobSet"))
         return problem[0]
 
+    planned: list[int | None] = [None]  # the job's pods, from its JobSet (read once)
+
+    def pods_planned(pods: list[dict[str, Any]]) -> int:
+        """How many pods the job runs, not only those created so far (an MPI launcher is
+        created after its node pods): its JobSet's count, read once its first pod exists;
+        spec.trainer.numNodes at least when the JobSet cannot be read (no ``get jobsets``)."""
+        if planned[0] is None:
+            try:
+                planned[0] = jobset_pod_count(fetch_jobset(api, namespace, name))
+            except TrainJobError:
+                planned[0] = 0
+        nodes = ((trainjob.get("spec") or {}).get("trainer") or {}).get("numNodes") or 0
+        return max(len(pods), planned[0] or int(nodes))
+
     def check() -> dict[str, Any] | None:
         pods = list(watcher.objects.values())
         trainer = select_trainer_pod(pods, target)
@@ -243,6 +258,8 @@ def wait_for_trainer_pod(
             subject = lagging or trainer
         found = why_waiting(subject)
         status = job_status(name, namespace, runtime, trainjob, pods, target, started)
+        if pods:
+            status = dataclasses.replace(status, pods_expected=pods_planned(pods))
         if found is not None:
             status = dataclasses.replace(status, problem=found.line())
         elif lagging:

@@ -168,6 +168,21 @@ def fetch_jobset(api: ApiClient, namespace: str, name: str) -> Mapping[str, Any]
         return None
 
 
+def jobset_pod_count(jobset: Mapping[str, Any] | None) -> int:
+    """How many pods a JobSet runs: each replicated job's replicas times its Job's parallelism
+    (Kubernetes' default 1 for either); 0 without a JobSet."""
+    total = 0
+    for rjob in ((jobset or {}).get("spec") or {}).get("replicatedJobs") or []:
+        if not isinstance(rjob, Mapping):
+            continue
+        job_spec = (rjob.get("template") or {}).get("spec") or {}
+        try:
+            total += int(rjob.get("replicas", 1)) * int(job_spec.get("parallelism", 1))
+        except (TypeError, ValueError):
+            continue
+    return total
+
+
 def fetch_runtime_snapshot(api: ApiClient, namespace: str, name: str) -> Mapping[str, Any] | None:
     """The runtime Trainer v2.3 reconciles TrainJob ``name`` from: the ``runtime`` key of the
     ConfigMap ``<name>-runtime-snapshot`` it owns (kubeflow/trainer

@@ -259,8 +259,9 @@ def status_change_line(status: Any) -> str:
     running = sum(1 for p in pods if p.phase == "Running")
     reasons = sorted({p.waiting_reason for p in pods if p.waiting_reason})
     line = f"[{format_seconds(status.elapsed)}] {status.name}: {status.state}"
-    if pods:
-        line += f", {running}/{len(pods)} pods running"
+    if pods:  # of every pod the job runs: an MPI launcher comes after its node pods
+        total = max(len(pods), getattr(status, "pods_expected", 0) or 0)
+        line += f", {running}/{total} pods running"
     if reasons:
         line += f" ({', '.join(reasons)})"
     message = status_message(status)
