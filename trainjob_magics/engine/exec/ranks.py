@@ -1,0 +1,1105 @@
+"""Per-rank output of ``mpirun``/``mpiexec`` in a cell: the launcher's own tagging, undone.
+
+A shell command whose text calls ``mpirun`` or ``mpiexec`` runs under :data:`RANKS_SCRIPT`
+(:func:`ranked_argv`): a POSIX ``sh`` prelude that defines the shell functions ``mpirun`` and
+``mpiexec``, then ``eval``s the command (the user's text is an argv element, never spliced into
+ours). Each function runs ``command mpirun "$@"``, the user's arguments untouched, and adds the
+launcher's own tagging option only when
+
+- its stdout and stderr are the exec's own (not redirected, piped or captured by the user:
+  ``/proc/self/fd/N`` is the file of the wrapper's, ``$PPID``), and
+- none of the user's arguments chooses an output form already (Open MPI ``--tag-output``,
+  ``--timestamp-output``, ``--output``, ``--output-filename``, ``--xml``,
+  ``--merge-stderr-to-stdout``...; Hydra ``-prepend-rank``, ``-l``, ``-prepend-pattern``,
+  ``-outfile-pattern``...), and
+- ``command mpirun --version`` names a launcher whose tags carry the rank:
+
+  ============  =======================================  =====================================
+  launcher      option added                             each line's tag
+  ============  =======================================  =====================================
+  Open MPI 4    ``--tag-output`` (+ ``--display-map``)   ``[1,3]<stdout>:`` (host: the map)
+  Open MPI 5    ``--output tag-detailed``                ``[1,3][host:pid]<stdout>: ``
+  MPICH Hydra   ``-prepend-pattern \\x1e%r@%h\\x1f``       ``\\x1e3@host\\x1f``
+  ============  =======================================  =====================================
+
+Around the run it prints a marker line on both streams (``\\x1e`` + a token new for each
+command + ``begin``/``end``): :class:`RankDemux` reads the exec's streams, removes the markers
+and the tags (and the job map it asked for), and hands on the bytes an untagged ``mpirun`` would
+have printed, so ``ExecResult.stdout``/``stderr`` stay what the program printed. Beside them it
+keeps each rank's own stdout and stderr (:class:`RankOutput`, exactly the bytes that rank
+printed), and the lines no rank printed: the launcher's (ssh's "Permanently added" warnings,
+mpirun's own messages). Tags are recognised by their form and channel, never guessed from the
+text: Open MPI and Hydra tag each chunk they forward (a line longer than 4 KiB gets a tag in its
+middle; a partial line gets one, and its end another), so a tag is looked for anywhere, and text
+belongs to the rank of the tag before it up to its newline. A rank's partial line that the
+launcher's own text follows on the same stream is the one case the streams cannot tell apart.
+
+Where the formats come from (recorded outputs in ``tests/unit/data/mpi``): Open MPI 4.1.4
+(Debian's ``openmpi-bin``) and MPICH 4.0.2's Hydra (Debian's ``mpich``), run on this machine;
+Open MPI 5 from its sources: PMIx v5.0.6 ``src/common/pmix_iof.c`` (the tags) and PRRTE v3.0.6
+``src/docs/show-help-files/help-prun.rst`` (the failure reports).
+
+Memory: every rank's output together keeps at most ``limit`` bytes in memory (the output
+view's bound, ``max_memory_output``); past it a rank's buffer goes to a spill file
+(:mod:`.output`), as an exec's streams do.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+import secrets
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from ..result import CapturedOutput, SpillFile
+from .output import SpillDir, default_spill_dir, release_freed_memory
+from .scripts import SHELLS
+
+STDOUT, STDERR = 1, 2  # exec channels
+
+OPENMPI4, OPENMPI5, HYDRA = "openmpi4", "openmpi5", "hydra"
+
+LAUNCHER = -1  # the owner of a line no rank printed
+
+TAIL_BYTES = 4096  # of each rank's latest output, kept for the failure line
+
+LAUNCHER_KEEP = 1 << 20  # bytes of launcher lines kept in memory per run (the rest counted)
+
+MAX_MARKER = 1 << 16  # a begin marker names the hostfile's hosts: 256 hosts fit easily
+
+# Only a command whose text names one of these runs under the prelude: the functions could not
+# be called otherwise, and every other command runs exactly as before (no eval).
+CALLS_LAUNCHER = re.compile(r"(?<![\w./-])(mpirun|mpiexec)(?![\w.-])")
+
+# The prelude. $1: the marker token, $2: the command. Every name it defines starts with __tjm_
+# (POSIX sh has no `local`). Values it prints in markers are its own words, digits, or hostfile
+# names that passed a character check.
+RANKS_SCRIPT = r"""__tjm_t=$1
+__tjm_c=$2
+shift 2
+__tjm_n=0
+__tjm_rs=$(printf '\036')
+__tjm_us=$(printf '\037')
+mpirun() { __tjm_mpi mpirun "$@"; }
+mpiexec() { __tjm_mpi mpiexec "$@"; }
+__tjm_mpi() {
+  __tjm_l=$1
+  shift
+  __tjm_how=
+  __tjm_map=1
+  __tjm_o="/proc/$PPID/fd"
+  # (no 2>/dev/null here: it would make fd 2 another file while the test looks at it)
+  if [ /proc/self/fd/1 -ef "$__tjm_o/1" ] && [ /proc/self/fd/2 -ef "$__tjm_o/2" ]; then
+    for __tjm_a do
+      case $__tjm_a in
+        -tag-output|--tag-output|-timestamp-output|--timestamp-output|-output-filename|--output-filename|-output-filename=*|--output-filename=*|-xml|--xml|-xml-file|--xml-file|-merge-stderr-to-stdout|--merge-stderr-to-stdout|-output|--output|-output=*|--output=*|-xterm|--xterm|-prepend-rank|--prepend-rank|-l|-prepend-pattern|--prepend-pattern|-outfile-pattern|--outfile-pattern|-errfile-pattern|--errfile-pattern)
+          __tjm_how=user; break;;
+        -display-map|--display-map|-display-devel-map|--display-devel-map)
+          __tjm_map=0;;
+      esac
+    done
+    if [ -z "$__tjm_how" ]; then
+      case $(command "$__tjm_l" --version 2>&1) in
+        *"Open MPI) 4."*|*"Open MPI) 3."*) __tjm_how=openmpi4;;
+        *"Open MPI) 5."*|*"Open MPI) 6."*|*"(PRRTE)"*) __tjm_how=openmpi5;;
+        *"HYDRA build details"*) __tjm_how=hydra;;
+      esac
+    fi
+  fi
+  case $__tjm_how in
+    openmpi4|openmpi5|hydra) ;;
+    *) command "$__tjm_l" "$@"; return;;
+  esac
+  __tjm_np=-; __tjm_hf=0; __tjm_w=
+  for __tjm_a do
+    if [ -n "$__tjm_w" ]; then
+      if [ "$__tjm_w" = np ]; then
+        case $__tjm_a in ''|*[!0-9]*) ;; *) __tjm_np=$__tjm_a;; esac
+      fi
+      case $__tjm_w in skip2) __tjm_w=skip;; *) __tjm_w=;; esac
+      continue
+    fi
+    case $__tjm_a in
+      -np|--np|-n|--n|-c) __tjm_w=np;;
+      -np=*|--np=*|-n=*|--n=*)
+        case ${__tjm_a#*=} in ''|*[!0-9]*) ;; *) __tjm_np=${__tjm_a#*=};; esac;;
+      -hostfile|--hostfile|-machinefile|--machinefile|-default-hostfile|--default-hostfile|-f|-H|-host|--host|-hosts)
+        __tjm_hf=1; __tjm_w=skip;;
+      -hostfile=*|--hostfile=*|-machinefile=*|--machinefile=*|-H=*|--host=*) __tjm_hf=1;;
+      -mca|--mca|-gmca|--gmca|-genv|-env|--genv|--env) __tjm_w=skip2;;
+      -x|-N|-npernode|--npernode|-ppn|--ppn|-map-by|--map-by|-rank-by|--rank-by|-bind-to|--bind-to|-wdir|--wdir|-wd|-prefix|--prefix|-timeout|--timeout|-stdin|--stdin|-launcher|-bootstrap|-iface|-genvlist|-envlist|-am|--am|-tune|--tune|-path|--path|-personality|--personality|-rmk|-demux|-configfile|-cpus-per-proc|--cpus-per-proc|-cpus-per-rank|--cpus-per-rank)
+        __tjm_w=skip;;
+      --) break;;
+      -*) ;;
+      *) break;;
+    esac
+  done
+  __tjm_f=${PRTE_MCA_prte_default_hostfile:-${OMPI_MCA_prte_default_hostfile:-${OMPI_MCA_orte_default_hostfile:-/etc/mpi/hostfile}}}
+  # the local cluster's stand-in for /etc/mpi/hostfile (its mpirun shim maps it the same way)
+  [ -r "$__tjm_f" ] || __tjm_f=${TRAINJOB_LOCAL_HOSTFILE:-$__tjm_f}
+  __tjm_hosts=
+  if [ -r "$__tjm_f" ]; then
+    while read -r __tjm_h __tjm_r || [ -n "$__tjm_h" ]; do
+      __tjm_s=1
+      case $__tjm_h in *:*) __tjm_s=${__tjm_h#*:}; __tjm_h=${__tjm_h%%:*};; esac
+      case $__tjm_h in ''|'#'*|*[!A-Za-z0-9._-]*) continue;; esac
+      case $__tjm_r in *slots=*) __tjm_s=${__tjm_r#*slots=}; __tjm_s=${__tjm_s%%[!0-9]*};; esac
+      case $__tjm_s in ''|*[!0-9]*) __tjm_s=1;; esac
+      __tjm_hosts="$__tjm_hosts $__tjm_h=$__tjm_s"
+    done <"$__tjm_f" 2>/dev/null
+  fi
+  __tjm_env=-
+  [ -n "${OMPI_MCA_orte_default_hostfile:-}" ] && __tjm_env=orte
+  [ -n "${PRTE_MCA_prte_default_hostfile:-}${OMPI_MCA_prte_default_hostfile:-}" ] \
+    && __tjm_env=${__tjm_env#-}prte
+  __tjm_n=$((__tjm_n + 1))
+  case $__tjm_how in
+    openmpi4)
+      [ "$__tjm_map" = 1 ] && set -- --display-map "$@"
+      set -- --tag-output "$@";;
+    openmpi5) __tjm_map=0; set -- --output tag-detailed "$@";;
+    hydra) __tjm_map=0; set -- -prepend-pattern "$__tjm_rs%r@%h$__tjm_us" "$@";;
+  esac
+  __tjm_b="$__tjm_n $__tjm_how $__tjm_map $__tjm_np $__tjm_hf $__tjm_env $__tjm_l$__tjm_hosts"
+  printf '\036%s begin %s\n' "$__tjm_t" "$__tjm_b"
+  printf '\036%s begin %s\n' "$__tjm_t" "$__tjm_b" >&2
+  if command "$__tjm_l" "$@"; then __tjm_s=0; else __tjm_s=$?; fi
+  printf '\036%s end %s %s\n' "$__tjm_t" "$__tjm_n" "$__tjm_s"
+  printf '\036%s end %s %s\n' "$__tjm_t" "$__tjm_n" "$__tjm_s" >&2
+  return $__tjm_s
+}
+eval "$__tjm_c"
+"""
+
+
+def new_token() -> str:
+    """A fresh marker token: output cannot hold it by chance."""
+    return "tjm" + secrets.token_hex(8)
+
+
+def wants_ranks(argv: Sequence[str]) -> bool:
+    """``[sh, -c, TEXT]`` (any shell) whose text calls ``mpirun``/``mpiexec``."""
+    return (
+        len(argv) == 3
+        and argv[0].rsplit("/", 1)[-1] in SHELLS
+        and argv[1] == "-c"
+        and CALLS_LAUNCHER.search(argv[2]) is not None
+    )
+
+
+def ranked_argv(argv: Sequence[str], token: str) -> list[str]:
+    """``[sh, -c, TEXT]`` -> ``[sh, -c, RANKS_SCRIPT, sh, TOKEN, TEXT]`` (``$0`` stays the
+    shell's name, as ``sh -c TEXT`` has it)."""
+    shell = argv[0]
+    return [shell, "-c", RANKS_SCRIPT, shell.rsplit("/", 1)[-1], token, argv[2]]
+
+
+# ---------------------------------------------------------------------------------- the data
+
+
+class _Buffer:
+    """One rank stream's bytes: in memory while the shared budget allows, else a spill file."""
+
+    __slots__ = ("_file", "_spill", "chunks", "size")
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self._file: BinaryIO | None = None
+        self._spill: SpillFile | None = None
+
+    @property
+    def in_memory(self) -> int:
+        return 0 if self._file is not None else self.size
+
+    def add(self, data: bytes) -> None:
+        self.size += len(data)
+        if self._file is not None:
+            self._file.write(data)
+        else:
+            self.chunks.append(data)
+
+    def spill(self, spill_dir: SpillDir, prefix: str) -> int:
+        """Move to a spill file; returns the bytes of memory given up."""
+        if self._file is not None:
+            return 0
+        self._file, self._spill = spill_dir.new_file(prefix)
+        for chunk in self.chunks:
+            self._file.write(chunk)
+        self.chunks = []
+        return self.size
+
+    def captured(self, final: bool) -> CapturedOutput:
+        if self._file is not None and self._spill is not None:
+            if final:
+                self._file.close()
+            else:
+                self._file.flush()
+            return CapturedOutput(spill=self._spill, size=self.size)
+        data = b"".join(self.chunks)
+        if final:
+            self.chunks = [data] if data else []
+        return CapturedOutput(data, size=len(data))
+
+
+class RankOutput:
+    """What one rank printed: ``stdout``/``stderr`` exactly as the program wrote them (the
+    launcher's tags removed), the ``host`` it ran on and, once known, its ``pod``."""
+
+    def __init__(self, rank: int, host: str = "", job: str = "") -> None:
+        self.rank = rank
+        self.host = host
+        self.job = job  # the launcher's job id in its tags ("1": the first job of the mpirun)
+        self.pod = ""
+        self._buffers = {STDOUT: _Buffer(), STDERR: _Buffer()}
+        self._frozen: dict[int, CapturedOutput] = {}
+        self.tail = bytearray()  # the last TAIL_BYTES bytes of both streams, as they came
+
+    def _captured(self, channel: int) -> CapturedOutput:
+        frozen = self._frozen.get(channel)
+        return frozen if frozen is not None else self._buffers[channel].captured(final=False)
+
+    @property
+    def stdout(self) -> str:
+        return self._captured(STDOUT).text()
+
+    @property
+    def stderr(self) -> str:
+        return self._captured(STDERR).text()
+
+    @property
+    def stdout_bytes(self) -> bytes:
+        return self._captured(STDOUT).read_bytes()
+
+    @property
+    def stderr_bytes(self) -> bytes:
+        return self._captured(STDERR).read_bytes()
+
+    @property
+    def stdout_path(self) -> str | None:
+        """The spill file holding this rank's stdout once the budget was used up."""
+        return self._captured(STDOUT).path
+
+    @property
+    def size(self) -> int:
+        return sum(b.size for b in self._buffers.values())
+
+    def last_lines(self, n: int = 3) -> list[str]:
+        """The last ``n`` non-blank lines this rank printed (either stream)."""
+        text = bytes(self.tail).decode("utf-8", "replace")
+        lines = [ln.rstrip("\r") for ln in text.splitlines() if ln.strip()]
+        return lines[-n:]
+
+    def freeze(self) -> None:
+        for channel, buffer in self._buffers.items():
+            self._frozen[channel] = buffer.captured(final=True)
+
+    @property
+    def where(self) -> str:
+        """``pod X`` when known, else ``host X``, else ``''``."""
+        if self.pod:
+            return f"pod {self.pod}"
+        return f"host {self.host}" if self.host else ""
+
+    def __repr__(self) -> str:
+        return (
+            f"RankOutput(rank={self.rank}, host={self.host!r}, pod={self.pod!r}, size={self.size})"
+        )
+
+
+@dataclass
+class RankFailure:
+    """The first rank that failed, as the launcher reported it."""
+
+    rank: int | None
+    host: str = ""
+    pod: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    signal_name: str = ""
+    how: str = ""  # "exit", "signal", "abort", "" (the launcher named no rank)
+    last_lines: list[str] = field(default_factory=list)
+    launcher: str = "mpirun"
+    returncode: int | None = None  # the launcher's own exit code
+
+    def line(self) -> str:
+        """``mpirun: rank 2 (pod x) failed first: exit code 3; last lines: a | b``."""
+        if self.rank is None and not self.host:
+            code = "" if self.returncode is None else f" with code {self.returncode}"
+            return f"{self.launcher} exited{code}; it named no rank that failed"
+        who = f"rank {self.rank}" if self.rank is not None else "a rank"
+        where = f"pod {self.pod}" if self.pod else f"host {self.host}" if self.host else ""
+        head = f"{self.launcher}: {who}{f' ({where})' if where else ''} failed first: "
+        if self.signal is not None:
+            name = f" ({self.signal_name})" if self.signal_name else ""
+            head += f"killed by signal {self.signal}{name}"
+        elif self.how == "abort":
+            head += "called abort" if self.exit_code is None else f"abort, code {self.exit_code}"
+        elif self.exit_code is not None:
+            head += f"exit code {self.exit_code}"
+        else:
+            head += "ended abnormally"
+        if self.last_lines:
+            head += "; last lines: " + " | ".join(self.last_lines)
+        return head
+
+
+@dataclass
+class MpiRun:
+    """One ``mpirun``/``mpiexec`` of the command, tagged by the engine."""
+
+    index: int
+    launcher: str  # "mpirun" or "mpiexec": the name the command called
+    impl: str  # OPENMPI4, OPENMPI5, HYDRA
+    map_added: bool = False  # Open MPI 4: --display-map added (its lines kept out of stdout)
+    np: int | None = None  # -np/-n the user gave
+    hostfile_arg: bool = False  # the user named hosts (--hostfile, -H, -f...)
+    env: str = ""  # "orte", "prte", "orteprte": which default-hostfile variables are set
+    hostfile: dict[str, int] = field(default_factory=dict)  # the job's hostfile: host -> slots
+    hosts: dict[int, str] = field(default_factory=dict)  # rank -> host (tags or job map)
+    returncode: int | None = None  # None: it did not end (interrupted, or still running)
+    failure: RankFailure | None = None
+    warning: str = ""  # the world check's line ('' when the world was as asked)
+    ranks: list[int] = field(default_factory=list)  # ranks that printed, in order seen
+    map_read: bool = field(default=False, repr=False)  # the job map's hosts were read
+    map_node: str = field(default="", repr=False)  # the node of the map lines being read
+
+    @property
+    def option(self) -> str:
+        """The tagging option added: ``--tag-output``, ``--output tag-detailed``..."""
+        return {
+            OPENMPI4: "--tag-output",
+            OPENMPI5: "--output tag-detailed",
+            HYDRA: "-prepend-pattern",
+        }[self.impl]
+
+    def note(self) -> str:
+        """The footer's words: ``ranks tagged by mpirun --tag-output (hosts: --display-map)``."""
+        extra = " (hosts from --display-map)" if self.map_added else ""
+        return f"ranks tagged by {self.launcher} {self.option}{extra}"
+
+    @property
+    def world(self) -> list[int]:
+        """Every rank known to this run: from the job map, else those that printed."""
+        return sorted(set(self.hosts) | set(self.ranks))
+
+
+class MpiOutput:
+    """The per-rank side of a command's output: its runs, each rank's output (all runs of the
+    command together), and the launcher's own lines."""
+
+    def __init__(self) -> None:
+        self.runs: list[MpiRun] = []
+        self.ranks: dict[tuple[str, int], RankOutput] = {}
+        self.launcher_lines: list[tuple[str, str]] = []  # (stream, line without its newline)
+        self.launcher_dropped = 0  # launcher bytes beyond what is kept
+
+    @property
+    def by_rank(self) -> dict[int, RankOutput]:
+        """rank -> its output, for the first job of each launcher (spawned jobs: :attr:`ranks`)."""
+        first = next(iter(self.ranks), ("", 0))[0]
+        return dict(sorted((rank, out) for (job, rank), out in self.ranks.items() if job == first))
+
+    @property
+    def launcher(self) -> str:
+        """The lines no rank printed (ssh's warnings, mpirun's messages), in order."""
+        return "".join(line + "\n" for _stream, line in self.launcher_lines)
+
+    @property
+    def failure(self) -> RankFailure | None:
+        return next((r.failure for r in self.runs if r.failure is not None), None)
+
+    @property
+    def warnings(self) -> list[str]:
+        return [r.warning for r in self.runs if r.warning]
+
+    def notes(self) -> list[str]:
+        """One footer note per distinct tagging used."""
+        seen: list[str] = []
+        for run in self.runs:
+            if run.note() not in seen:
+                seen.append(run.note())
+        return seen
+
+    def place(self, pod_of_host: Callable[[str], str]) -> None:
+        """Name each rank's (and failure's) pod from its host."""
+        for out in self.ranks.values():
+            if out.host and not out.pod:
+                out.pod = pod_of_host(out.host)
+        for run in self.runs:
+            if run.failure is not None and run.failure.host and not run.failure.pod:
+                run.failure.pod = pod_of_host(run.failure.host)
+
+    def __repr__(self) -> str:
+        return f"MpiOutput(runs={len(self.runs)}, ranks={sorted(self.by_rank)})"
+
+
+@dataclass(frozen=True)
+class RankEvent:
+    """Live per-rank output for a view. ``kind``: ``begin`` (a tagged run starts: ``run``),
+    ``output`` (``rank``, ``host``, ``stream``, ``text``), ``launcher`` (``stream``, ``text``:
+    lines no rank printed), ``end`` (``run`` ended: its ``returncode``, ``failure``)."""
+
+    kind: str
+    run: MpiRun
+    rank: int | None = None
+    host: str = ""
+    stream: str = ""
+    text: str = ""
+
+
+OnRankEvent = Callable[[RankEvent], None]
+
+
+# ---------------------------------------------------------------------------------- the parser
+
+
+def _prefix_re(items: Sequence[str | tuple[str, ...]]) -> str:
+    """A regex matching every non-empty prefix of the sequence ``items`` (regex atoms matched
+    whole, or a tuple of literal alternatives matched char by char)."""
+    if not items:
+        return ""
+    head, rest = items[0], list(items[1:])
+    if isinstance(head, tuple):
+        alts = [_prefix_re([re.escape(c) for c in alt] + rest) for alt in head]
+        return "(?:" + "|".join(alts) + ")"
+    tail = _prefix_re(rest)
+    return head + (f"(?:{tail})?" if tail else "")
+
+
+_STREAMS = ("stdout", "stderr", "stddiag")
+_OMPI4_ITEMS = [r"\[", r"\d+", ",", r"\d+", r"\]", "<", _STREAMS, ">", ":"]
+_OMPI5_ITEMS = [r"\[", r"[^\s,\[\]]+", ",", r"\d+", r"\]", r"\[", r"[^\s\[\]]*", ":",
+                r"(?:\d+|unknown)", r"\]", "<", _STREAMS, ">", ":", " "]  # fmt: skip
+_HYDRA_ITEMS = ["\x1e", r"\d+", "@", "[^\x1e\x1f\n]*", "\x1f"]
+
+TAGS = {
+    # [job,rank]<stream>:   (orte/mca/iof/base/iof_base_output.c, --tag-output; 4.1.4 recorded)
+    OPENMPI4: rb"\[(?P<job>\d+),(?P<rank>\d+)\]<(?P<stream>stdout|stderr|stddiag)>:",
+    # [jobid,rank][host:pid]<stream>:   (PMIx v5.0.6 src/common/pmix_iof.c, tag_detailed)
+    OPENMPI5: rb"\[(?P<job>[^\s,\[\]]+),(?P<rank>\d+)\]\[(?P<host>[^\s\[\]]*):(?:\d+|unknown)\]"
+    rb"<(?P<stream>stdout|stderr|stddiag)>: ",
+    # our -prepend-pattern: \x1e%r@%h\x1f   (MPICH 4.0.2 Hydra recorded)
+    HYDRA: rb"\x1e(?P<rank>\d+)@(?P<host>[^\x1e\x1f\n]*)\x1f",
+}
+TAG_PREFIXES = {
+    OPENMPI4: re.compile(_prefix_re(_OMPI4_ITEMS).encode()),
+    OPENMPI5: re.compile(_prefix_re(_OMPI5_ITEMS).encode()),
+    HYDRA: re.compile(_prefix_re(_HYDRA_ITEMS).encode()),
+}
+TAG_START = {OPENMPI4: b"[", OPENMPI5: b"[", HYDRA: b"\x1e"}
+MAX_TAG = 512  # a tag is shorter than this (Open MPI 5's holds a hostname)
+
+# Open MPI 4's --display-map (orte/mca/rmaps/base/rmaps_base_support_fns.c; 4.1.4 recorded): one
+# map from mpirun, and one more from each orted, whose output comes back through ssh.
+MAP_LINE = re.compile(
+    rb"^(?: Data for JOB \[\d+,\d+\] offset \d+.*| =+ +JOB MAP +=+| =+"
+    rb"| Data for node: (?P<node>\S+)\tNum slots: .*"
+    rb"| \tProcess OMPI jobid: \[\d+,\d+\] App: \d+ Process rank: (?P<rank>\d+) Bound: .*)?$"
+)
+
+
+@dataclass
+class _Stream:
+    """One exec channel's parse state."""
+
+    channel: int
+    held: bytes = b""  # the end of the last chunk: maybe the start of a marker or a tag
+    run: MpiRun | None = None  # the tagged run this stream is inside of
+    owner: tuple[str, int] | int | None = None  # (job, rank), LAUNCHER, or None at line start
+    rank_stream: int = STDOUT  # the stream named by the owner's tag
+    line: bytearray = field(default_factory=bytearray)  # the launcher line being collected
+    shown: int = 0  # bytes of ``line`` already handed on (no job map to look for in it)
+
+
+class RankDemux:
+    """Reads an exec's stdout and stderr as they arrive (:meth:`feed`), returns what an
+    untagged launcher would have printed, and keeps the per-rank output (:attr:`output`).
+
+    ``limit``: bytes of rank output kept in memory, all ranks together (None: no bound).
+    ``on_event`` gets :class:`RankEvent` objects (decoded text, one per rank and stream per
+    chunk) while the command runs.
+    """
+
+    def __init__(
+        self,
+        token: str,
+        *,
+        limit: int | None = None,
+        spill_dir: SpillDir | None = None,
+        on_event: OnRankEvent | None = None,
+        label: str = "exec",
+    ) -> None:
+        self.token = token.encode()
+        self.marker = b"\x1e" + self.token + b" "
+        self.limit = limit
+        self.spill_dir = spill_dir
+        self.on_event = on_event
+        self.label = label
+        self.output = MpiOutput()
+        self._streams = {STDOUT: _Stream(STDOUT), STDERR: _Stream(STDERR)}
+        self._runs: dict[int, MpiRun] = {}
+        self._memory = 0
+        self._decoders: dict[tuple[Any, int], Any] = {}
+        self._patterns: dict[str, re.Pattern[bytes]] = {}
+        self._launcher_kept = 0
+        self._run_launcher: dict[int, list[str]] = {}
+        self._ended: dict[int, set[int]] = {}  # run -> the channels whose end marker came
+        self._pending: dict[tuple[tuple[str, int], int], tuple[MpiRun, list[bytes]]] = {}
+        self._plain: list[bytes | memoryview] = []
+
+    # -- feeding ------------------------------------------------------------------------------
+    def feed(self, channel: int, data: bytes | memoryview) -> bytes | memoryview:
+        """Take a chunk of ``channel``; returns its bytes as an untagged run would show them
+        (possibly held back in part until the next chunk: a marker or tag cut in two)."""
+        st = self._streams[channel]
+        raw = data if isinstance(data, bytes) else bytes(data)
+        if st.run is None and not st.held and b"\x1e" not in raw:
+            return data  # the usual case: no marker in sight
+        buf = st.held + raw if st.held else raw
+        st.held = b""
+        self._plain = []
+        self._parse(st, buf)
+        self._flush_pending()
+        plain, self._plain = self._plain, []
+        return plain[0] if len(plain) == 1 else b"".join(plain)
+
+    def close(self) -> dict[int, bytes]:
+        """The streams ended: what was held back is output (returned per channel), a run not
+        ended ends now (without an exit code when no end marker came)."""
+        rest = {}
+        for channel, st in self._streams.items():
+            self._plain = []
+            if st.held:
+                held, st.held = st.held, b""
+                if st.run is not None:
+                    self._text(st, held)
+                else:
+                    self._plain.append(held)
+            self._end_line(st)
+            self._flush_pending()
+            st.run = None
+            rest[channel] = b"".join(self._plain)
+            self._plain = []
+        for run in list(self._runs.values()):
+            self._finish_run(run)
+        self._runs = {}
+        return rest
+
+    # -- the state machine ---------------------------------------------------------------------
+    def _parse(self, st: _Stream, buf: bytes) -> None:
+        pos = 0
+        n = len(buf)
+        while pos < n:
+            if st.run is None:
+                at = buf.find(self.marker, pos)
+                if at < 0:
+                    keep = self._partial_marker(buf, pos)
+                    self._plain.append(buf[pos:keep])
+                    st.held = buf[keep:]
+                    return
+                if at > pos:
+                    self._plain.append(buf[pos:at])
+                pos = self._marker(st, buf, at)
+                if pos < 0:
+                    return
+                continue
+            pattern = self._pattern(st.run.impl)
+            m = pattern.search(buf, pos)
+            if m is None:
+                keep = self._partial_tag(st, buf, pos)
+                if keep > pos:
+                    self._text(st, buf[pos:keep])
+                st.held = buf[keep:]
+                return
+            if m.start() > pos:
+                self._text(st, buf[pos : m.start()])
+            if m.lastgroup == "marker" or m.group(0) == self.marker:
+                pos = self._marker(st, buf, m.start())
+                if pos < 0:
+                    return
+                continue
+            self._tag(st, m)
+            pos = m.end()
+
+    def _pattern(self, impl: str) -> re.Pattern[bytes]:
+        pattern = self._patterns.get(impl)
+        if pattern is None:
+            pattern = re.compile(TAGS[impl] + b"|(?P<marker>" + re.escape(self.marker) + b")")
+            self._patterns[impl] = pattern
+        return pattern
+
+    def _partial_marker(self, buf: bytes, pos: int) -> int:
+        """Where a marker cut at the end of ``buf`` would start (``len(buf)``: none)."""
+        at = buf.rfind(b"\x1e", max(pos, len(buf) - len(self.marker)))
+        if at >= 0 and self.marker.startswith(buf[at:]):
+            return at
+        return len(buf)
+
+    def _partial_tag(self, st: _Stream, buf: bytes, pos: int) -> int:
+        """Where a tag or marker cut at the end of ``buf`` would start (``len(buf)``: none)."""
+        assert st.run is not None
+        n = len(buf)
+        low = max(pos, n - MAX_TAG)
+        start = TAG_START[st.run.impl]
+        prefix = TAG_PREFIXES[st.run.impl]
+        at = n
+        for char in {start, b"\x1e"}:
+            i = buf.rfind(char, low)
+            while i >= 0:
+                tail = buf[i:]
+                if (char == b"\x1e" and self.marker.startswith(tail)) or prefix.fullmatch(tail):
+                    at = min(at, i)
+                i = buf.rfind(char, low, i)
+        return at
+
+    def _marker(self, st: _Stream, buf: bytes, at: int) -> int:
+        """Read the marker line at ``at``; returns where parsing goes on (-1: it is cut off,
+        held for the next chunk)."""
+        end = buf.find(b"\n", at)
+        if end < 0:
+            if len(buf) - at > MAX_MARKER:  # no marker is that long: it was output
+                self._plain.append(buf[at:])
+                return -1
+            st.held = buf[at:]
+            return -1
+        words = buf[at + len(self.marker) : end].decode("ascii", "replace").split()
+        if words[:1] == ["begin"] and len(words) >= 8:
+            self._end_line(st)
+            self._flush_pending()
+            st.run = self._begin(words)
+            st.owner = None
+        elif words[:1] == ["end"] and len(words) >= 3:
+            self._end_line(st)
+            self._flush_pending()
+            run = self._runs.get(_int(words[1]) or 0)
+            st.run = None
+            st.owner = None
+            if run is not None:
+                run.returncode = _int(words[2])
+                ended = self._ended.setdefault(run.index, set())
+                ended.add(st.channel)
+                if len(ended) == len(self._streams):
+                    self._finish_run(run)  # both streams said it ended: its report is whole
+        return end + 1
+
+    def _begin(self, words: list[str]) -> MpiRun:
+        index = _int(words[1]) or 0
+        run = self._runs.get(index)
+        if run is not None:
+            return run
+        _begin, _n, impl, map_added, np, hf, env, launcher, *hosts = words
+        hostfile: dict[str, int] = {}
+        for item in hosts:
+            name, _eq, slots = item.partition("=")
+            hostfile[name] = _int(slots) or 1
+        run = MpiRun(
+            index=index,
+            launcher=launcher,
+            impl=impl if impl in TAGS else OPENMPI4,
+            map_added=map_added == "1",
+            np=_int(np),
+            hostfile_arg=hf == "1",
+            env="" if env == "-" else env,
+            hostfile=hostfile,
+        )
+        self._runs[index] = run
+        self.output.runs.append(run)
+        self._run_launcher[index] = []
+        if self.on_event is not None:
+            self.on_event(RankEvent("begin", run))
+        return run
+
+    def _tag(self, st: _Stream, m: re.Match[bytes]) -> None:
+        assert st.run is not None
+        self._end_line(st)  # a launcher line cut by a tag: what came of it
+        groups = m.groupdict()
+        rank = int(groups["rank"] or 0)
+        job = (groups.get("job") or b"").decode("ascii", "replace")
+        key = (job, rank)
+        out = self.output.ranks.get(key)
+        if out is None:
+            out = self.output.ranks[key] = RankOutput(rank, job=job)
+        host = groups.get("host")
+        if host is not None and not out.host:
+            out.host = host.decode("utf-8", "replace")
+        run = st.run
+        if host is not None and rank not in run.hosts:
+            run.hosts[rank] = out.host
+        if not out.host and rank in run.hosts:
+            out.host = run.hosts[rank]
+        if rank not in run.ranks:
+            run.ranks.append(rank)
+        st.owner = key
+        stream = groups.get("stream")
+        st.rank_stream = STDOUT if stream in (None, b"stdout") else STDERR
+        if stream is None:  # Hydra's pattern names no stream: the channel it came on
+            st.rank_stream = st.channel
+
+    def _text(self, st: _Stream, data: bytes) -> None:
+        """Text of the current owner up to its newline; what follows a newline untagged is the
+        launcher's."""
+        while data:
+            if st.owner is None:
+                st.owner = LAUNCHER
+            nl = data.find(b"\n")
+            piece = data if nl < 0 else data[: nl + 1]
+            data = b"" if nl < 0 else data[nl + 1 :]
+            if st.owner == LAUNCHER:
+                self._launcher(st, piece)
+            else:
+                assert isinstance(st.owner, tuple) and st.run is not None
+                self._plain.append(piece)
+                key = (st.owner, st.rank_stream)
+                pending = self._pending.get(key)
+                if pending is None:
+                    self._pending[key] = (st.run, [piece])
+                else:
+                    pending[1].append(piece)
+            if nl >= 0:
+                st.owner = None
+
+    def _launcher(self, st: _Stream, piece: bytes) -> None:
+        """A piece of a launcher line. Open MPI 4's stdout may hold its job map: its lines are
+        looked at whole before they show; any other launcher text shows as it comes."""
+        run = st.run
+        st.line += piece
+        looks_for_map = run is not None and run.impl == OPENMPI4 and st.channel == STDOUT
+        if piece.endswith(b"\n"):
+            self._end_line(st)
+        elif not looks_for_map or len(st.line) > TAIL_BYTES:
+            self._show(st, bytes(st.line[st.shown :]))
+            st.shown = len(st.line)
+
+    def _show(self, st: _Stream, data: bytes) -> None:
+        """Launcher text handed on: to the plain stream and the view."""
+        if not data:
+            return
+        self._plain.append(data)
+        if st.run is not None and self.on_event is not None:
+            stream = "stdout" if st.channel == STDOUT else "stderr"
+            text = data.decode("utf-8", "replace")
+            self.on_event(RankEvent("launcher", st.run, stream=stream, text=text))
+
+    def _end_line(self, st: _Stream) -> None:
+        """The launcher line collected is over: a job map line is read (and kept out of the
+        output when the engine asked for the map), any other is kept as a launcher line."""
+        if not st.line:
+            return
+        line = bytes(st.line)
+        shown, st.shown = st.shown, 0
+        st.line.clear()
+        run = st.run
+        if run is not None and run.impl == OPENMPI4 and st.channel == STDOUT and not shown:
+            m = MAP_LINE.match(line.rstrip(b"\n"))
+            if m is not None and line.endswith(b"\n"):
+                self._map_line(run, m)
+                if run.map_added:
+                    return  # the map we asked for: not the user's output
+        self._show(st, line[shown:])
+        self._keep_launcher(st, line)
+
+    def _map_line(self, run: MpiRun, m: re.Match[bytes]) -> None:
+        """Hosts of the ranks from the first job map (mpirun's; the orteds' repeat it)."""
+        if run.map_read:
+            return
+        if m.group("node") is not None:
+            run.map_node = m.group("node").decode("utf-8", "replace")
+        elif m.group("rank") is not None and run.map_node:
+            rank = int(m.group("rank"))
+            run.hosts.setdefault(rank, run.map_node)
+            for (_job, r), out in self.output.ranks.items():
+                if r == rank and not out.host:
+                    out.host = run.map_node
+        elif m.group(0).startswith(b" ==") and b"JOB MAP" not in m.group(0) and run.hosts:
+            run.map_read = True
+
+    def _keep_launcher(self, st: _Stream, line: bytes) -> None:
+        text = line.decode("utf-8", "replace")
+        stream = "stdout" if st.channel == STDOUT else "stderr"
+        if self._launcher_kept < LAUNCHER_KEEP:
+            self._launcher_kept += len(line)
+            self.output.launcher_lines.append((stream, text.rstrip("\n")))
+        else:
+            self.output.launcher_dropped += len(line)
+        run = st.run
+        if run is not None:
+            kept = self._run_launcher.setdefault(run.index, [])
+            if sum(map(len, kept)) < LAUNCHER_KEEP:
+                kept.append(text)
+
+    def _flush_pending(self) -> None:
+        """Hand each rank stream's pieces of this chunk to its buffer and the view."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, {}
+        for (key, channel), (run, pieces) in pending.items():
+            data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            out = self.output.ranks[key]
+            buffer = out._buffers[channel]
+            buffer.add(data)
+            if buffer.in_memory:
+                self._memory += len(data)
+            out.tail += data
+            if len(out.tail) > TAIL_BYTES:
+                del out.tail[: len(out.tail) - TAIL_BYTES]
+            if self.on_event is not None:
+                decoder = self._decoders.get((key, channel))
+                if decoder is None:
+                    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+                    self._decoders[(key, channel)] = decoder
+                text = decoder.decode(data)
+                if text:
+                    self.on_event(
+                        RankEvent(
+                            "output",
+                            run,
+                            rank=key[1],
+                            host=out.host,
+                            stream="stdout" if channel == STDOUT else "stderr",
+                            text=text,
+                        )
+                    )
+        if self.limit is not None and self._memory > self.limit:
+            self._spill()
+
+    def _spill(self) -> None:
+        """Over the budget: the largest in-memory buffers go to spill files."""
+        buffers = sorted(
+            (
+                (b.in_memory, key, ch, b)
+                for key, out in self.output.ranks.items()
+                for ch, b in out._buffers.items()
+                if b.in_memory
+            ),
+            key=lambda t: -t[0],
+        )
+        spill_dir = self.spill_dir or default_spill_dir()
+        for _size, (_job, rank), ch, buffer in buffers:
+            if self.limit is None or self._memory <= self.limit // 2:
+                break
+            name = "stdout" if ch == STDOUT else "stderr"
+            self._memory -= buffer.spill(spill_dir, f"{self.label}-rank{rank}-{name}-")
+        release_freed_memory()
+
+    def _finish_run(self, run: MpiRun) -> None:
+        """The run is over: the failed rank from the launcher's report."""
+        self._runs.pop(run.index, None)
+        returncode = run.returncode
+        if returncode not in (0, None):
+            text = "".join(self._run_launcher.get(run.index, []))
+            run.failure = parse_failure(text, run)
+            if run.failure is not None:
+                run.failure.returncode = returncode
+                out = self._rank_output(run.failure.rank)
+                if out is not None:
+                    run.failure.last_lines = out.last_lines()
+                    run.failure.host = run.failure.host or out.host
+                if run.failure.rank is not None and not run.failure.host:
+                    run.failure.host = run.hosts.get(run.failure.rank, "")
+        if self.on_event is not None:
+            self.on_event(RankEvent("end", run))
+
+    def _rank_output(self, rank: int | None) -> RankOutput | None:
+        if rank is None:
+            return None
+        return next((o for (_job, r), o in self.output.ranks.items() if r == rank), None)
+
+    def result(self) -> MpiOutput:
+        """The per-rank output (call after :meth:`close`); buffers are frozen."""
+        for out in self.output.ranks.values():
+            out.freeze()
+        return self.output
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.isdigit() else None
+
+
+# ---------------------------------------------------------------------------- failure reports
+
+# Open MPI 4 (ORTE) and 5 (PRRTE, help-prun.txt [prun:non-zero-exit]): the tool's name first.
+_NONZERO = re.compile(
+    r"detected that one or more processes exited with non-zero status.*?"
+    r"Process name:\s*\[(?:\[[^\]]*\]|[^\],]*),(?P<rank>\d+)\]\s*Exit code:\s*(?P<code>-?\d+)",
+    re.S,
+)
+# [prun:proc-aborted-strsignal] / ORTE's: "... noticed that process rank 1 with PID 0 on node vm
+# exited on signal 9 (Killed)."
+_SIGNAL = re.compile(
+    r"noticed that process rank (?P<rank>\d+) with PID \d+ on node (?P<host>\S+) exited on "
+    r"signal (?P<sig>\d+)(?: \((?P<name>[^)]*)\))?"
+)
+# [prun:proc-ordered-abort] / [prun:proc-exit-no-sync]
+_ABORT = re.compile(
+    r"has exited due to process rank (?P<rank>\d+) with PID \d+ on\s+node (?P<host>\S+) "
+    r"(?P<how>calling \"abort\"|exiting improperly)"
+)
+# Hydra: "=   RANK 3 PID 1234 RUNNING AT host" (newer) or "=   PID 1234 RUNNING AT host" (4.0),
+# then "=   KILLED BY SIGNAL: 9 (Killed)", "=   EXIT STATUS: 3" or "=   EXIT CODE: 9".
+_HYDRA = re.compile(
+    r"BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\s*\n=\s+(?:RANK (?P<rank>\d+) )?"
+    r"PID \d+ RUNNING AT (?P<host>\S+)\s*\n=\s+(?:KILLED BY SIGNAL: (?P<sig>\d+)"
+    r"(?: \((?P<name>[^)]*)\))?|EXIT (?:CODE|STATUS): (?P<code>-?\d+))"
+)
+_HYDRA_STRING = re.compile(r"EXIT STRING: (?P<name>.*?) \(signal (?P<sig>\d+)\)")
+
+
+def parse_failure(text: str, run: MpiRun) -> RankFailure:
+    """The first failed rank from the launcher's own report (its lines in ``text``); a
+    failure naming no rank when the launcher said nothing (Open MPI prints no report when every
+    rank failed at once; Hydra none for a plain non-zero exit)."""
+    found: list[tuple[int, RankFailure]] = []
+    m = _NONZERO.search(text)
+    if m:
+        found.append((m.start(), RankFailure(int(m["rank"]), exit_code=int(m["code"]), how="exit")))
+    m2 = _SIGNAL.search(text)
+    if m2:
+        failure = RankFailure(int(m2["rank"]), host=m2["host"], signal=int(m2["sig"]), how="signal")
+        failure.signal_name = m2["name"] or ""
+        found.append((m2.start(), failure))
+    m3 = _ABORT.search(text)
+    if m3:
+        found.append((m3.start(), RankFailure(int(m3["rank"]), host=m3["host"], how="abort")))
+    m4 = _HYDRA.search(text)
+    if m4:
+        rank = int(m4["rank"]) if m4["rank"] else _only_rank_on(run, m4["host"])
+        failure = RankFailure(rank, host=m4["host"])
+        if m4["sig"]:
+            failure.signal, failure.signal_name, failure.how = (
+                int(m4["sig"]),
+                m4["name"] or "",
+                "signal",
+            )
+        else:
+            code = int(m4["code"])
+            string = _HYDRA_STRING.search(text)
+            if string and int(string["sig"]) == code:  # 4.0: the raw wait status of a signal
+                failure.signal, failure.signal_name, failure.how = code, string["name"], "signal"
+            else:
+                failure.exit_code, failure.how = code, "exit"
+        found.append((m4.start(), failure))
+    if not found:
+        return RankFailure(None, launcher=run.launcher)
+    failure = min(found, key=lambda t: t[0])[1]
+    failure.launcher = run.launcher
+    return failure
+
+
+def _only_rank_on(run: MpiRun, host: str) -> int | None:
+    """The rank that ran on ``host`` when it is the only one there (Hydra 4.0 names a pid and
+    a host, not a rank)."""
+    ranks = [r for r, h in run.hosts.items() if h == host]
+    return ranks[0] if len(ranks) == 1 else None
+
+
+# ------------------------------------------------------------------------------ the world check
+
+HOSTFILE_HINT = "pass --hostfile /etc/mpi/hostfile"
+OMPI5_ORTE_CAUSE = (
+    "likely cause: Open MPI 5 does not read the OMPI_MCA_orte_* variables the runtime sets, so "
+    "the hostfile was never read (kubeflow/trainer#4028)"
+)
+NOT_READ_CAUSE = "likely cause: the hostfile was not read"
+
+
+@dataclass(frozen=True)
+class JobPod:
+    """A pod of the job, as the world check matches hosts to it."""
+
+    name: str
+    hostname: str = ""  # spec.hostname (JobSet sets it), else ''
+
+
+def pod_matcher(pods: Iterable[JobPod]) -> Callable[[str], str]:
+    """host -> pod name: the pod whose name or ``spec.hostname`` is the host's first label, or
+    whose name is that label plus the pod's random suffix; '' when none is."""
+    pods = list(pods)
+
+    def pod_of(host: str) -> str:
+        label = host.split(".", 1)[0]
+        for p in pods:
+            if label in (p.name, p.hostname):
+                return p.name
+        hits = [p.name for p in pods if p.name.rsplit("-", 1)[0] == label]
+        return hits[0] if len(hits) == 1 else ""
+
+    return pod_of
+
+
+def world_warning(run: MpiRun, pods: Sequence[JobPod]) -> str:
+    """One line when the ranks ran on fewer pods than the job has (or a count of ranks other
+    than asked), naming the pods used and unused and the likely cause; '' otherwise."""
+    if run.returncode is None or not run.hosts or not pods:
+        return ""
+    pod_of = pod_matcher(pods)
+    host_pods = {h: pod_of(h) for h in set(run.hosts.values())}
+    used = sorted({p for p in host_pods.values() if p})
+    expected = [p.name for p in pods]
+    if run.hostfile:  # the pods in the job's hostfile are the MPI hosts (not a non-node launcher)
+        named = {pod_of(h) for h in run.hostfile}
+        if named - {""}:
+            expected = [p for p in expected if p in named]
+    unused = [p for p in expected if p not in used]
+    ranks = len(run.world)
+    asked = run.np if run.np is not None else sum(run.hostfile.values()) or None
+    # the job map names every rank; tags only those that printed
+    known = run.map_read or (asked is not None and ranks >= asked)
+    slots_used = sum(s for h, s in run.hostfile.items() if pod_of(h) in used) or len(used)
+    fewer_pods = known and bool(unused) and (run.np is None or ranks > slots_used)
+    other_count = asked is not None and (ranks > asked or (run.map_read and ranks != asked))
+    if run.hostfile_arg and run.np is None:
+        other_count = False  # the user's own hosts decide how many ranks run
+    if not fewer_pods and not other_count:
+        return ""
+    if run.hostfile_arg and not other_count:
+        return ""  # the user chose the hosts
+    what = []
+    if fewer_pods:
+        what.append(f"{ranks} rank{'s' if ranks != 1 else ''} ran on {len(used)} of the job's "
+                    f"{len(expected)} pods")  # fmt: skip
+    if other_count:
+        what.append(f"{ranks} ranks ran where {asked} were asked")
+    cause = NOT_READ_CAUSE
+    if run.impl == OPENMPI5 and "orte" in run.env and "prte" not in run.env:
+        cause = OMPI5_ORTE_CAUSE
+    fix = "" if run.hostfile_arg else f"; {HOSTFILE_HINT}"
+    names = f"used: {', '.join(used) or 'none known'}; unused: {', '.join(unused) or 'none'}"
+    return f"warning: {' and '.join(what)} ({names}); {cause}{fix}"
+
+
+def job_pods(pods: Iterable[Mapping[str, Any]]) -> list[JobPod]:
+    """:class:`JobPod` rows from pod objects (dicts as the API returns them)."""
+    rows = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        rows.append(JobPod(str(meta.get("name") or ""), str(spec.get("hostname") or "")))
+    return rows
+
+
+__all__ = [
+    "HYDRA",
+    "OPENMPI4",
+    "OPENMPI5",
+    "RANKS_SCRIPT",
+    "JobPod",
+    "MpiOutput",
+    "MpiRun",
+    "OnRankEvent",
+    "RankDemux",
+    "RankEvent",
+    "RankFailure",
+    "RankOutput",
+    "job_pods",
+    "new_token",
+    "parse_failure",
+    "pod_matcher",
+    "ranked_argv",
+    "wants_ranks",
+    "world_warning",
+]
