@@ -16,7 +16,7 @@ labext="$(python -c "import sys; print(sys.prefix)")/share/jupyter/labextensions
 if ! python -I - <<'PY' 2>/dev/null || [ "${TRAINJOB_MAGICS_REINSTALL:-}" = 1 ] \
    || [ ! -f "$labext" ]; then
 import importlib.metadata, json, pathlib, sys
-import aiohttp, cel_expr_python, jsonschema, nbclient, playwright  # noqa: F401
+import aiohttp, cel_expr_python, jsonschema, mypy, nbclient, playwright  # noqa: F401
 url = json.loads(importlib.metadata.distribution("trainjob-magics").read_text("direct_url.json"))
 sys.exit(url.get("url") != pathlib.Path.cwd().resolve().as_uri())
 PY

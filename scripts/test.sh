@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --browser
 ruff check .
 ruff format --check .
+# types of the engine and the magics ([tool.mypy] in pyproject.toml)
+mypy
 # the lab extension (packages/labextension): strict types, eslint, its jest tests
 (cd packages/labextension && jlpm install --immutable >/dev/null && jlpm typecheck && jlpm lint \
   && jlpm test --silent)

@@ -27,7 +27,7 @@ class ExecResult:
     ``None`` only when the server sent no exit status.
     """
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable: compared by value, mutable
 
     def __init__(
         self,

@@ -21,7 +21,7 @@ from .failures import TrainJobCellError, TrainJobMagicError, TrainJobUsageError
 from .host import MagicsHost
 from .options import check_positive, check_var, chosen_session
 from .outcomes import learn_from_cell, learn_from_cell_error
-from .registry import session_name
+from .registry import Entry, session_name
 from .views.live import panel_ref
 from .views.text import NullOutputView, footer_text
 from .worker import Pump, join_text
@@ -55,7 +55,7 @@ def run_cell(host: MagicsHost, args: Any, cell: str) -> None:
     _run_in(host, args, cell, entry, session)
 
 
-def _run_in(host: MagicsHost, args: Any, cell: str, entry: Any, session: Any) -> None:
+def _run_in(host: MagicsHost, args: Any, cell: str, entry: Entry, session: Any) -> None:
     pump = Pump()
     pods = args.pod.strip() if args.pod and args.pod.strip() != "trainer" else None
     try:
@@ -91,7 +91,7 @@ def _run_in(host: MagicsHost, args: Any, cell: str, entry: Any, session: Any) ->
             raise TrainJobCellError(failure, result)
 
 
-def gone_line(host: MagicsHost, entry: Any, error: TrainJobGoneError) -> str:
+def gone_line(host: MagicsHost, entry: Entry, error: TrainJobGoneError) -> str:
     """The one line of a cell whose session's TrainJob was deleted by someone else (the
     sidebar, kubectl): what happened, and the magic that starts a new session. The session is
     forgotten, so that magic can take its name again."""
@@ -183,9 +183,9 @@ def follow(
         result = pump.run(lambda emit: run.result(), handle, view.tick, join_text)
     except KeyboardInterrupt:
         pump.cancel()
-        error: BaseException = run.interrupt()
-        _finish(view, error.partial, "interrupted", interrupted=True)  # type: ignore[attr-defined]
-        return error.partial, TrainJobCellError(str(error), error.partial)  # type: ignore[attr-defined]
+        error = run.interrupt()
+        _finish(view, error.partial, "interrupted", interrupted=True)
+        return error.partial, TrainJobCellError(str(error), error.partial)
     except TrainJobGoneError as exc:  # nothing ran: no footer (no exit code, no time); the
         _finish(view, None, "")  # cell's one line says what happened
         return None, exc

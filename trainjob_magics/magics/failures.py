@@ -14,7 +14,7 @@ import functools
 import traceback
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from IPython.core.error import UsageError
 
@@ -83,15 +83,16 @@ BUG_LINE = (
     "traceback below shows where, please report it with the cell that raised it"
 )
 
-Method = TypeVar("Method", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def magic_errors(method: Method) -> Method:
+def magic_errors(method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
     """Run a magic's body; an exception it raises is re-raised as it is, drawn by IPython as
     :func:`shown_as` decides (the magic's ``show_tracebacks`` setting, its ``shell``)."""
 
     @functools.wraps(method)
-    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def run(self: Any, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(self, *args, **kwargs)
         except Exception as exc:
@@ -99,7 +100,7 @@ def magic_errors(method: Method) -> Method:
             raise
 
     run.magic_errors = True  # type: ignore[attr-defined]  # tests check every magic has it
-    return run  # type: ignore[return-value]
+    return run
 
 
 def shown_as(exc: BaseException, tb: TracebackType | None, shell: Any, *, full: bool) -> None:
@@ -119,7 +120,7 @@ def shown_as(exc: BaseException, tb: TracebackType | None, shell: Any, *, full: 
         drawn = own(exc) if user and draws_itself else []
         return [*bug, *full_traceback(exc, tb, shell), *drawn]
 
-    exc._render_traceback_ = lines  # type: ignore[attr-defined]
+    exc._render_traceback_ = lines  # type: ignore[attr-defined]  # IPython's per-exception hook
 
 
 def full_traceback(exc: BaseException, tb: TracebackType | None, shell: Any) -> list[str]:

@@ -183,12 +183,12 @@ def _show(host: MagicsHost, result: Any, args: Any) -> Any:
     for label, one in pods:
         for note in one.notes:
             print(f"[{label}] {note}" if label else note)
-    errors = [(label, one) for label, one in pods if one.error is not None]
+    errors = [(label, one, one.error) for label, one in pods if one.error is not None]
     raise_it = host.settings.raise_on_error and not args.no_raise_error
     if errors and raise_it:
         raise _cell_error(result, errors)
-    for label, one in errors:
-        text = one.error.traceback or one.error.line()  # type: ignore[union-attr]
+    for label, _, error in errors:
+        text = error.traceback or error.line()
         print((f"[{label}]\n" if label else "") + text.rstrip("\n"))
     if args.quiet:
         return None
@@ -208,12 +208,15 @@ def _labelled(label: str, data: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _cell_error(result: Any, errors: list[tuple[str, PythonResult]]) -> RemotePythonCellError:
-    first = errors[0][1]
+def _cell_error(
+    result: Any, errors: list[tuple[str, PythonResult, RemoteError]]
+) -> RemotePythonCellError:
+    """``errors``: (label, the pod's result, its error) of each pod whose code raised."""
+    _, first, error = errors[0]
     where = f"pod {first.pod}" if len(errors) == 1 else f"{len(errors)} pods"
-    message = f"{first.error.line()} (in {where})"  # type: ignore[union-attr]
-    sections = [(f"[{label}]" if label else "", one.error) for label, one in errors]
-    return RemotePythonCellError(message, result, sections)  # type: ignore[arg-type]
+    message = f"{error.line()} (in {where})"
+    sections = [(f"[{label}]" if label else "", err) for label, _, err in errors]
+    return RemotePythonCellError(message, result, sections)
 
 
 def _store(host: MagicsHost, result: Any, args: Any) -> None:

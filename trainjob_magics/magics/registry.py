@@ -307,7 +307,7 @@ def install_hooks(shell: Any, on_close: Callable[[str], None]) -> None:
             on_close("reset")
             return original_reset(*args, **kwargs)
 
-        reset._trainjob_hook = True  # type: ignore[attr-defined]
+        reset._trainjob_hook = True  # type: ignore[attr-defined]  # marks our wrapper
         shell.reset = reset
     kernel = getattr(shell, "kernel", None)
     if kernel is not None and "do_shutdown" not in vars(kernel):
@@ -318,7 +318,7 @@ def install_hooks(shell: Any, on_close: Callable[[str], None]) -> None:
             on_close("restart" if restart else "shutdown")
             return original_shutdown(*args, **kwargs)
 
-        do_shutdown._trainjob_hook = True  # type: ignore[attr-defined]
+        do_shutdown._trainjob_hook = True  # type: ignore[attr-defined]  # marks our wrapper
         with contextlib.suppress(Exception):
             kernel.do_shutdown = do_shutdown
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
-from typing import Any
+from typing import Any, cast
 
 RAW_READ = 1 << 20  # bytes of ciphertext read from the socket at once
 
@@ -106,7 +106,8 @@ class BioSocket:
         self._more = False
         while got < n:
             try:
-                k = self.obj.read(n - got, view[got:n])
+                # with a buffer, read returns the count (typeshed says bytes whatever the call)
+                k = cast(int, self.obj.read(n - got, view[got:n]))
             except ssl.SSLWantReadError:
                 if got or self._eof:
                     break

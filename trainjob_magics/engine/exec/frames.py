@@ -216,7 +216,12 @@ def client_frame(payload: bytes | memoryview, opcode: int = OP_BINARY) -> bytes 
 
 
 class StdinError(Exception):
-    """Reading the stdin source failed (a local error, not a connection problem)."""
+    """Reading the stdin source failed (a local error, not a connection problem); ``error`` is
+    the ``OSError`` it raised."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 class StdinSender:
@@ -245,7 +250,7 @@ class StdinSender:
         if stdin is not None and not v5:
             log.debug("v4.channel.k8s.io negotiated: stdin cannot be closed")
         self.on_stdin = on_stdin
-        self.control: collections.deque[bytes] = collections.deque()
+        self.control: collections.deque[bytes | bytearray] = collections.deque()
         self.frame: memoryview | None = None  # being written
         self.offset = 0  # bytes of ``frame`` written
         self.started = False  # a write of ``frame`` was attempted (TLS may hold part of it)
@@ -264,7 +269,7 @@ class StdinSender:
             or self.close_stdin
         )
 
-    def queue_control(self, frame: bytes) -> None:
+    def queue_control(self, frame: bytes | bytearray) -> None:
         self.control.append(frame)
 
     def abandon_stdin(self) -> None:
@@ -277,6 +282,7 @@ class StdinSender:
     def _load(self) -> bool:
         """Make the next frame current; False when there is nothing to send."""
         payload, stdin_frame = 0, True
+        frame: bytes | bytearray
         if self.control:
             stdin_frame = False
             frame = self.control.popleft()

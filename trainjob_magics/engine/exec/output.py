@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from ..result import CapturedOutput, SpillFile
 
@@ -35,7 +35,13 @@ ROOT_PREFIX = "trainjob-magics-"
 SPILL_BUFFER = 1 << 20  # write buffer of a spill file
 
 
-Sink = Callable[[bytes], Any] | BinaryIO  # raw bytes receiver: a callable or a binary file
+class ChunkWriter(Protocol):
+    """A sink with ``write``: a binary file, or an object that takes each chunk as a view."""
+
+    def write(self, data: memoryview, /) -> object: ...
+
+
+Sink = Callable[[bytes], Any] | ChunkWriter  # raw bytes receiver: a callable or a binary file
 
 
 class SpillDir:
@@ -99,7 +105,7 @@ def _pid_alive(pid: int) -> bool:
 def sweep_stale_roots(tmp: str | None = None) -> list[str]:
     """Remove spill roots (ours, by uid) whose process is gone; returns what was removed."""
     base = tmp or tempfile.gettempdir()
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(base))
     except OSError:
@@ -190,7 +196,7 @@ def sink_writer(sink: Sink) -> Callable[[memoryview], Any]:
     """A callable taking each chunk: ``sink.write`` for a file, else ``sink(bytes)``."""
     write = getattr(sink, "write", None)
     if write is not None:
-        return write  # type: ignore[no-any-return]
+        return write
     if not callable(sink):
         raise TypeError(f"a sink must be callable or have .write(), got {type(sink).__name__}")
     return lambda data: sink(bytes(data))

@@ -119,11 +119,12 @@ class Collector:
     def snapshot(self, started: float, pod: str) -> ExecResult:
         """The output so far, without an exit code (safe while the command still runs)."""
         order = self.order()  # before the buffers: the runs never cover bytes not taken
+        stdout, stderr = (
+            self.buffers[ch].snapshot() if ch in self.buffers else EMPTY for ch in (STDOUT, STDERR)
+        )
         return ExecResult.from_captured(
-            *(
-                self.buffers[ch].snapshot() if ch in self.buffers else EMPTY
-                for ch in (STDOUT, STDERR)
-            ),
+            stdout,
+            stderr,
             None,
             time.monotonic() - started,
             pod,

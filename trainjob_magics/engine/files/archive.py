@@ -291,7 +291,7 @@ class ChunkStream:
     one, or None / b"" at the end): exact reads, ``tell`` and forward ``seek`` (all that
     tarfile's ``"r:"`` mode needs to parse headers), and :meth:`views` of the data in place."""
 
-    def __init__(self, next_chunk: Callable[[], bytes | bytearray | None]) -> None:
+    def __init__(self, next_chunk: Callable[[], bytes | bytearray | memoryview | None]) -> None:
         self._next = next_chunk
         self._view = memoryview(b"")
         self._pos = 0  # in ``_view``
@@ -368,6 +368,7 @@ def data_safe(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
         raise UnsafeArchiveError(
             f"refused to unpack the download: member {member.name!r} is a special file"
         )
+    # None, as data_filter sets them: "keep the default" (typeshed types them int and str)
     safe.uid = safe.gid = None  # type: ignore[assignment]
     safe.uname = safe.gname = None  # type: ignore[assignment]
     return safe
@@ -394,6 +395,7 @@ def unpack(
     made: set[Path] = set()  # directories created
     directories: list[tuple[Path, tarfile.TarInfo]] = []
     try:
+        # typeshed's fileobj has write and close too; reading "r:" needs read, tell and seek
         with tarfile.open(fileobj=archive, mode="r:") as tar:  # type: ignore[call-overload]
             for member in tar:
                 _normalise(member)

@@ -203,7 +203,7 @@ def upload(
             sources: Callable[[], Any] = lambda: stream  # noqa: E731
         else:
             tmp = stack.enter_context(tempfile.TemporaryFile(prefix="trainjob-upload-"))
-            shutil.copyfileobj(stream, tmp, STREAM_CHUNK)  # type: ignore[misc]
+            shutil.copyfileobj(stream, tmp, STREAM_CHUNK)
             tmp.flush()
             sources = lambda: _RangeReader(tmp.fileno(), stream.size)  # noqa: E731
 

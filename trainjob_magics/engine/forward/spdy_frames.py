@@ -253,6 +253,7 @@ class FrameParser:
     def feed(self, chunk: bytes | bytearray | memoryview) -> list[Frame]:
         """Take ``chunk``; return the frames now complete. A DATA frame's ``data`` is a view
         into ``chunk`` (no copy): the caller must not change ``chunk`` afterwards."""
+        buf: bytes | bytearray | memoryview
         if self._buf:
             self._buf += chunk
             buf, self._buf = self._buf, bytearray()  # views into it stay valid: never changed

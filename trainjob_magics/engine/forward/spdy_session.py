@@ -239,9 +239,9 @@ class SpdySession:
             self.session_send_window += delta
             events.extend(Event("window", s) for s in self.streams)
             return
-        stream = self.streams.get(sid)
-        if stream is not None:
-            stream.send_window += delta
+        target = self.streams.get(sid)
+        if target is not None:
+            target.send_window += delta
             events.append(Event("window", sid))
 
 

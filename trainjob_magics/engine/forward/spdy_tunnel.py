@@ -216,6 +216,7 @@ class SpdyTunnel:
                     ws_events = want
                 for conn in list(self.conns.values()):
                     self._watch(conn)
+                ready: list[tuple[object, object, int]]  # (file object, its data, events)
                 if ws_events & selectors.EVENT_READ and has_pending(self.sock):
                     ready = [(self.sock, None, selectors.EVENT_READ)]
                 else:

@@ -135,6 +135,7 @@ class Tunnel:
                     self._dropped = True  # cut short: the local client sees a reset
                     break
                 self._watch(sel, watching)
+                ready: list[object]  # compared by identity only
                 if watching[self.remote] & selectors.EVENT_READ and has_pending(self.remote):
                     ready = [self.remote]
                 else:

@@ -13,7 +13,7 @@ from ..kube.names import GPU_RESOURCE
 from ..kube.objects import parse_time, pod_phase
 from .schema import Holds
 
-_SUFFIXES = {
+_SUFFIXES: dict[str, int | Decimal] = {
     "Ki": 2**10,
     "Mi": 2**20,
     "Gi": 2**30,

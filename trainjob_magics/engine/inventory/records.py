@@ -62,8 +62,8 @@ def forwards_of(notes: Mapping[str, Any]) -> list[ForwardRow]:
         if not (link.startswith(("http://", "https://")) or link.startswith("/")):
             continue
         try:
-            local, port = int(item.get("localPort")), int(item.get("port"))
-        except (TypeError, ValueError):
+            local, port = int(item["localPort"]), int(item["port"])
+        except (KeyError, TypeError, ValueError):
             continue
         found.append(
             {"localPort": local, "port": port, "pod": str(item.get("pod") or ""), "link": link}

@@ -226,7 +226,7 @@ class SessionInventory:
         self.add_namespace(namespace)
         watch = self._watches.get(namespace)
         job = watch.jobs.get(name) if watch is not None else None
-        if job is None or (uid and (job.get("metadata") or {}).get("uid") != uid):
+        if watch is None or job is None or (uid and (job.get("metadata") or {}).get("uid") != uid):
             record["problem"] = "not on the cluster (or not read yet)"
             return record
         with self._cond:

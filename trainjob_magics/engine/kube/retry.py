@@ -122,13 +122,14 @@ class RetryWindow:
         if not (self.reached and self.seconds > 0 and is_unreachable(exc)):
             return None
         with self._lock:
-            started = self._down_since is None
-            if started:
-                self._down_since = time.monotonic()
+            since = self._down_since
+            started = since is None
+            if since is None:
+                since = self._down_since = time.monotonic()
                 self._notice = (
                     f"API server unreachable ({_why(exc)}), retrying for up to {self.seconds:g}s"
                 )
-            deadline = self._down_since + self.seconds
+            deadline = since + self.seconds
         if started:
             log.warning("the Kubernetes API server at %s is unreachable: %s", self.host, exc)
             self._announce(self._notice)
@@ -232,9 +233,9 @@ def with_retries(
                 raise
             outage = window.outage_deadline(exc) if window is not None else None
             now = time.monotonic()
-            if outage is not None and attempts > 1:
+            if window is not None and outage is not None and attempts > 1:
                 if now >= outage:
-                    raise window.gave_up(exc) from None  # type: ignore[union-attr]
+                    raise window.gave_up(exc) from None
                 delay = min(OUTAGE_MAX_DELAY, backoff(attempt), outage - now)  # last try at the end
                 if deadline is not None and now + delay >= deadline:
                     raise

@@ -92,7 +92,8 @@ class Watcher:
         self.field_selector = field_selector
         self.objects: dict[str, dict[str, Any]] = {}
         self.resource_version = ""
-        self.chunk_seconds = WATCH_CHUNK_SECONDS  # the longest watch request (refresh period)
+        # the longest watch request (refresh period)
+        self.chunk_seconds: float = WATCH_CHUNK_SECONDS
         self._aborted = False
         self._stream: Any = None  # the watch response being read
         self._lock = threading.Lock()

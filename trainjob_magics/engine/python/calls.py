@@ -78,7 +78,7 @@ def raise_failed(result: PythonResult | MultiPythonResult, what: str) -> None:
     items = result.results.items() if isinstance(result, MultiPythonResult) else []
     errors = dict(result.errors) if isinstance(result, MultiPythonResult) else {}
     if isinstance(result, PythonResult):
-        items = [(result.pod, result)]  # type: ignore[assignment]
+        items = [(result.pod, result)]
     for pod, error in errors.items():
         raise RemotePythonError(f"{what} in pod {pod} failed: {error}", result=result)
     for pod, one in items:

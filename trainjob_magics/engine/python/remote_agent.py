@@ -327,8 +327,10 @@ class Agent:
             return self.error(exc, syntax=True)
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
         last = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr) and not code.rstrip().endswith(";"):
-            last = ast.Expression(tree.body.pop().value)
+        tail = tree.body[-1] if tree.body else None
+        if isinstance(tail, ast.Expr) and not code.rstrip().endswith(";"):
+            tree.body.pop()
+            last = ast.Expression(tail.value)
         try:
             self.running = True
             exec(compile(tree, filename, "exec"), self.ns)

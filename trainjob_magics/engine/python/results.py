@@ -97,8 +97,8 @@ class MultiPythonResult(Mapping[str, PythonResult]):
         reasons = []
         for pod in failed:
             name = f"{pod} [{self.labels[pod]}]" if pod in self.labels else pod
-            err = self.errors.get(pod)
-            why = type(err).__name__ if err else self.results[pod].error.line()  # type: ignore[union-attr]
+            err, remote = self.errors.get(pod), self.results[pod].error
+            why = remote.line() if err is None and remote is not None else type(err).__name__
             reasons.append(f"{name} ({why})")
         return f"{len(failed)} of {len(self)} pods failed: " + ", ".join(reasons)
 

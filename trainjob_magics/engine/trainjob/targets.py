@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from kubernetes.client import ApiClient
 
@@ -207,7 +207,7 @@ def wants_multi(pods: TargetSpec) -> bool:
     return pods is not None and split_spec(pods) != [TRAINER]
 
 
-def is_resolved(spec: object) -> bool:
+def is_resolved(spec: object) -> TypeGuard[Sequence[PodRef]]:
     """True for a list of :class:`PodRef` (what ``session.pods()`` returned): no lookup needed."""
     return (
         isinstance(spec, (list, tuple)) and bool(spec) and all(isinstance(r, PodRef) for r in spec)
@@ -220,7 +220,7 @@ def resolve_pods(
     """List the job's pods and resolve ``spec`` against them (``trainer`` and resolved
     :class:`PodRef` lists need no listing)."""
     if is_resolved(spec):
-        return list(spec)  # type: ignore[arg-type]
+        return list(spec)
     if split_spec(spec) == [TRAINER] and trainer_pod is not None:
         return [PodRef(trainer_pod, TRAINER, 0, "Running")]
     return resolve(spec, pod_refs(list_job_pods(api, namespace, job)), trainer_pod)

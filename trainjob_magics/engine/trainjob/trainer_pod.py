@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..kube.names import (
     ANCESTOR_LABEL,
@@ -22,6 +23,8 @@ from ..kube.objects import (
     pod_name,
     pod_phase,
 )
+
+P = TypeVar("P", bound=Pod)  # a pod object: the trainer pod found is one of those given
 
 LAUNCHER = "launcher"
 
@@ -62,7 +65,7 @@ def _first_index(pod: Pod) -> bool:
     )
 
 
-def select_trainer_pod(pods: Iterable[Pod], target: TrainerTarget | None) -> Pod | None:
+def select_trainer_pod(pods: Iterable[P], target: TrainerTarget | None) -> P | None:
     """The trainer pod among a TrainJob's pods (completion index 0), or None if not created yet.
 
     Without a target (runtime and JobSet unreadable): pods carrying the ancestor label, else the

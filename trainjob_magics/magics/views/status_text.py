@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -37,7 +37,7 @@ POD_COLUMNS = ("NAME", "ROLE", "PHASE", "READY", "NODE", "RESTARTS", "AGE", "WAI
 
 def pod_rows(pods: Iterable[Any], now: datetime | None = None) -> list[tuple[str, ...]]:
     """Rows of the pod table (trainer pod marked with ``*``)."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for p in pods:
         rows.append(
             (
@@ -54,7 +54,7 @@ def pod_rows(pods: Iterable[Any], now: datetime | None = None) -> list[tuple[str
     return rows
 
 
-def table(header: tuple[str, ...], rows: list[tuple[str, ...]], indent: str = "") -> str:
+def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], indent: str = "") -> str:
     """Left-aligned text table."""
     widths = [len(h) for h in header]
     for row in rows:

@@ -307,7 +307,8 @@ class TextOutputView:
     def _print(self, lines: list[tuple[str, str]]) -> None:
         """Print finished lines, one write per run of lines of the same stream."""
         self._shown += len(lines)
-        name, run = "", []
+        name = ""
+        run: list[str] = []
         for stream, line in lines:
             if stream != name and run:
                 self._emit(name, "".join(run))
