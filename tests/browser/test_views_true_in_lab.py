@@ -4,7 +4,8 @@
   ``%trainjob_close``, not after Kernel > Restart (which leaves the job to its run), and once
   the run exits 3 the row and the panel say Failed;
 - the idle time starts when the last command ended (not up to a minute before), and the idle
-  time and the idle-stop countdown move together between two reads of the record.
+  time and the idle-stop countdown move together between two reads of the record;
+- ``%trainjob_status`` says what the job holds once (the live line says it, live).
 
 Screenshots under artifacts/screenshots/."""
 
@@ -31,6 +32,7 @@ from tests.helpers.polling import wait_until
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 IDLE = re.compile(r"idle (\d+) s")
+CPU_HOLDS = re.compile(r"2 CPU · held \d+ s \(<0\.1 CPU-h\)")  # a job of 2 pods of 1 CPU
 WARNING = re.compile(r"Idle stop in (\d+) s")
 
 
@@ -136,3 +138,39 @@ def test_idle_time_starts_at_the_last_command_and_moves_with_the_countdown(
     later = wait_until(lambda: (v := idle_and_left()) and v[1] <= first[1] - 4 and v, timeout=30)
     assert abs(later[0] + later[1] - idle_stop) <= 2, (first, later, warning.inner_text())
     sidebar.screenshot(path=str(screenshot_path("views_true", "idle-and-countdown")))
+
+
+def test_status_says_what_the_job_holds_once(
+    tmp_path: Path,
+    own_cluster: Any,
+    jupyterlab_factory: Any,
+    open_notebook: Any,
+    screenshot_path: Any,
+) -> None:
+    """Issue 36, defect 6: ``%trainjob_status`` in JupyterLab showed the holding line twice: in
+    the panel's live line and as a printed line under the panel."""
+    root = tmp_path / "root"
+    root.mkdir()
+    write_notebook(
+        root / "holds.ipynb",
+        "%load_ext trainjob_magics",
+        "%trainjob_connect torch-distributed --nodes 2 --cpu 1",
+        "%trainjob_status",
+    )
+    lab = jupyterlab_factory(root, {"KUBECONFIG": str(own_cluster.kubeconfig_path)})
+    nbp = open_notebook(lab, "holds.ipynb")
+    for index in range(3):
+        run_cell(nbp, index)
+    live = live_state(nbp, 2)
+    wait_state(live, "Running", 10)
+    wait_until(lambda: CPU_HOLDS.search(live.inner_text()), timeout=10)
+    area = nbp.cells().nth(2).locator(".jp-Cell-outputArea")
+    shown = area.inner_text()  # what is on screen: hidden elements are left out
+    assert len(CPU_HOLDS.findall(shown)) == 1, shown
+    assert "holds held" not in shown, shown
+    # the kernel drew it in the panel (what a front end without the extension shows), hidden
+    # under the live line that says it
+    drawn = area.locator(".tjm-kernel-drawing .tjm-holds")
+    assert drawn.count() == 1 and not drawn.is_visible()
+    assert CPU_HOLDS.search(drawn.text_content() or ""), drawn.text_content()
+    nbp.screenshot_cell(2, screenshot_path("views_true", "status-holds-once"))

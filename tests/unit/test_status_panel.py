@@ -4,6 +4,7 @@ release, a --pod all timeout)."""
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from tests.helpers.polling import wait_until
@@ -160,3 +161,27 @@ def test_the_pod_table_wraps_its_long_columns_to_fit_a_narrow_window() -> None:
     wraps = [("white-space:normal" in c and "break-all" not in c) for c in cells]
     # NAME, ROLE, PHASE, READY, NODE, RESTARTS, AGE, WAITING
     assert wraps == [True, False, False, False, True, False, False, True], cells
+
+
+def test_the_holding_line_is_in_the_status_panel_while_true(
+    published: list[dict[str, Any]],
+) -> None:
+    """%trainjob_status: what the job holds is one line of the panel (the lab extension hides it
+    under its live line, which says it), not printed under it (issue 36, defect 6); gone once the
+    job's state moved on or the session ended."""
+    line = "holds 2 CPU · held 7 s (<0.1 CPU-h) · idle 3 s"
+    panel = StatusWidget(_status(), show=False)
+    panel.set_holds(line)
+    panel.show()
+    data = published[-1]["data"]
+    assert data["text/html"].count('class="tjm-holds tjm-when-live"') == 1
+    assert data["text/html"].count(html.escape(line)) == 1
+    assert data["text/plain"].endswith(line) and data["text/plain"].count(line) == 1
+    panel.update(_status("Complete", "Succeeded"), now=True)
+    assert "tjm-holds" not in published[-1]["data"]["text/html"]
+    assert line not in published[-1]["data"]["text/plain"]
+    again = StatusWidget(_status(), show=False)
+    again.set_holds(line)
+    again.show()
+    again.final("Deleted", cause="deleted by %trainjob_close")
+    assert "tjm-holds" not in published[-1]["data"]["text/html"]

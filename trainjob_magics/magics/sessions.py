@@ -134,6 +134,7 @@ def render_status(host: MagicsHost, entry: Entry, quiet_errors: bool = False) ->
         if quiet_errors:
             return
         raise
+    holds = _holds(host, entry.session) if status.state not in ENDED_STATES else ""
     if host.use_widgets():
         from .views.status import StatusWidget
 
@@ -142,6 +143,8 @@ def render_status(host: MagicsHost, entry: Entry, quiet_errors: bool = False) ->
         restarts.note_live_panels(host.shell)
         panel = StatusWidget(status, refresh=entry.session.status, max_runtime=limit, show=False)
         panel.uid = str(getattr(entry.session, "job_uid", "") or "")
+        # in the panel, not printed under it: the lab extension's live line says it already
+        panel.set_holds(holds)
         panel.show()
         state = "Ready" if status.state == "Running" else status.state  # "Running" is the live word
         panel.mark_seen(f"{state} when shown")
@@ -150,9 +153,8 @@ def render_status(host: MagicsHost, entry: Entry, quiet_errors: bool = False) ->
         print(
             format_status(status, max_runtime=duration_seconds(entry.settings.get("max_runtime")))
         )
-    holds = _holds(host, entry.session) if status.state not in ENDED_STATES else ""
-    if holds:
-        print(holds)
+        if holds:
+            print(holds)
     gpus = _gpus(entry.session)
     if gpus:
         _show_gpus(host, gpus)

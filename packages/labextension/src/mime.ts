@@ -6,7 +6,7 @@ import { Widget } from '@lumino/widgets';
 import { forwardClosed, renderForwardEnded } from './forward';
 import { renderGpus, sharedGpuReports, wantsGpus } from './gpus';
 import { sharedModel } from './model';
-import { isStale, renderLive } from './panel';
+import { isStale, renderLive, showsHolds } from './panel';
 import { IPanelRef, PANEL_MIME } from './types';
 
 export class PanelRenderer extends Widget implements IRenderMime.IRenderer {
@@ -86,6 +86,7 @@ export class PanelRenderer extends Widget implements IRenderMime.IRenderer {
       renderForwardEnded(this._static, ref, closed);
     }
     this._static.classList.toggle('tjm-stale', !this._ended && isStale(job, ref));
+    this._static.classList.toggle('tjm-live-holds', showsHolds(ref, job));
   }
 
   dispose(): void {

@@ -16,10 +16,16 @@ export function liveLine(ref: IPanelRef, job: ISession | null): string {
   if (job.gone && ref.kind === 'forward') {
     parts.push('the forward is closed');
   }
-  if (job.holds && !job.gone) {
+  if (showsHolds(ref, job)) {
     parts.push(holdsText(job));
   }
   return parts.join(' · ');
+}
+
+/** Whether the live line says what the job holds: then the holding line the kernel drew
+ * under its status panel (``.tjm-holds``, ``%trainjob_status``) is hidden, said once. */
+export function showsHolds(ref: IPanelRef, job: ISession | null): boolean {
+  return ref.kind !== 'cell' && !!job && !!job.holds && !job.gone;
 }
 
 /** Whether the kernel's drawing below is out of date (the job is gone or ended); a cell's

@@ -221,10 +221,27 @@ class StatusWidget:
         self._timer: threading.Timer | None = None
         self.handle: Any = None
         self.uid = ""  # the TrainJob's uid, when known (the live panel's key with its name)
+        self.holds = ""  # what the job holds (%trainjob_status), while the job is as then
+        self._holds_state = ""
         if status is not None:
             self._set(status)
         if show:
             self.show()
+
+    def set_holds(self, holds: str) -> None:
+        """``holds 2 CPU · held 7 s (<0.1 CPU-h) · idle 3 s`` under the pod table, as read now:
+        shown while the job's state stays the one it was read in, never once it ended. The lab
+        extension hides it under its live line, which says it, live (``tjm-holds``)."""
+        with self._lock:
+            self.holds = holds
+            self._holds_state = self.status.state if self.status is not None else ""
+            self._render(elapsed=self.elapsed() if self._base is not None else None)
+
+    def _holds_now(self) -> str:
+        """The holding line, while still true."""
+        if self.final_state or self.status is None or self.status.state != self._holds_state:
+            return ""
+        return self.holds
 
     def show(self) -> None:
         """Display the panel (once), with a display id its updates go through."""
@@ -247,6 +264,12 @@ class StatusWidget:
                 note=self.note,
                 live=not self.final_state,
             )
+            holds = self._holds_now()
+            if holds:
+                self.html += (  # no longer true once the next kernel marks the panel ended
+                    f'<div class="tjm-holds tjm-when-live" style="{MUTED_STYLE}">'
+                    f"{html.escape(holds)}</div>"
+                )
             if self.error:
                 self.html += (
                     f'<div class="tjm-refresh-error" style="{FAIL_STYLE}">'
@@ -391,13 +414,15 @@ class StatusWidget:
             if self.final_state:
                 return self.final_state + (f": {self.note}" if self.note else "")
             return "(no status yet)"
-        return format_status(
+        text = format_status(
             self.status,
             elapsed=self.elapsed() if self._base is not None else None,
             max_runtime=self.max_runtime,
             state=self.final_state,
             note=self.note,
         )
+        holds = self._holds_now()
+        return f"{text}\n{holds}" if holds else text
 
     def refresh(self) -> None:
         """Fetch and show the current status; an error is shown in one line below."""
