@@ -44,6 +44,8 @@ class ExecResult:
         self.pod = pod
         # what the engine learned about how the command ended, e.g. that it ran out of memory
         self.note = ""
+        # per-rank output of the mpirun/mpiexec the command ran (exec/ranks.py's MpiOutput)
+        self.mpi: Any = None
         self._out = _captured(stdout, stdout_bytes)
         self._err = _captured(stderr, stderr_bytes)
         self._order: tuple[tuple[int, int], ...] | None = None
@@ -141,6 +143,17 @@ class ExecResult:
     def ok(self) -> bool:
         """True when the command exited with status 0."""
         return self.returncode == 0
+
+    @property
+    def by_rank(self) -> dict[int, Any]:
+        """rank -> ``RankOutput`` (``.stdout``, ``.stderr`` as that rank printed them, ``.host``,
+        ``.pod``) of the ``mpirun``/``mpiexec`` the command ran; empty when none ran tagged."""
+        return self.mpi.by_rank if self.mpi is not None else {}
+
+    @property
+    def launcher(self) -> str:
+        """The lines of ``mpirun``/``mpiexec`` that no rank printed (ssh's, mpirun's own)."""
+        return self.mpi.launcher if self.mpi is not None else ""
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ExecResult):

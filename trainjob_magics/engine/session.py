@@ -42,6 +42,16 @@ from .exec.fanout import OnPodDone, OnPodOutput, run_on_pods
 from .exec.inflight import InFlight
 from .exec.multiplexed import Multiplexed
 from .exec.output import MAX_MEMORY_OUTPUT, SpillDir
+from .exec.ranks import (
+    OnRankEvent,
+    RankOptions,
+    job_pods,
+    new_token,
+    pod_matcher,
+    ranked_argv,
+    wants_ranks,
+    world_warning,
+)
 from .exec.runs import CommandRun
 from .files.logs import OnLog, PodLogs, read_log, read_logs
 from .files.transfer import TransferProgress, TransferResult, download, upload, write_file
@@ -265,6 +275,9 @@ class TrainJobSession:
         max_memory_output: int | None = None,
         on_done: OnPodDone | None = None,
         on_notice: OnNotice | None = None,
+        ranks: bool = True,
+        world_check: bool = True,
+        on_ranks: OnRankEvent | None = None,
     ) -> ExecResult | MultiExecResult:
         """Run ``command`` in the trainer pod (a str runs with ``sh -c``, a list as argv).
 
@@ -278,9 +291,23 @@ class TrainJobSession:
         ``.partial``. While the API server is unreachable the command waits for it (up to
         :attr:`api_retry_seconds`) and ``on_notice(line)`` hears "API server unreachable,
         retrying".
+
+        A shell command on one pod that calls ``mpirun``/``mpiexec`` gets each rank's output
+        apart (``ranks``, docs/multinode.md "Per-rank output"): ``result.by_rank``,
+        ``result.launcher``, ``result.mpi`` (its runs, the failed rank, the world check's
+        warning unless ``world_check`` is off); ``on_ranks(event)`` then gets the text of the
+        tagged runs (:class:`~.exec.ranks.RankEvent`) and ``on_output`` the text around them.
         """
         _refs, _multi, work = self._prepare(
-            command, container, stdin, timeout, on_output, pods, max_memory_output, on_done
+            command,
+            container,
+            stdin,
+            timeout,
+            on_output,
+            pods,
+            max_memory_output,
+            on_done,
+            RankOptions(ranks, world_check, on_ranks),
         )
         with window_of(self.api_client).listening(on_notice):
             return work(CommandGroup(self._commands))
@@ -297,12 +324,23 @@ class TrainJobSession:
         max_memory_output: int | None = None,
         on_done: OnPodDone | None = None,
         on_notice: OnNotice | None = None,
+        ranks: bool = True,
+        world_check: bool = True,
+        on_ranks: OnRankEvent | None = None,
     ) -> CommandRun:
         """``execute`` in a background thread: returns a :class:`CommandRun` (``.pods`` are the
         pods it runs on; ``.result()`` waits; ``.interrupt()`` stops it and returns the error
         to raise). Bad input and unknown pods raise here, before anything runs."""
         refs, multi, work = self._prepare(
-            command, container, stdin, timeout, on_output, pods, max_memory_output, on_done
+            command,
+            container,
+            stdin,
+            timeout,
+            on_output,
+            pods,
+            max_memory_output,
+            on_done,
+            RankOptions(ranks, world_check, on_ranks),
         )
         work = window_of(self.api_client).heard_by(work, on_notice)
         return CommandRun(work, CommandGroup(self._commands), refs, multi=multi).start()
@@ -317,6 +355,7 @@ class TrainJobSession:
         pods: TargetSpec,
         max_memory_output: int | None,
         on_done: OnPodDone | None,
+        ranks: RankOptions | None = None,
     ) -> tuple[list[PodRef], bool, Callable[[CommandGroup], Any]]:
         self._check_open()
         limit = validate_max_memory_output(max_memory_output)
@@ -375,8 +414,23 @@ class TrainJobSession:
                     self._check_preempted(result)
                 self._record_pods_gone(result)
                 return result
+            token = new_token() if ranks and ranks.enabled and wants_ranks(argv) else None
             try:
-                single = run_one(refs[0], functools.partial(_bound, on_output))
+                if token is None:
+                    single = run_one(refs[0], functools.partial(_bound, on_output))
+                else:  # under the per-rank prelude (exec/ranks.py)
+                    single = self._run_one(
+                        refs[0],
+                        ranked_argv(argv, token),
+                        container=container,
+                        stdin=data,
+                        timeout=timeout,
+                        bind=functools.partial(_bound, on_output),
+                        max_memory_output=limit,
+                        group=group,
+                        ranks_token=token,
+                        on_ranks=ranks.on_ranks if ranks else None,
+                    )
             except (PodNotRunningError, ConnectionLostError, PodGoneError) as exc:
                 if self.queue:
                     self._check_preempted(exc.partial, pod=refs[0].name)
@@ -385,9 +439,23 @@ class TrainJobSession:
                 raise
             if self.queue and single.returncode != 0:
                 self._check_preempted(single)
+            if single.mpi is not None:
+                self._place_ranks(single, world_check=bool(ranks and ranks.world_check))
             return single
 
         return refs, multi, work
+
+    def _place_ranks(self, result: ExecResult, *, world_check: bool) -> None:
+        """The pods the ranks ran on (their hosts matched to the job's pods), and the world
+        check's warning for each tagged run (exec/ranks.py)."""
+        try:
+            pods = job_pods(self._list_pods())
+        except TrainJobError:
+            return
+        result.mpi.place(pod_matcher(pods))
+        if world_check:
+            for run in result.mpi.runs:
+                run.warning = world_warning(run, pods)
 
     def _run_one(
         self,
@@ -400,6 +468,8 @@ class TrainJobSession:
         bind: Callable[[str], Callable[[str, str], None] | None],
         max_memory_output: int | None,
         group: CommandGroup,
+        ranks_token: str | None = None,
+        on_ranks: OnRankEvent | None = None,
     ) -> ExecResult:
         """Run on one pod; a pod that is gone (the handshake failed, so nothing started) is
         re-resolved once, by its role and index, unless Kueue preempted the job or the job
@@ -415,6 +485,8 @@ class TrainJobSession:
                 on_output=bind(pod),
                 max_memory_output=max_memory_output,
                 group=group,
+                ranks_token=ranks_token,
+                on_ranks=on_ranks,
             )
 
         try:

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes.client import ApiClient
 
@@ -30,6 +31,7 @@ from .disruption import KILLED_EXIT_CODES, pod_disruption
 from .inflight import InFlight, InFlightCommand
 from .oom import PROBE_ARGV, oom_note, parse_probe
 from .pool import PodPool
+from .ranks import OnRankEvent, RankedStreams
 from .scripts import new_exec_id, wants_wrapper, wrap
 from .stop import stop_command, stop_summary
 
@@ -71,6 +73,15 @@ def lost_message(message: str, pod: str, reports: list[StopReport]) -> str:
         f"{head}; the command may still be running in pod {pod} (stopping it failed: "
         f"{why or 'no stopper ran'}): stop it with session.interrupt(), or {LOST_HINT}"
     )
+
+
+def _untagged(ranked: RankedStreams | None, exc: BaseException) -> Any:
+    """The error's partial result with the untagged streams and ranks (when they were read)."""
+    partial = getattr(exc, "partial", None)
+    if ranked is not None and (partial is not None or isinstance(exc, TrainJobError)):
+        partial = ranked.finish(partial)
+        exc.partial = partial  # type: ignore[attr-defined]
+    return partial
 
 
 class CommandGroup:
@@ -270,9 +281,15 @@ class CommandRunner:
         on_output: OnOutput | None = None,
         max_memory_output: int | None = None,
         group: CommandGroup | None = None,
+        ranks_token: str | None = None,
+        on_ranks: OnRankEvent | None = None,
     ) -> ExecResult:
         """Run ``argv`` in ``pod``; a shell command runs under the pid-file wrapper so that its
         whole process tree can be stopped.
+
+        ``ranks_token``: ``argv`` runs under the per-rank prelude with that marker token
+        (:mod:`.ranks`): the result's streams are untagged, its ``.mpi`` holds each rank's
+        output, and ``on_ranks`` gets the tagged runs' text as it comes.
 
         An interrupt (KeyboardInterrupt here, or :meth:`interrupt` from another thread) stops it
         and raises :class:`CommandInterruptedError`; a timeout stops it before raising
@@ -280,6 +297,26 @@ class CommandRunner:
         :meth:`interrupt` can still stop it. Every error keeps the output so far in
         ``.partial``."""
         begun = self.begin(pod, argv, container, group)
+        ranked = None
+        run_kwargs: dict[str, Any] = {"on_output": on_output, "on_start": begun.watch}
+        if ranks_token is not None:
+            limit = (
+                self.client.max_memory_output if max_memory_output is None else max_memory_output
+            )
+            ranked = RankedStreams(
+                ranks_token,
+                pod=pod,
+                limit=limit,
+                spill_dir=self.client.spill_dir,
+                on_output=on_output,
+                on_ranks=on_ranks,
+            )
+            streams = ranked
+            run_kwargs = {
+                "stdout_sink": ranked.sink(1),
+                "stderr_sink": ranked.sink(2),
+                "on_start": lambda snap: begun.watch(lambda: streams.snapshot(snap())),
+            }
         try:
             result = self.client.run(
                 self.namespace,
@@ -288,12 +325,11 @@ class CommandRunner:
                 container=container,
                 stdin=stdin,
                 timeout=timeout,
-                on_output=on_output,
                 max_memory_output=max_memory_output,
-                on_start=begun.watch,
+                **run_kwargs,
             )
         except KeyboardInterrupt as exc:
-            partial = getattr(exc, "partial", None)
+            partial = _untagged(ranked, exc)
             try:
                 reports = self.interrupt(only=[begun.key]) if begun.exec_id else []
             finally:
@@ -304,13 +340,17 @@ class CommandRunner:
                 reports=reports,
             ) from None
         except (ExecTimeoutError, ConnectionLostError) as exc:
+            _untagged(ranked, exc)
             error = self.failed(begun, exc, timeout)
             if error is exc:
                 raise
             raise error from None
-        except BaseException:
+        except BaseException as exc:
+            _untagged(ranked, exc)
             self.release(begun)
             raise
+        if ranked is not None:
+            result = ranked.finish(result)
         return self.succeeded(begun, result)
 
     def interrupt(self, only: Collection[str] | None = None) -> list[StopReport]:

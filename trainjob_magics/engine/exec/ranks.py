@@ -73,104 +73,54 @@ MAX_MARKER = 1 << 16  # a begin marker names the hostfile's hosts: 256 hosts fit
 # be called otherwise, and every other command runs exactly as before (no eval).
 CALLS_LAUNCHER = re.compile(r"(?<![\w./-])(mpirun|mpiexec)(?![\w.-])")
 
-# The prelude. $1: the marker token, $2: the command. Every name it defines starts with __tjm_
-# (POSIX sh has no `local`). Values it prints in markers are its own words, digits, or hostfile
-# names that passed a character check.
-RANKS_SCRIPT = r"""__tjm_t=$1
-__tjm_c=$2
-shift 2
-__tjm_n=0
-__tjm_rs=$(printf '\036')
-__tjm_us=$(printf '\037')
-mpirun() { __tjm_mpi mpirun "$@"; }
-mpiexec() { __tjm_mpi mpiexec "$@"; }
-__tjm_mpi() {
-  __tjm_l=$1
-  shift
-  __tjm_how=
-  __tjm_map=1
-  __tjm_o="/proc/$PPID/fd"
-  # (no 2>/dev/null here: it would make fd 2 another file while the test looks at it)
-  if [ /proc/self/fd/1 -ef "$__tjm_o/1" ] && [ /proc/self/fd/2 -ef "$__tjm_o/2" ]; then
-    for __tjm_a do
-      case $__tjm_a in
-        -tag-output|--tag-output|-timestamp-output|--timestamp-output|-output-filename|--output-filename|-output-filename=*|--output-filename=*|-xml|--xml|-xml-file|--xml-file|-merge-stderr-to-stdout|--merge-stderr-to-stdout|-output|--output|-output=*|--output=*|-xterm|--xterm|-prepend-rank|--prepend-rank|-l|-prepend-pattern|--prepend-pattern|-outfile-pattern|--outfile-pattern|-errfile-pattern|--errfile-pattern)
-          __tjm_how=user; break;;
-        -display-map|--display-map|-display-devel-map|--display-devel-map)
-          __tjm_map=0;;
-      esac
-    done
-    if [ -z "$__tjm_how" ]; then
-      case $(command "$__tjm_l" --version 2>&1) in
-        *"Open MPI) 4."*|*"Open MPI) 3."*) __tjm_how=openmpi4;;
-        *"Open MPI) 5."*|*"Open MPI) 6."*|*"(PRRTE)"*) __tjm_how=openmpi5;;
-        *"HYDRA build details"*) __tjm_how=hydra;;
-      esac
-    fi
-  fi
-  case $__tjm_how in
-    openmpi4|openmpi5|hydra) ;;
-    *) command "$__tjm_l" "$@"; return;;
-  esac
-  __tjm_np=-; __tjm_hf=0; __tjm_w=
-  for __tjm_a do
-    if [ -n "$__tjm_w" ]; then
-      if [ "$__tjm_w" = np ]; then
-        case $__tjm_a in ''|*[!0-9]*) ;; *) __tjm_np=$__tjm_a;; esac
-      fi
-      case $__tjm_w in skip2) __tjm_w=skip;; *) __tjm_w=;; esac
-      continue
-    fi
-    case $__tjm_a in
-      -np|--np|-n|--n|-c) __tjm_w=np;;
-      -np=*|--np=*|-n=*|--n=*)
-        case ${__tjm_a#*=} in ''|*[!0-9]*) ;; *) __tjm_np=${__tjm_a#*=};; esac;;
-      -hostfile|--hostfile|-machinefile|--machinefile|-default-hostfile|--default-hostfile|-f|-H|-host|--host|-hosts)
-        __tjm_hf=1; __tjm_w=skip;;
-      -hostfile=*|--hostfile=*|-machinefile=*|--machinefile=*|-H=*|--host=*) __tjm_hf=1;;
-      -mca|--mca|-gmca|--gmca|-genv|-env|--genv|--env) __tjm_w=skip2;;
-      -x|-N|-npernode|--npernode|-ppn|--ppn|-map-by|--map-by|-rank-by|--rank-by|-bind-to|--bind-to|-wdir|--wdir|-wd|-prefix|--prefix|-timeout|--timeout|-stdin|--stdin|-launcher|-bootstrap|-iface|-genvlist|-envlist|-am|--am|-tune|--tune|-path|--path|-personality|--personality|-rmk|-demux|-configfile|-cpus-per-proc|--cpus-per-proc|-cpus-per-rank|--cpus-per-rank)
-        __tjm_w=skip;;
-      --) break;;
-      -*) ;;
-      *) break;;
-    esac
-  done
-  __tjm_f=${PRTE_MCA_prte_default_hostfile:-${OMPI_MCA_prte_default_hostfile:-${OMPI_MCA_orte_default_hostfile:-/etc/mpi/hostfile}}}
-  # the local cluster's stand-in for /etc/mpi/hostfile (its mpirun shim maps it the same way)
-  [ -r "$__tjm_f" ] || __tjm_f=${TRAINJOB_LOCAL_HOSTFILE:-$__tjm_f}
-  __tjm_hosts=
-  if [ -r "$__tjm_f" ]; then
-    while read -r __tjm_h __tjm_r || [ -n "$__tjm_h" ]; do
-      __tjm_s=1
-      case $__tjm_h in *:*) __tjm_s=${__tjm_h#*:}; __tjm_h=${__tjm_h%%:*};; esac
-      case $__tjm_h in ''|'#'*|*[!A-Za-z0-9._-]*) continue;; esac
-      case $__tjm_r in *slots=*) __tjm_s=${__tjm_r#*slots=}; __tjm_s=${__tjm_s%%[!0-9]*};; esac
-      case $__tjm_s in ''|*[!0-9]*) __tjm_s=1;; esac
-      __tjm_hosts="$__tjm_hosts $__tjm_h=$__tjm_s"
-    done <"$__tjm_f" 2>/dev/null
-  fi
-  __tjm_env=-
-  [ -n "${OMPI_MCA_orte_default_hostfile:-}" ] && __tjm_env=orte
-  [ -n "${PRTE_MCA_prte_default_hostfile:-}${OMPI_MCA_prte_default_hostfile:-}" ] \
-    && __tjm_env=${__tjm_env#-}prte
-  __tjm_n=$((__tjm_n + 1))
-  case $__tjm_how in
-    openmpi4)
-      [ "$__tjm_map" = 1 ] && set -- --display-map "$@"
-      set -- --tag-output "$@";;
-    openmpi5) __tjm_map=0; set -- --output tag-detailed "$@";;
-    hydra) __tjm_map=0; set -- -prepend-pattern "$__tjm_rs%r@%h$__tjm_us" "$@";;
-  esac
-  __tjm_b="$__tjm_n $__tjm_how $__tjm_map $__tjm_np $__tjm_hf $__tjm_env $__tjm_l$__tjm_hosts"
-  printf '\036%s begin %s\n' "$__tjm_t" "$__tjm_b"
-  printf '\036%s begin %s\n' "$__tjm_t" "$__tjm_b" >&2
-  if command "$__tjm_l" "$@"; then __tjm_s=0; else __tjm_s=$?; fi
-  printf '\036%s end %s %s\n' "$__tjm_t" "$__tjm_n" "$__tjm_s"
-  printf '\036%s end %s %s\n' "$__tjm_t" "$__tjm_n" "$__tjm_s" >&2
-  return $__tjm_s
+# The prelude. $1: the marker token, $2: the command. Every name it defines starts with __T
+# (POSIX sh has no `local`). What it prints in markers is its own words, digits, or hostfile
+# names that passed a character check. It is one argv element of every exec URL that runs
+# mpirun: kept short (the local cluster's API server takes request lines up to 8 KiB).
+# The fd test takes no 2>/dev/null: that would make fd 2 another file while it looks at it.
+RANKS_SCRIPT = r"""__Tt=$1 __Tc=$2;shift 2;__Tn=0
+mpirun(){ __Tm mpirun "$@";}
+mpiexec(){ __Tm mpiexec "$@";}
+__Tm(){
+__Tl=$1;shift;__Th=;__Tp=1;__To=/proc/$PPID/fd
+[ /proc/self/fd/1 -ef $__To/1 ]&&[ /proc/self/fd/2 -ef $__To/2 ]||__Th=u
+for __Ta;do case $__Ta in -*tag-output|-*timestamp-output|-*output-filename*|-*xml*|\
+-*merge-stderr*|-*output|-*output=*|-*xterm|-*prepend-*|-l|-*file-pattern)__Th=u;;
+-*display-map|-*display-devel-map)__Tp=0;;esac;done
+[ -z "$__Th" ]&&case $(command $__Tl --version 2>&1) in *"MPI) 4."*|*"MPI) 3."*)__Th=openmpi4;;
+*"MPI) 5."*|*"MPI) 6."*|*"(PRRTE)"*)__Th=openmpi5;;*"HYDRA build details"*)__Th=hydra;;esac
+case $__Th in o*|h*);;*)command $__Tl "$@";return;;esac
+__Tv=-;__Tf=0;__Tw=
+for __Ta;do
+if [ -n "$__Tw" ];then [ $__Tw = n ]&&__Tv=$__Ta;[ $__Tw = 2 ]&&__Tw=1||__Tw=;continue;fi
+case $__Ta in -np|--np|-n|--n|-c)__Tw=n;;-np=*|--np=*|-n=*|--n=*)__Tv=${__Ta#*=};;
+-*hostfile|-*machinefile|-f|-H|-*host|-hosts)__Tf=1;__Tw=1;;-*hostfile=*|-*host=*)__Tf=1;;
+-*mca|-*env)__Tw=2;;-x|-N|-*npernode|-*ppn|-*-by|-*bind-to|-*wdir|-wd|-*prefix|-*timeout|\
+-*stdin|-launcher|-bootstrap|-iface)__Tw=1;;--|[!-]*)break;;esac
+done
+case $__Tv in *[!0-9]*|'')__Tv=-;;esac
+__Tk=${PRTE_MCA_prte_default_hostfile:-${OMPI_MCA_prte_default_hostfile:-}}
+__Tk=${__Tk:-${OMPI_MCA_orte_default_hostfile:-/etc/mpi/hostfile}}
+[ -r "$__Tk" ]||__Tk=${TRAINJOB_LOCAL_HOSTFILE:-$__Tk}
+__Ts=
+[ -r "$__Tk" ]&&while read -r __Ta __Tr||[ -n "$__Ta" ];do __Tg=1
+case $__Ta in *:*)__Tg=${__Ta#*:};__Ta=${__Ta%%:*};;esac
+case $__Tr in *slots=*)__Tg=${__Tr#*slots=};__Tg=${__Tg%%[!0-9]*};;esac
+case $__Ta$__Tg in *[!A-Za-z0-9._-]*|[!A-Za-z0-9]*);;*)__Ts="$__Ts $__Ta=${__Tg:-1}";;esac
+done<"$__Tk"
+__Te=-;[ -n "${OMPI_MCA_orte_default_hostfile:-}" ]&&__Te=orte
+[ -n "${PRTE_MCA_prte_default_hostfile:-}${OMPI_MCA_prte_default_hostfile:-}" ]&&__Te=${__Te#-}prte
+__Tn=$((__Tn+1))
+case $__Th in openmpi4)[ $__Tp = 1 ]&&set -- --display-map "$@";set -- --tag-output "$@";;
+openmpi5)__Tp=0;set -- --output tag-detailed "$@";;
+*)__Tp=0;set -- -prepend-pattern "$(printf '\036%%r@%%h\037')" "$@";;esac
+__Tb="$__Tn $__Th $__Tp $__Tv $__Tf $__Te $__Tl$__Ts"
+printf '\036%s begin %s\n' $__Tt "$__Tb";printf '\036%s begin %s\n' $__Tt "$__Tb" >&2
+if command $__Tl "$@";then __Tr=0;else __Tr=$?;fi
+printf '\036%s end %s %s\n' $__Tt $__Tn $__Tr;printf '\036%s end %s %s\n' $__Tt $__Tn $__Tr >&2
+return $__Tr
 }
-eval "$__tjm_c"
+eval "$__Tc"
 """
 
 
@@ -469,11 +419,21 @@ def _prefix_re(items: Sequence[str | tuple[str, ...]]) -> str:
     return head + (f"(?:{tail})?" if tail else "")
 
 
-_STREAMS = ("stdout", "stderr", "stddiag")
-_OMPI4_ITEMS = [r"\[", r"\d+", ",", r"\d+", r"\]", "<", _STREAMS, ">", ":"]
-_OMPI5_ITEMS = [r"\[", r"[^\s,\[\]]+", ",", r"\d+", r"\]", r"\[", r"[^\s\[\]]*", ":",
-                r"(?:\d+|unknown)", r"\]", "<", _STREAMS, ">", ":", " "]  # fmt: skip
-_HYDRA_ITEMS = ["\x1e", r"\d+", "@", "[^\x1e\x1f\n]*", "\x1f"]
+_STREAMS: tuple[str, ...] = ("stdout", "stderr", "stddiag")
+_OMPI4_ITEMS: list[str | tuple[str, ...]] = [
+    r"\[",
+    r"\d+",
+    ",",
+    r"\d+",
+    r"\]",
+    "<",
+    _STREAMS,
+    ">",
+    ":",
+]
+_OMPI5_ITEMS: list[str | tuple[str, ...]] = [r"\[", r"[^\s,\[\]]+", ",", r"\d+", r"\]"]
+_OMPI5_ITEMS += [r"\[", r"[^\s\[\]]*", ":", r"(?:\d+|unknown)", r"\]", "<", _STREAMS, ">", ":", " "]
+_HYDRA_ITEMS: list[str | tuple[str, ...]] = ["\x1e", r"\d+", "@", "[^\x1e\x1f\n]*", "\x1f"]
 
 TAGS = {
     # [job,rank]<stream>:   (orte/mca/iof/base/iof_base_output.c, --tag-output; 4.1.4 recorded)
@@ -1066,7 +1026,8 @@ def world_warning(run: MpiRun, pods: Sequence[JobPod]) -> str:
     if run.impl == OPENMPI5 and "orte" in run.env and "prte" not in run.env:
         cause = OMPI5_ORTE_CAUSE
     fix = "" if run.hostfile_arg else f"; {HOSTFILE_HINT}"
-    names = f"used: {', '.join(used) or 'none known'}; unused: {', '.join(unused) or 'none'}"
+    strangers = sorted(f"host {h} (no pod of the job)" for h, p in host_pods.items() if not p)
+    names = f"used: {', '.join(used + strangers)}; unused: {', '.join(unused) or 'none'}"
     return f"warning: {' and '.join(what)} ({names}); {cause}{fix}"
 
 
@@ -1103,3 +1064,128 @@ __all__ = [
     "wants_ranks",
     "world_warning",
 ]
+
+
+# ------------------------------------------------------------------- an exec's streams, untagged
+
+
+class RankedStreams:
+    """One exec's stdout and stderr through a :class:`RankDemux`: the exec client hands the raw
+    bytes to :meth:`sink` (its stream sinks), and the result gets the untagged streams in
+    bounded buffers (:mod:`.output`, as the client keeps them), their arrival order, ``on_output``
+    with the untagged text, and ``.mpi``. With ``on_ranks`` the text of tagged runs goes to it
+    (per rank and the launcher's) instead of ``on_output``, which keeps the text around them."""
+
+    def __init__(
+        self,
+        token: str,
+        *,
+        pod: str,
+        limit: int | None,
+        spill_dir: SpillDir | None,
+        on_output: Callable[[str, str], None] | None = None,
+        on_ranks: OnRankEvent | None = None,
+    ) -> None:
+        from .output import OutputBuffer
+
+        self.pod = pod
+        self.on_output = on_output
+        self.on_ranks = on_ranks
+        self.demux = RankDemux(
+            token, limit=limit, spill_dir=spill_dir, on_event=on_ranks, label=pod or "exec"
+        )
+        self.buffers = {
+            ch: OutputBuffer(limit, spill_dir, f"{pod or 'exec'}-{name}-")
+            for ch, name in ((STDOUT, "stdout"), (STDERR, "stderr"))
+        }
+        self.decoders = {
+            ch: codecs.getincrementaldecoder("utf-8")(errors="replace") for ch in self.buffers
+        }
+        self.runs: list[list[int]] = []
+        self._result: Any = None
+
+    def sink(self, channel: int) -> _Sink:
+        return _Sink(self, channel)
+
+    def take(self, channel: int, data: bytes | memoryview) -> None:
+        inside = self.demux._streams[channel].run is not None
+        self._keep(channel, self.demux.feed(channel, data), inside)
+
+    def _keep(self, channel: int, plain: bytes | memoryview, inside: bool) -> None:
+        if not plain:
+            return
+        if not isinstance(plain, bytes):
+            plain = bytes(plain)  # the frame's memory is reused once this returns
+        self.buffers[channel].add(plain)
+        if self.runs and self.runs[-1][0] == channel:
+            self.runs[-1][1] += len(plain)
+        else:
+            self.runs.append([channel, len(plain)])
+        text = self.decoders[channel].decode(plain)
+        shown_elsewhere = self.on_ranks is not None and (
+            inside or self.demux._streams[channel].run is not None
+        )
+        if text and self.on_output is not None and not shown_elsewhere:
+            self.on_output("stdout" if channel == STDOUT else "stderr", text)
+
+    def snapshot(self, base: Any) -> Any:
+        """``base`` (the client's result so far, its streams empty) with the untagged output."""
+        from ..result import ExecResult
+
+        order = tuple((ch, n) for ch, n in list(self.runs))
+        stdout, stderr = (self.buffers[ch].snapshot() for ch in (STDOUT, STDERR))
+        result = ExecResult.from_captured(
+            stdout, stderr, None, getattr(base, "duration", 0.0), self.pod, order=order
+        )
+        result.mpi = self.demux.output
+        return result
+
+    def finish(self, base: Any) -> Any:
+        """The command ended (or failed: ``base`` is then the error's partial result, maybe
+        None): the result with the untagged streams and ``.mpi`` (idempotent)."""
+        from ..result import ExecResult
+
+        if self._result is not None:
+            return self._result
+        for channel, rest in self.demux.close().items():
+            self._keep(channel, rest, False)
+        if self.on_output is not None:
+            for channel, decoder in self.decoders.items():
+                text = decoder.decode(b"", final=True)
+                if text:
+                    self.on_output("stdout" if channel == STDOUT else "stderr", text)
+        result = ExecResult.from_captured(
+            self.buffers[STDOUT].freeze(),
+            self.buffers[STDERR].freeze(),
+            getattr(base, "returncode", None),
+            getattr(base, "duration", 0.0),
+            getattr(base, "pod", "") or self.pod,
+            order=tuple((ch, n) for ch, n in self.runs),
+        )
+        result.note = getattr(base, "note", "")
+        result.mpi = self.demux.result() if self.demux.output.runs else None
+        self._result = result
+        return result
+
+
+class _Sink:
+    """A stream sink of the exec client (it calls ``write`` with each frame's payload)."""
+
+    __slots__ = ("channel", "streams")
+
+    def __init__(self, streams: RankedStreams, channel: int) -> None:
+        self.streams = streams
+        self.channel = channel
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.streams.take(self.channel, data)
+
+
+@dataclass(frozen=True)
+class RankOptions:
+    """What ``session.execute`` does for ``mpirun``: tag the ranks (``enabled``), check the
+    world after each run (``world_check``), and where live per-rank text goes (``on_ranks``)."""
+
+    enabled: bool = True
+    world_check: bool = True
+    on_ranks: OnRankEvent | None = None

@@ -56,7 +56,7 @@ FLAG_OPTS = {
     "merge-stderr-to-stdout": "merge_stderr",
     "bynode": "bynode", "byslot": "byslot",
     "allow-run-as-root": None, "timestamp-output": None, "report-bindings": None,
-    "display-map": None, "display-allocation": None, "display-devel-map": None,
+    "display-map": "display_map", "display-allocation": None, "display-devel-map": None,
     "q": None, "quiet": None, "v": None, "verbose": None, "noprefix": None,
     "use-hwthread-cpus": None, "bind-to-core": None, "bind-to-socket": None,
     "enable-recovery": None, "disable-recovery": None, "show-progress": None,
@@ -80,6 +80,7 @@ class Options:
     tag_output: bool = False
     oversubscribe: bool = False
     merge_stderr: bool = False
+    display_map: bool = False
     command: list[str] = field(default_factory=list)
 
 
@@ -482,6 +483,21 @@ class Job:
         sys.stderr.flush()
 
 
+def print_map(order: list[str]) -> None:
+    """``--display-map`` in Open MPI 4.1's form (rmaps_base_support_fns.c), on stdout."""
+    out = [f" Data for JOB [1,1] offset 0 Total slots allocated {len(order)}", ""]
+    out += [" ========================   JOB MAP   ========================", ""]
+    for host in dict.fromkeys(order):
+        ranks = [r for r, h in enumerate(order) if h == host]
+        out.append(f" Data for node: {host}\tNum slots: {len(ranks)}\tMax slots: 0\t"
+                   f"Num procs: {len(ranks)}")  # fmt: skip
+        out += [f" \tProcess OMPI jobid: [1,1] App: 0 Process rank: {r} Bound: N/A" for r in ranks]
+        out.append("")
+    out.append(" =============================================================")
+    sys.stdout.write("\n".join(out) + "\n")
+    sys.stdout.flush()
+
+
 def main(argv: list[str]) -> int:
     try:
         opts = parse_args(argv)
@@ -501,6 +517,8 @@ def main(argv: list[str]) -> int:
     except UsageError as exc:
         sys.stderr.write(f"mpirun: Error: {exc}\nType 'mpirun --help' for usage.\n")
         return 1
+    if opts.display_map:
+        print_map(order)
     job = Job(opts, order, sidecar)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, job.on_signal)
