@@ -7,6 +7,8 @@ API server that stops passing bytes both ways without closing (tests/helpers/fau
 
 from __future__ import annotations
 
+import shlex
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +18,8 @@ from typing import Any
 import pytest
 
 from tests.helpers.faultproxy import FaultProxy
+from tests.helpers.polling import wait_until
+from tests.helpers.ports import free_port
 from trainjob_magics import connect
 from trainjob_magics.engine.errors import ConnectionLostError, TrainJobError
 from trainjob_magics.localcluster import LocalCluster
@@ -101,3 +105,58 @@ def test_silent_after_is_validated(proxied: Any) -> None:
     for bad in (0, -1, "30", True):
         with pytest.raises(TrainJobError, match="silent_after"):
             session.silent_after = bad
+
+
+ECHO = """
+import socket, threading
+server = socket.create_server(("127.0.0.1", {port}))
+def echo(conn):
+    while (data := conn.recv(65536)):
+        conn.sendall(data)
+while True:
+    conn, _ = server.accept()
+    threading.Thread(target=echo, args=(conn,), daemon=True).start()
+"""
+
+
+@pytest.mark.parametrize("via", ["websocket", "tunnel"])
+def test_a_silent_forward_resets_its_connection_and_the_next_one_works(
+    proxied: Any, via: str
+) -> None:
+    """A forwarded connection whose stream went silent is reset (its client is not left
+    hanging); a connection made after it gets a fresh stream and works."""
+    session, proxy = proxied
+    port = free_port()
+    started = session.execute(
+        f"nohup python3 -c {shlex.quote(ECHO.format(port=port))} >/dev/null 2>&1 </dev/null &"
+    )
+    assert started.ok, started
+    wait_until(
+        lambda: (
+            session.execute(
+                ["python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}))"]
+            ).ok
+        ),
+        timeout=30,
+    )
+    with session.forward(port, via="auto" if via == "tunnel" else via) as fwd:
+        assert fwd.mode == via
+        client = socket.create_connection(("127.0.0.1", fwd.local_port), timeout=30)
+        client.sendall(b"hello\n")
+        assert client.recv(100) == b"hello\n"
+        proxy.freeze_established()
+        began = time.monotonic()
+        client.settimeout(120)
+        try:
+            ended = client.recv(100)
+        except ConnectionResetError:
+            ended = b""
+        took = time.monotonic() - began
+        # found by the session's bound (4 s), not by the tunnel's former fixed 30 s or never
+        assert ended == b"" and took < 25, (ended, took)
+        client.close()
+        again = socket.create_connection(("127.0.0.1", fwd.local_port), timeout=30)
+        again.settimeout(60)
+        again.sendall(b"again\n")
+        assert again.recv(100) == b"again\n"
+        again.close()

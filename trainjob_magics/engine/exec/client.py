@@ -193,6 +193,9 @@ def not_running_error(pod: str, message: str, *, status: int, reason: str) -> Po
 class ExecClient:
     """Runs commands in pods through pods/exec; safe to use from several threads."""
 
+    # no byte for this long, pongs to our pings included: the connection went silent
+    silent_after: float = SILENT_AFTER
+
     def __init__(
         self,
         api_client: ApiClient,
@@ -203,8 +206,6 @@ class ExecClient:
         self.configuration = api_client.configuration
         self.spill_dir = spill_dir  # None: the process-wide default directory
         self.max_memory_output = max_memory_output  # bytes per stream kept in memory
-        # no byte for this long, pongs to our pings included: the connection went silent
-        self.silent_after = SILENT_AFTER
         self._ssl_context: ssl.SSLContext | None = None
         self._lock = threading.Lock()
 

@@ -26,6 +26,7 @@ from typing import Protocol
 
 from ..errors import TrainJobError
 from ..exec.handshake import ExecSocket
+from ..exec.liveness import SILENT_AFTER
 from .spdy_tunnel import SUBPROTOCOL, Connection, SpdyTunnel
 from .tunnel import Tunnel, reset
 
@@ -44,6 +45,7 @@ class Way:
     current_pod: Callable[[], str]
     spawn: Callable[..., threading.Thread]  # a thread the forward joins when it closes
     report: Callable[[str], None]  # a problem, in one line (said once)
+    silent_after: float = SILENT_AFTER  # no byte (pongs included) this long: the stream is dead
 
 
 class Dialer(Protocol):
@@ -123,7 +125,7 @@ class WebSocketDialer:
         first, self._first = self._first, None
         if first is None:
             return None
-        tunnel = self._add(Tunnel(local, first[0]), probe=True)
+        tunnel = self._add(Tunnel(local, first[0], self.way.silent_after), probe=True)
         self.way.spawn(self._relay, tunnel, first[1], on_end)
         return tunnel.stop
 
@@ -134,7 +136,7 @@ class WebSocketDialer:
             self.way.report(_problem(exc))
             reset(local)
             return
-        self._relay(self._add(Tunnel(local, ws)), pod, on_end)
+        self._relay(self._add(Tunnel(local, ws, self.way.silent_after)), pod, on_end)
 
     def _add(self, tunnel: Tunnel, probe: bool = False) -> Tunnel:
         with self._lock:
@@ -202,7 +204,9 @@ class TunnelDialer:
         return None if conn is None else functools.partial(tunnel.cut, conn)
 
     def _start_tunnel(self, ws: ExecSocket, pod: str) -> SpdyTunnel:
-        tunnel = SpdyTunnel(ws, pod, self.way.port, on_retry=self._move)
+        tunnel = SpdyTunnel(
+            ws, pod, self.way.port, on_retry=self._move, silent_after=self.way.silent_after
+        )
         with self._lock:  # checked and added at once: stop() stops every tunnel it sees
             if self._stopped:
                 ws.shutdown()

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ..errors import InvalidInputError, PodNotRunningError
 from ..exec.client import ExecClient
 from ..exec.handshake import ExecSocket
+from ..exec.liveness import SILENT_AFTER
 from .dialers import Dialer, FallbackDialer, TunnelDialer, Way, WebSocketDialer
 from .spdy_tunnel import SUBPROTOCOL
 from .tunnel import portforward_url
@@ -136,7 +137,9 @@ class Forward:
         self._threads: set[threading.Thread] = set()
         self._closed = False
         self._last_pod = ""
-        way = Way(port, self._open, pod.current, self._spawn, self._report)
+        # (tests give a stand-in dialer and no client)
+        silent_after = getattr(client, "silent_after", SILENT_AFTER)
+        way = Way(port, self._open, pod.current, self._spawn, self._report, silent_after)
         self._dialer = (dialer or dialer_for(via))(way)
         self._listener = _listen(address, local_port)
         self.local_port: int = self._listener.getsockname()[1]

@@ -108,8 +108,11 @@ class SpdyTunnel:
         pod: str,
         port: int,
         on_retry: Callable[[Connection], bool] | None = None,
+        silent_after: float = PONG_WAIT,
     ) -> None:
         self.pod = pod
+        self._pong_wait = silent_after
+        self._ping_period = min(PING_PERIOD, silent_after / 3)
         self.on_retry = on_retry  # takes over an unanswered connection when the tunnel drops
         self.port = port
         self.sock = ws.sock
@@ -132,7 +135,7 @@ class SpdyTunnel:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._ws_closed = False  # the server's close frame came
-        self._ping_due = time.monotonic() + PING_PERIOD
+        self._ping_due = time.monotonic() + self._ping_period
         self._pong_deadline: float | None = None
         self._sel = selectors.DefaultSelector()
         self._unsent: set[Connection] = set()  # got data this wake-up, not sent on yet
@@ -284,12 +287,12 @@ class SpdyTunnel:
         if not self._ws_events() & selectors.EVENT_READ:
             self._pong_deadline = None  # not reading (a full client buffer): no answer to wait
         if self._pong_deadline is not None and now > self._pong_deadline:
-            raise ConnectionDropped("no answer to a ping for 30 s")
+            raise ConnectionDropped(f"no answer to a ping for {self._pong_wait:g} s")
         if now >= self._ping_due:
             self.session.ping()
-            self._ping_due = now + PING_PERIOD
+            self._ping_due = now + self._ping_period
             if self._pong_deadline is None:
-                self._pong_deadline = now + PONG_WAIT
+                self._pong_deadline = now + self._pong_wait
 
     def _ws_events(self) -> int:
         events = 0

@@ -36,6 +36,7 @@ from ..exec.frames import (
     client_frame,
 )
 from ..exec.handshake import ExecSocket
+from ..exec.liveness import SILENT_AFTER, Liveness
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,13 @@ def reset(sock: socket.socket) -> None:
 class Tunnel:
     """Relays one local connection to one pod port until either side ends or :meth:`stop`."""
 
-    def __init__(self, local: socket.socket, remote: ExecSocket) -> None:
+    def __init__(
+        self, local: socket.socket, remote: ExecSocket, silent_after: float = SILENT_AFTER
+    ) -> None:
         self.local = local
+        # pings while the pod's side sends nothing; silent past the bound: the client gets a
+        # reset (an SSH session or a dashboard's idle keep-alive answers the pings meanwhile)
+        self._alive = Liveness(silent_after)
         self.remote = remote.sock
         self.reader = FrameReader(remote.sock)
         self.reader.buf = bytearray(remote.leftover)
@@ -134,6 +140,12 @@ class Tunnel:
                         self._send_close()
                     self._dropped = True  # cut short: the local client sees a reset
                     break
+                if len(self._to_local) - self._to_local_pos >= HIGH_WATER:
+                    self._alive.heard()  # not reading the pod's side (a slow client): no wait
+                ping = self._alive.check(time.monotonic()) if not self._remote_done else None
+                if ping is not None:
+                    self._queue(ping)
+                    self._send_remote()
                 self._watch(sel, watching)
                 ready: list[object]  # compared by identity only
                 if watching[self.remote] & selectors.EVENT_READ and has_pending(self.remote):
@@ -198,6 +210,7 @@ class Tunnel:
                 if self._closing_at is None:
                     raise
                 self._remote_done = True  # closed after our close frame: done
+            self._alive.heard()
             self._take_frames()
             self._flush_local()
         self._send_remote()
