@@ -12,6 +12,13 @@ if ! command -v node >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null
 fi
+# JupyterLab 4.6's extension builder (Rspack) needs Node.js ^20.19 or >=22.12 (Debian 12's is 18)
+if ! node -e 'const [a, b] = process.versions.node.split(".").map(Number);
+              process.exit(a > 22 || (a === 22 && b >= 12) || (a === 20 && b >= 19) ? 0 : 1)'; then
+  echo "scripts/setup.sh: Node.js $(node --version) is too old to build the lab extension" \
+    "(JupyterLab 4.6's builder needs ^20.19 or >=22.12): install a newer Node.js first" >&2
+  exit 1
+fi
 labext="$(python -c "import sys; print(sys.prefix)")/share/jupyter/labextensions/trainjob-magics-labextension/package.json"
 if ! python -I - <<'PY' 2>/dev/null || [ "${TRAINJOB_MAGICS_REINSTALL:-}" = 1 ] \
    || [ ! -f "$labext" ]; then

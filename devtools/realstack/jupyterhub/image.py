@@ -47,7 +47,7 @@ PIP_PACKAGES = (
 DEBIAN_PACKAGES = ("python3", "python3-venv", "ca-certificates", "procps", "passwd", "tini")
 RECIPE_VERSION = "1"
 # what `python -m build --no-isolation` needs here (pyproject.toml's [build-system] requires)
-BUILD_MODULES = ("build", "hatchling", "hatch_jupyter_builder", "jupyterlab")
+BUILD_MODULES = ("build", "hatchling", "hatch_jupyter_builder", "jupyter_builder")
 REPO = Path(__file__).resolve().parents[3]
 
 
