@@ -30,3 +30,15 @@ def hub() -> Hub:
             f"the real stack at {run} runs no hub (python -m devtools.realstack up --jupyterhub)"
         )
     return h
+
+
+@pytest.fixture(scope="module")
+def real_stack() -> StackContext:
+    """The running real stack (``python -m devtools.realstack up``)."""
+    run = paths.run_dir()
+    if not (run / "state.json").exists():
+        _missing(f"no real stack at {run} (python -m devtools.realstack up)")
+    ctx = StackContext.load(run)
+    if not ctx.admin_kubeconfig.exists():
+        _missing(f"the real stack at {run} has no admin kubeconfig (control plane not up)")
+    return ctx
