@@ -5,7 +5,8 @@
   the run exits 3 the row and the panel say Failed;
 - the idle time starts when the last command ended (not up to a minute before), and the idle
   time and the idle-stop countdown move together between two reads of the record;
-- ``%trainjob_status`` says what the job holds once (the live line says it, live).
+- ``%trainjob_status`` says what the job holds once (the live line says it, live);
+- after Kernel > Restart, the line the next kernel shows quotes what the panels say.
 
 Screenshots under artifacts/screenshots/."""
 
@@ -20,6 +21,7 @@ import pytest
 
 from tests.helpers.kube import trainjob_names
 from tests.helpers.live_panels import (
+    STATIC,
     live_state,
     menu,
     open_sidebar,
@@ -174,3 +176,48 @@ def test_status_says_what_the_job_holds_once(
     assert drawn.count() == 1 and not drawn.is_visible()
     assert CPU_HOLDS.search(drawn.text_content() or ""), drawn.text_content()
     nbp.screenshot_cell(2, screenshot_path("views_true", "status-holds-once"))
+
+
+def test_the_restart_line_quotes_what_the_panels_say(
+    tmp_path: Path,
+    own_cluster: Any,
+    jupyterlab_factory: Any,
+    open_notebook: Any,
+    screenshot_path: Any,
+) -> None:
+    """Issue 36, defect 6: after Kernel > Restart, the line the next kernel shows (in the
+    loading cell, above the panels) quoted 'Closed at kernel exit' while the panels' live line
+    said "Gone: closed at kernel exit at ...". The quote is in each panel's live line and in the
+    kernel's drawing below it (what a front end without the extension shows)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    write_notebook(
+        root / "restart.ipynb",
+        "%load_ext trainjob_magics",
+        "%trainjob_connect torch-distributed --nodes 2",
+        "%trainjob_status",
+    )
+    lab = jupyterlab_factory(root, {"KUBECONFIG": str(own_cluster.kubeconfig_path)})
+    nbp = open_notebook(lab, "restart.ipynb")
+    for index in range(3):
+        run_cell(nbp, index)
+    wait_state(live_state(nbp, 1), "Running", 10)
+    menu(nbp.page, "Kernel", "Restart Kernel…")
+    nbp.page.locator(".jp-Dialog-button.jp-mod-accept", has_text="Restart").click()
+    for index in (1, 2):
+        wait_state(live_state(nbp, index), "Gone", 30)
+    lab.wait_kernel_ready("restart.ipynb")
+    run_cell(nbp, 0)  # the next cell run: the extension loads in the new kernel
+    note = nbp.cells().nth(0).locator(".trainjob-kernel-note")
+    note.wait_for()
+    line = note.inner_text()
+    quoted = re.search(r"say '([^']+)'", line)
+    assert quoted, line
+    assert "above" not in line, line  # the loading cell is above the panels here
+    for index in (1, 2):
+        live = live_state(nbp, index).inner_text()
+        drawing = nbp.cells().nth(index).locator(STATIC).inner_text()
+        assert quoted.group(1) in live, (line, live)
+        assert quoted.group(1) in drawing, (line, drawing)
+    nbp.screenshot_cell(1, screenshot_path("views_true", "restart-panel"))
+    nbp.screenshot_cell(0, screenshot_path("views_true", "restart-line"))

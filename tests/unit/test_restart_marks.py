@@ -44,7 +44,10 @@ def test_the_kernel_after_a_restart_marks_the_panels_of_the_one_before(
     restarts.mark_panels_of_the_kernel_before(shell)
     assert not note.exists()
     (bundle,) = [o["data"] for o in published]
-    assert "sessions were closed at kernel exit" in bundle["text/plain"]
+    assert bundle["text/plain"] == (
+        "The kernel before this one restarted and closed its sessions: its status panels now "
+        "say 'closed at kernel exit'."
+    )
     rules = re.search(r"<style>(.*)</style>", bundle["text/html"]).group(1)
     assert rules == (
         ".trainjob-status .tjm-live.tjm-k-0123abcd .tjm-when-live{display:none!important}"
@@ -55,10 +58,28 @@ def test_the_kernel_after_a_restart_marks_the_panels_of_the_one_before(
     restarts.mark_panels_of_the_kernel_before(shell)
     (bundle,) = [o["data"] for o in published]
     assert "without closing its sessions" in bundle["text/plain"]
+    assert "now say 'Kernel gone'" in bundle["text/plain"]
     assert ".tjm-k-4567ef .tjm-when-gone{display:revert!important}" in bundle["text/html"]
     published.clear()
     restarts.mark_panels_of_the_kernel_before(shell)  # no note: nothing shown
     assert published == []
+
+
+def test_the_line_quotes_what_the_ended_panels_say() -> None:
+    """Issue 36, defect 6: the next kernel's line quotes words each ended panel shows: in its
+    ended form (the kernel's HTML, shown by the next kernel's rule) and, for a job closed at
+    kernel exit, in the lab extension's live line ("Gone: " + the sessions API's reason)."""
+    from trainjob_magics.engine.inventory.namespace_watch import KERNEL_EXIT
+    from trainjob_magics.engine.inventory.records import gone_reason
+    from trainjob_magics.magics.views.status import ENDED_ALTERNATIVES, ENDED_QUOTES
+
+    panel = StatusWidget(JobStatus("j", "ns", "mpi", "Running", "", elapsed=3.0), show=False)
+    page = panel.bundle()["text/html"]
+    for kind, quote in ENDED_QUOTES.items():
+        shown = re.findall(rf'class="tjm-when-{kind}[ "][^>]*>(.*?)</(?:span|div)>', page)
+        assert any(quote in re.sub(r"<[^>]+>", "", part) for part in shown), (kind, shown)
+        assert quote in " ".join(ENDED_ALTERNATIVES[kind])
+    assert ENDED_QUOTES["closed"] in gone_reason(None, closed_by=KERNEL_EXIT)
 
 
 def test_a_kernel_notes_its_mark_once_it_shows_a_live_panel_and_says_how_it_exited(

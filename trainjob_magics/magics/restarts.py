@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .views.status import ENDED_ALTERNATIVES, KERNEL_MARK
+from .views.status import ENDED_QUOTES, KERNEL_MARK
 from .views.styles import NOTE_STYLE
 
 _noted: set[str] = set()  # note files this process wrote
@@ -79,15 +79,16 @@ def ended_bundle(mark: str, closed: bool) -> dict[str, str]:
     """The loading cell's output: one line, and the rule showing the ended form of ``mark``'s
     live panels."""
     kind = "closed" if closed else "gone"
-    state, _note = ENDED_ALTERNATIVES[kind]
+    # quoted as the panels show it (ENDED_QUOTES); no "above": the loading cell is often the
+    # first one, above the panels
+    said = f"its status panels now say '{ENDED_QUOTES[kind]}'"
     if closed:
-        line = "The kernel before this one restarted: its sessions were closed at kernel exit."
+        line = f"The kernel before this one restarted and closed its sessions: {said}."
     else:
         line = (
-            "The kernel before this one stopped without closing its sessions: list them with "
-            "%trainjob_sessions --all."
+            f"The kernel before this one stopped without closing its sessions: {said}; list "
+            "them with %trainjob_sessions --all."
         )
-    line += f" Its status panels above now say {state!r}."
     scope = f".trainjob-status .tjm-live.tjm-k-{mark}"
     rule = (
         f"{scope} .tjm-when-live{{display:none!important}}"

@@ -54,13 +54,20 @@ KERNEL_MARK = uuid.uuid4().hex[:12]
 # elements, hidden until then): its sessions were closed at kernel exit, or its kernel is gone
 # without closing them.
 ENDED_ALTERNATIVES = {
-    "closed": ("Closed at kernel exit", "The kernel restarted: its sessions were closed."),
+    "closed": (
+        "Closed at kernel exit",
+        "The kernel restarted: its sessions were closed at kernel exit.",
+    ),
     "gone": (
         "Kernel gone",
         "The kernel stopped without closing its sessions: list them with "
         "%trainjob_sessions --all and close them with %trainjob_close NAME.",
     ),
 }
+# What the next kernel's line quotes of them (restarts.ended_bundle): words each such panel
+# shows, in its ended form and, for a closed job, in the lab extension's live line above it
+# ("Gone: closed at kernel exit at ...", the sessions API's reason: inventory/records.py).
+ENDED_QUOTES = {"closed": "closed at kernel exit", "gone": "Kernel gone"}
 
 
 def _ended_alternatives() -> tuple[str, str]:
