@@ -6,7 +6,9 @@
 - the idle time starts when the last command ended (not up to a minute before), and the idle
   time and the idle-stop countdown move together between two reads of the record;
 - ``%trainjob_status`` says what the job holds once (the live line says it, live);
-- after Kernel > Restart, the line the next kernel shows quotes what the panels say.
+- after Kernel > Restart, the line the next kernel shows quotes what the panels say;
+- what a job holds reads naturally in ``%trainjob_sessions``, the sidebar and its close dialog
+  (never "holds held" or "releasing held ...").
 
 Screenshots under artifacts/screenshots/."""
 
@@ -35,6 +37,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 IDLE = re.compile(r"idle (\d+) s")
 CPU_HOLDS = re.compile(r"2 CPU · held \d+ s \(<0\.1 CPU-h\)")  # a job of 2 pods of 1 CPU
+NO_REQUEST = re.compile(r"requests no GPU or CPU · up \d+ s")  # pods that request neither
+DOUBLED = re.compile(r"\b(holds|releasing) held\b|\(0\.0 [GC]PU-h\)")
 WARNING = re.compile(r"Idle stop in (\d+) s")
 
 
@@ -221,3 +225,52 @@ def test_the_restart_line_quotes_what_the_panels_say(
         assert quoted.group(1) in drawing, (line, drawing)
     nbp.screenshot_cell(1, screenshot_path("views_true", "restart-panel"))
     nbp.screenshot_cell(0, screenshot_path("views_true", "restart-line"))
+
+
+def test_what_a_job_holds_reads_naturally_in_the_sessions_the_sidebar_and_its_close_dialog(
+    tmp_path: Path,
+    own_cluster: Any,
+    jupyterlab_factory: Any,
+    open_notebook: Any,
+    screenshot_path: Any,
+) -> None:
+    """Issue 36, defect 6: a job holding only CPUs, and one whose pods request nothing, read
+    "holds 2 CPU · held 7 s (<0.1 CPU-h)" and "requests no GPU or CPU · up 7 s" in
+    %trainjob_sessions and the sidebar; the close dialog says what closing releases ("2 CPU",
+    "its pods"), not "releasing held 10 s (0.0 CPU-h) · idle 10 s"."""
+    root = tmp_path / "root"
+    root.mkdir()
+    write_notebook(
+        root / "holding.ipynb",
+        "%load_ext trainjob_magics",
+        "%trainjob_connect torch-distributed --nodes 2 --cpu 1 --name tjmcpu --as cpu",
+        "%trainjob_connect mpi-interactive --name tjmnone --as none",
+        "%trainjob_sessions",
+    )
+    lab = jupyterlab_factory(root, {"KUBECONFIG": str(own_cluster.kubeconfig_path)})
+    nbp = open_notebook(lab, "holding.ipynb")
+    for index in range(4):
+        run_cell(nbp, index)
+    listed = nbp.output_text(3)
+    cpu_line = rf"^cpu \(tjmcpu\): holds {CPU_HOLDS.pattern} · idle \d+ s$"
+    none_line = rf"^none \(tjmnone\): {NO_REQUEST.pattern} · idle \d+ s$"
+    assert re.search(cpu_line, listed, re.M) and re.search(none_line, listed, re.M), listed
+    assert not DOUBLED.search(listed), listed
+
+    sidebar = open_sidebar(nbp)
+    released = {"tjmcpu": "releasing 2 CPU.", "tjmnone": "releasing its pods."}
+    for name, holds in (("tjmcpu", CPU_HOLDS), ("tjmnone", NO_REQUEST)):
+        row = sidebar.locator(f'.tjm-sidebar-session[data-name="{name}"]')
+        row.wait_for()
+        line = row.locator(".tjm-sidebar-holds").inner_text()
+        assert holds.match(line) and not DOUBLED.search(line), line
+        row.locator(".tjm-close").click()
+        dialog = nbp.page.locator(".jp-Dialog-content")
+        dialog.wait_for()
+        body = dialog.locator(".jp-Dialog-body").inner_text()
+        assert released[name] in body, body
+        assert "held" not in body and "idle" not in body and "CPU-h" not in body, body
+        dialog.screenshot(path=str(screenshot_path("views_true", f"close-dialog-{name}")))
+        dialog.locator(".jp-Dialog-button", has_text="Cancel").click()
+        dialog.wait_for(state="detached")
+    assert sorted(trainjob_names(own_cluster.kubeconfig_path)) == ["tjmcpu", "tjmnone"]

@@ -230,3 +230,30 @@ def test_terminal_connect_counts_every_pod_of_the_job(
     assert re.search(rf"\] {job}: Pending, 0/3 pods running - waiting for the launcher pod", out)
     assert counts[-1] == ("3", "3"), out
     assert terminal.exit() == 0, terminal.text()
+
+
+def test_terminal_holding_lines_and_as_read_as_a_user_types_them(
+    terminal: TerminalIPython, own_cluster: Any
+) -> None:
+    """Issue 36, defect 6, as a new user types it in terminal IPython: what a job holds reads
+    naturally in %trainjob_sessions and %trainjob_status (never "holds held 7 s (0.0 CPU-h)"),
+    and %%trainjob --as ALIAS works as %trainjob_connect --as ALIAS names the session."""
+    assert "Error" not in terminal.run("%load_ext trainjob_magics")
+    terminal.run("%trainjob_connect torch-distributed --nodes 2 --cpu 1 --as c", timeout=120)
+    terminal.run("%trainjob_connect mpi-interactive --nodes 2 --as m", timeout=120)
+    names = dict(re.findall(r"Session '(\w)' ready: TrainJob (\S+) ", terminal.text()))
+    out = terminal.run("%trainjob_sessions")
+    assert re.search(
+        rf"^c \({names['c']}\): holds 2 CPU · held \d+ s \(<0\.1 CPU-h\) · idle \d+ s$", out, re.M
+    ), out
+    assert re.search(
+        rf"^m \({names['m']}\): requests no GPU or CPU · up \d+ s · idle \d+ s$", out, re.M
+    ), out
+    out += terminal.run("%trainjob_status --as c")
+    assert len(re.findall(r"holds 2 CPU · held ", out)) == 2, out  # sessions, then status: once
+    assert "holds held" not in out and "0.0 CPU-h" not in out, out
+    out = terminal.run("%%trainjob --as c\necho as-works-$((40+2))", timeout=60)
+    assert "as-works-42\n" in out and f"pod {names['c']}-node-0-0-" in out, out
+    out = terminal.run("%%trainjob --pod all --as m\necho as-all-$((1+1))", timeout=60)
+    assert out.count("as-all-2") == 2 and "Error" not in out, out
+    assert terminal.exit() == 0, terminal.text()
