@@ -8,6 +8,7 @@ The engine does the work and owns interrupts and partial output: ``session.start
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from ..engine import (
@@ -23,6 +24,7 @@ from .options import check_positive, check_var, chosen_session
 from .outcomes import learn_from_cell, learn_from_cell_error
 from .registry import Entry, session_name
 from .views.live import panel_ref
+from .views.ranks import RanksWidgetView, ranks_summary_text
 from .views.text import NullOutputView, footer_text
 from .worker import Pump, join_text
 
@@ -68,6 +70,7 @@ def _run_in(host: MagicsHost, args: Any, cell: str, entry: Entry, session: Any) 
             on_output=lambda pod, stream, text: pump.emit("out", pod, stream, text),
             on_done=lambda pod, result, error: pump.emit("done", pod, result, error),
             on_notice=lambda line: pump.emit("note", "", line),
+            **rank_options(host, args, pump),
         )
     except Exception as exc:
         learn_from_cell_error(entry, exc)  # e.g. preempted, or the job ended
@@ -77,6 +80,8 @@ def _run_in(host: MagicsHost, args: Any, cell: str, entry: Entry, session: Any) 
     view = _view(host, run, args)
     key_cell_panel(view, session)
     raises = bool(host.settings.raise_on_error and not args.no_raise_error)
+    if isinstance(view, SinglePodView):
+        view.raises = raises
     result, error = follow(run, pump, view, raises=raises)
     learn_from_cell(entry, result, _engine_error(error))
     if isinstance(error, TrainJobGoneError):
@@ -89,6 +94,19 @@ def _run_in(host: MagicsHost, args: Any, cell: str, entry: Entry, session: Any) 
         failure = failure_line(result)
         if failure:
             raise TrainJobCellError(failure, result)
+
+
+def rank_options(host: MagicsHost, args: Any, pump: Pump) -> dict[str, Any]:
+    """Per-rank output of mpirun (engine/exec/ranks.py), unless turned off. With widgets the
+    ranks' live text goes to the cell's thread as ``rank`` events (the ranks' panel); as text,
+    the output streams as mpirun prints it and the ranks' summary follows."""
+    settings = host.settings
+    live = host.use_widgets() and not args.quiet
+    return {
+        "ranks": bool(getattr(settings, "rank_output", True) and not args.no_ranks),
+        "world_check": bool(getattr(settings, "world_check", True) and not args.no_world_check),
+        "on_ranks": (lambda event: pump.emit("rank", "", event)) if live else None,
+    }
 
 
 def gone_line(host: MagicsHost, entry: Entry, error: TrainJobGoneError) -> str:
@@ -123,7 +141,15 @@ def _view(host: MagicsHost, run: CommandRun, args: Any) -> Any:
         )
     if args.quiet:
         return SinglePodView(NullOutputView())
-    return SinglePodView(host.output_view(f"{args.result or '_trainjob'}.stdout / .stderr"))
+    where = f"{args.result or '_trainjob'}.stdout / .stderr"
+    if not host.use_widgets():
+        return SinglePodView(host.output_view(where), rank_summary=True)
+    return SinglePodView(host.output_view(where), ranks=lambda name: _ranks_view(host, name))
+
+
+def _ranks_view(host: MagicsHost, launcher: str) -> Any:
+    """The ranks' panel (views/ranks.py)."""
+    return RanksWidgetView(launcher, live_summary=True, **host.view_limits("_trainjob"))
 
 
 def key_cell_panel(view: Any, session: Any) -> None:
@@ -140,26 +166,62 @@ def key_cell_panel(view: Any, session: Any) -> None:
 
 
 class SinglePodView:
-    """The single-pod output view behind the per-pod event interface the run emits."""
+    """The single-pod output view behind the per-pod event interface the run emits; the ranks
+    of an ``mpirun`` in it get a view of their own (``ranks(launcher)`` makes it)."""
 
-    def __init__(self, view: Any) -> None:
+    def __init__(
+        self, view: Any, ranks: Callable[[str], Any] | None = None, rank_summary: bool = False
+    ) -> None:
         self.view = view
+        self.make_ranks = ranks
+        self.rank_summary = rank_summary  # text: the ranks' summary after the output
+        self.ranks: Any = None
+        self.raises = False  # the cell's error will say why it failed (else the view does)
 
     def write(self, pod: str, stream: str, text: str) -> None:
         self.view.write(stream, text)
+
+    def rank(self, event: Any) -> None:
+        """Live text of a tagged mpirun (engine/exec/ranks.py's RankEvent)."""
+        if self.ranks is None and self.make_ranks is not None:
+            self.ranks = self.make_ranks(event.run.launcher)
+        if self.ranks is not None:
+            self.ranks.event(event)
 
     def pod_done(self, pod: str, result: Any, error: BaseException | None) -> None:
         pass
 
     def tick(self) -> None:
         self.view.tick()
+        if self.ranks is not None:
+            self.ranks.tick()
 
     def finish_result(self, result: Any, extra: str = "", interrupted: bool = False) -> None:
-        """Footer of a single-pod cell; the hidden-lines note names the spill file, if any."""
+        """Footer of a single-pod cell (saying the ranks were tagged, when they were); the
+        hidden-lines note names the spill file, if any; then the ranks' view ends."""
         self.view.output_path = getattr(result, "stdout_path", None)
         ok = bool(getattr(result, "ok", False)) and not extra
-        footer = footer_text(result.returncode, result.duration, result.pod, extra)
+        mpi = getattr(result, "mpi", None)
+        notes = " · ".join([extra, *mpi.notes()] if mpi is not None else [extra])
+        footer = footer_text(result.returncode, result.duration, result.pod, notes.strip(" ·"))
+        self.finish_ranks(mpi, interrupted)
         self.view.finish(footer, ok=ok, interrupted=interrupted)
+        if mpi is not None and self.rank_summary:
+            summary = ranks_summary_text(mpi, interrupted)
+            if summary:
+                print(summary, flush=True)
+        if mpi is not None:
+            for line in mpi.warnings:  # the world check: after the footer, before any error
+                print(line, file=sys.stderr, flush=True)
+            if mpi.failure is not None and not self.raises:  # the cell's last line
+                print(mpi.failure.line(), file=sys.stderr, flush=True)
+
+    def finish_ranks(self, mpi: Any, interrupted: bool = False) -> None:
+        if self.ranks is None:
+            return
+        self.ranks.settle(mpi, interrupted)
+        ok = mpi is not None and mpi.failure is None and not interrupted
+        self.ranks.finish("", ok=ok, interrupted=interrupted)
 
 
 def follow(
@@ -176,6 +238,8 @@ def follow(
             view.write(pod, *rest)
         elif kind == "note":  # e.g. "API server unreachable, retrying": shown, not output
             print(rest[0], file=sys.stderr, flush=True)
+        elif kind == "rank":  # a tagged mpirun's text (views/ranks.py)
+            getattr(view, "rank", lambda event: None)(rest[0])
         else:
             view.pod_done(pod, *rest)
 
@@ -233,7 +297,9 @@ def failure_line(result: Any) -> str:
     if result.returncode is None:
         return f"remote command ended without an exit status{pod}"
     note = f": {result.note}" if getattr(result, "note", "") else ""
-    return f"remote command exited with code {result.returncode}{pod}{note}"
+    line = f"remote command exited with code {result.returncode}{pod}{note}"
+    failure = getattr(getattr(result, "mpi", None), "failure", None)
+    return f"{line}; {failure.line()}" if failure is not None else line
 
 
 def store(host: MagicsHost, result: Any, args: Any) -> None:

@@ -67,6 +67,19 @@ class TrainJobConfig(Configurable):
     update_interval = _setting(
         Float, 0.1, "Minimum seconds between two screen updates of a streaming output."
     )
+    rank_output = _setting(
+        Bool,
+        True,
+        "A cell that runs mpirun/mpiexec (Open MPI, MPICH's Hydra) gets each rank's output "
+        "apart, from the launcher's own tagging added when the command chose no output form "
+        "(%%trainjob --no-ranks turns it off for one cell).",
+    )
+    world_check = _setting(
+        Bool,
+        True,
+        "After a tagged mpirun, one warning line when the ranks ran on fewer pods than the job "
+        "has, or another count of ranks than asked (%%trainjob --no-world-check).",
+    )
     raise_on_error = _setting(
         Bool,
         True,

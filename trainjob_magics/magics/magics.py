@@ -98,6 +98,19 @@ class TrainJobMagics(Magics, TrainJobConfig):
         help="Start the cell as a run of the TrainJob, not of this kernel: returns at once, "
         "outlives the kernel, ends the job with its exit code (%%trainjob_logs --follow).",
     )
+    @argument(
+        "--no-ranks",
+        dest="no_ranks",
+        action="store_true",
+        help="Run mpirun/mpiexec as written: no per-rank output (TrainJobMagics.rank_output).",
+    )
+    @argument(
+        "--no-world-check",
+        dest="no_world_check",
+        action="store_true",
+        help="No warning when mpirun's ranks ran on fewer pods than the job has "
+        "(TrainJobMagics.world_check).",
+    )
     @exec_args
     @output_args
     @cell_magic

@@ -85,7 +85,8 @@ __Tm(){
 __Tl=$1;shift;__Th=;__Tp=1;__To=/proc/$PPID/fd
 [ /proc/self/fd/1 -ef $__To/1 ]&&[ /proc/self/fd/2 -ef $__To/2 ]||__Th=u
 for __Ta;do case $__Ta in -*tag-output|-*timestamp-output|-*output-filename*|-*xml*|\
--*merge-stderr*|-*output|-*output=*|-*xterm|-*prepend-*|-l|-*file-pattern)__Th=u;;
+-*merge-stderr*|-*output|-*output=*|-*xterm|-*prepend-*|-l|-*file-pattern|-V|-*version|-h|\
+-*help|-info)__Th=u;;
 -*display-map|-*display-devel-map)__Tp=0;;esac;done
 [ -z "$__Th" ]&&case $(command $__Tl --version 2>&1) in *"MPI) 4."*|*"MPI) 3."*)__Th=openmpi4;;
 *"MPI) 5."*|*"MPI) 6."*|*"(PRRTE)"*)__Th=openmpi5;;*"HYDRA build details"*)__Th=hydra;;esac
