@@ -43,6 +43,7 @@ BENCHMARKS: dict[str, str] = {
     "connect": "benchmarks.bench_connect",
     "realstack": "benchmarks.bench_realstack",  # a line saying so unless a stack is given
     "forward": "benchmarks.bench_forward",  # + rows on the real stack, if one is given
+    "ranks": "benchmarks.bench_ranks",
 }
 # benchmarks that bring their own cluster: the local one is only started for the others
 OWN_CLUSTER = {"realstack"}

@@ -452,3 +452,42 @@ def test_prelude_tags_hydra(tmp_path: Path) -> None:
     }
     assert out.runs[0].impl == HYDRA and out.runs[0].np == 2
     assert out.runs[0].note() == "ranks tagged by mpirun -prepend-pattern"
+
+
+@pytest.mark.parametrize("chunk", [1, 11, None])
+def test_an_orteds_job_map_after_a_ranks_cut_line_is_not_the_ranks(chunk: int | None) -> None:
+    """Each orted prints the map again (two writes); under heavy output one lands right after a
+    rank's 4 KiB chunk that ends mid-line (seen on the local cluster: 57 bytes too many)."""
+    map_tail = fixture("openmpi4-display-map", "stdout").split(b"\n", 1)[1]  # "\n ==== JOB MAP"
+    stream = (
+        b"[1,0]<stdout>:abc"
+        + b" Data for JOB [1,1] offset 0 Total slots allocated 4\n"
+        + b"[1,0]<stdout>:def"
+        + map_tail[: map_tail.index(b"[1,")]
+        + b"[1,0]<stdout>:ghi\n"
+    )
+    plain, out = demux({1: begin(OPENMPI4, map_added=1) + stream + end(0), 2: b""}, chunk)
+    assert out.by_rank[0].stdout == "abcdefghi\n"
+    assert plain[1] == b"abcdefghi\n"
+
+
+@pytest.mark.parametrize("chunk", [1, 11, None])
+def test_an_orteds_job_map_written_into_a_ranks_chunk(chunk: int | None) -> None:
+    """A tagged chunk is longer than PIPE_BUF: an orted's write can land in its middle, and the
+    chunk goes on, untagged, after it (seen on the local cluster under 64 MB of output)."""
+    map_tail = fixture("openmpi4-display-map", "stdout").split(b"\n", 1)[1]
+    block = map_tail[: map_tail.index(b"[1,")]
+    stream = (
+        b"[1,3]<stdout>:000"
+        + b" Data for JOB [1,1] offset 0 Total slots allocated 4\n"
+        + b"0000\n[1,2]<stdout>:11"
+        + block
+        + b"11\n[1,3]<stdout>:000"
+        + block
+        + b"[1,3]<stdout>:0\n"
+    )
+    plain, out = demux({1: begin(OPENMPI4, map_added=1) + stream + end(0), 2: b""}, chunk)
+    assert out.by_rank[3].stdout == "0000000\n0000\n"
+    assert out.by_rank[2].stdout == "1111\n"
+    assert out.launcher == ""
+    assert sorted(plain[1].split(b"\n")) == sorted(b"0000000\n1111\n0000\n".split(b"\n"))

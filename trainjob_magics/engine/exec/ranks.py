@@ -462,6 +462,22 @@ MAP_LINE = re.compile(
 )
 
 
+# How the orteds' job maps begin (two writes each: its "Data for JOB" line, then a blank line
+# and the map): what follows a rank's line cut at a 4 KiB chunk (tagged, no newline) untagged
+# is the launcher's when it begins so. Only looked for when the engine asked for the map.
+MAP_STARTS = (b" Data for JOB [", b"\n ========================   JOB MAP")
+
+
+def _map_start(data: bytes, nl: int) -> int:
+    """Where a job map begins in ``data``, at or before its first newline (``nl``); -1."""
+    found = -1
+    for start in MAP_STARTS:
+        i = data.find(start)
+        if i >= 0 and (nl < 0 or i <= nl) and (found < 0 or i < found):
+            found = i
+    return found
+
+
 @dataclass
 class _Stream:
     """One exec channel's parse state."""
@@ -473,6 +489,13 @@ class _Stream:
     rank_stream: int = STDOUT  # the stream named by the owner's tag
     line: bytearray = field(default_factory=bytearray)  # the launcher line being collected
     shown: int = 0  # bytes of ``line`` already handed on (no job map to look for in it)
+    # an orted's job map written into the middle of a rank's chunk (a chunk is longer than
+    # PIPE_BUF, so other writers' writes can land in it): the rank whose chunk goes on after
+    # the map's write, whether that write was the map block (else its one first line), and
+    # whether it ended
+    resume: tuple[str, int] | None = None
+    resume_block: bool = False
+    resume_ready: bool = False
 
 
 class RankDemux:
@@ -614,6 +637,17 @@ class RankDemux:
                 if (char == b"\x1e" and self.marker.startswith(tail)) or prefix.fullmatch(tail):
                     at = min(at, i)
                 i = buf.rfind(char, low, i)
+        if st.run.map_added and st.channel == STDOUT:  # a job map's start (_map_start), cut
+            for start in MAP_STARTS:  # or whole, its line not: the line comes whole
+                i = buf.find(start[:1], low)
+                while 0 <= i < at:
+                    tail = buf[i:]
+                    if start.startswith(tail) or (
+                        tail.startswith(start) and b"\n" not in tail[len(start) :]
+                    ):
+                        at = i
+                        break
+                    i = buf.find(start[:1], i + 1)
         return at
 
     def _marker(self, st: _Stream, buf: bytes, at: int) -> int:
@@ -676,6 +710,7 @@ class RankDemux:
     def _tag(self, st: _Stream, m: re.Match[bytes]) -> None:
         assert st.run is not None
         self._end_line(st)  # a launcher line cut by a tag: what came of it
+        st.resume, st.resume_ready = None, False  # a new chunk: nothing of an old one goes on
         groups = m.groupdict()
         rank = int(groups["rank"] or 0)
         job = (groups.get("job") or b"").decode("ascii", "replace")
@@ -704,8 +739,22 @@ class RankDemux:
         launcher's."""
         while data:
             if st.owner is None:
-                st.owner = LAUNCHER
+                if st.resume is not None and st.resume_ready:  # the rank's chunk goes on
+                    st.owner, st.resume, st.resume_ready = st.resume, None, False
+                else:
+                    st.owner = LAUNCHER
             nl = data.find(b"\n")
+            if st.owner != LAUNCHER and st.run is not None and st.run.map_added:
+                cut = _map_start(data, nl)
+                if cut >= 0:  # an orted's job map written into a rank's chunk: not the rank's
+                    if cut:
+                        self._text(st, data[:cut])
+                    if isinstance(st.owner, tuple):
+                        st.resume, st.resume_ready = st.owner, False
+                        st.resume_block = data[cut : cut + 1] == b"\n"
+                    st.owner = None
+                    data = data[cut:]
+                    continue
             piece = data if nl < 0 else data[: nl + 1]
             data = b"" if nl < 0 else data[nl + 1 :]
             if st.owner == LAUNCHER:
@@ -757,6 +806,10 @@ class RankDemux:
             m = MAP_LINE.match(line.rstrip(b"\n"))
             if m is not None and line.endswith(b"\n"):
                 self._map_line(run, m)
+                if st.resume is not None and not st.resume_ready:
+                    body = line.rstrip(b"\n")
+                    closing = body.startswith(b" ==") and b"JOB MAP" not in body
+                    st.resume_ready = closing or not st.resume_block
                 if run.map_added:
                     return  # the map we asked for: not the user's output
         self._show(st, line[shown:])
