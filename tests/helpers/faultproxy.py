@@ -20,7 +20,8 @@ import yaml
 
 
 class FaultProxy:
-    """Forward 127.0.0.1:<port> to ``target``; ``reset_next(n)`` resets the next n connections."""
+    """Forward 127.0.0.1:<port> to ``target``; ``reset_next(n)`` resets the next n connections.
+    ``bytes_up`` / ``bytes_down`` count what went through it to the server and back."""
 
     def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
@@ -32,7 +33,16 @@ class FaultProxy:
         self._conns: list[socket.socket] = []
         self._frozen: set[socket.socket] = set()
         self._stop = threading.Event()
+        self._moved = [0, 0]  # to the server, to the client
         threading.Thread(target=self._accept, daemon=True, name="fault-proxy").start()
+
+    @property
+    def bytes_up(self) -> int:
+        return self._moved[0]
+
+    @property
+    def bytes_down(self) -> int:
+        return self._moved[1]
 
     def reset_next(self, n: int) -> None:
         with self._lock:
@@ -103,10 +113,10 @@ class FaultProxy:
                 continue
             with self._lock:
                 self._conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            for way, (a, b) in enumerate(((client, upstream), (upstream, client))):
+                threading.Thread(target=self._pipe, args=(a, b, way), daemon=True).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, way: int = 0) -> None:
         try:
             while True:
                 data = src.recv(65536)
@@ -116,6 +126,8 @@ class FaultProxy:
                     self._stop.wait()
                     return
                 dst.sendall(data)
+                with self._lock:
+                    self._moved[way] += len(data)
         except OSError:
             pass
         finally:
@@ -139,5 +151,10 @@ def _absolute_files(config: dict, base: Path) -> None:
 def _rst(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    # A pipe thread blocked in recv() holds the socket: closing it alone sends nothing until
+    # that recv returns (a download's client side sends nothing, so it never would). SHUT_RD
+    # wakes it without a FIN; the last close then sends the RST at once.
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RD)
     with contextlib.suppress(OSError):
         sock.close()

@@ -128,7 +128,7 @@ def test_malicious_archive_refused(
     assert made.ok, made.stderr
     session.execute("mkdir -p out && echo fine > out/ok.txt")
     monkeypatch.setattr(
-        files, "download_argv", lambda parent, name, verify: ["cat", f"evil-{kind}.tar"]
+        files, "download_argv", lambda parent, name, verify, *rest: ["cat", f"evil-{kind}.tar"]
     )
     dest = tmp_path / "target" / "out"
     dest.parent.mkdir()

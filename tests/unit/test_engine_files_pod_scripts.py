@@ -15,7 +15,14 @@ import pytest
 from trainjob_magics.engine.exec import frames
 from trainjob_magics.engine.files import manifest
 from trainjob_magics.engine.files.archive import ChunkStream, TarStream, unpack
-from trainjob_magics.engine.files.manifest import compare, download_argv, parse_files, upload_argv
+from trainjob_magics.engine.files.manifest import (
+    compare,
+    download_argv,
+    parse_files,
+    upload_argv,
+    upload_tar_argv,
+)
+from trainjob_magics.engine.files.resume import CUT, SendLedger
 
 NO_PYTHON = ("/nonexistent/python3",)
 FALLBACK_TOOLS = ["#trainjob-openssl", "#trainjob-sha256sum"]
@@ -26,6 +33,15 @@ def with_pythons(argv: list[str], pythons: tuple[str, ...] | None) -> list[str]:
     if pythons is None:
         return argv
     return argv[: -len(manifest.PYTHONS)] + list(pythons)
+
+
+def sent(stream: TarStream) -> bytes:
+    """What the client sends an upload's pod: the tar stream, then its trailer (the sha256 of
+    every file it sent, which the pod checks before anything is moved into place)."""
+    archive = stream.read()
+    ledger = SendLedger()
+    ledger.adopt(stream.starts, {n: f.size for n, f in stream.files.items()}, stream.marks)
+    return archive + ledger.trailer()
 
 
 def make_src(root: Path) -> Path:
@@ -56,14 +72,20 @@ def test_upload_script_unpacks_and_lists_every_file(
 ) -> None:
     src = make_src(tmp_path)
     stream = TarStream(src, "dst")
-    archive = stream.read()
+    archive = sent(stream)
     pod = tmp_path / "pod"
     (pod / "p" / "dst").mkdir(parents=True)
     (pod / "p" / "dst" / "-dash").symlink_to("/etc/hostname")  # replaced, not followed
     (pod / "p" / "dst" / "stale").write_text("kept: tar merges into what is there")
     argv = with_pythons(upload_argv(str(pod / "p"), "dst", True), pythons)
     done = subprocess.run(argv, input=archive, capture_output=True, check=False)
+    if pythons is not None:  # no python3: it says so before reading; tar's way goes next
+        assert done.returncode == 5 and b"#trainjob-nopython" in done.stderr
+        assert not (pod / "p" / ".trainjob-upload-0").exists()
+        argv = upload_tar_argv(str(pod / "p"), "dst", "0")
+        done = subprocess.run(argv, input=archive, capture_output=True, check=False)
     assert done.returncode == 0, done.stderr
+    assert os.listdir(pod / "p") == ["dst"]  # the staging directory went
     tool = done.stdout.decode().splitlines()[0]
     assert tool == "#trainjob-python" if pythons is None else tool in FALLBACK_TOOLS
     method, landed = parse_files(done.stdout.decode())
@@ -108,19 +130,22 @@ def test_download_script_carries_a_fifo_for_the_client_to_refuse(tmp_path: Path)
         assert [m.isfifo() for m in tar.getmembers()] == [False, True]
 
 
-def test_upload_script_reports_a_truncated_stream_in_one_line(tmp_path: Path) -> None:
+def test_upload_script_keeps_a_cut_stream_staged_and_nothing_in_place(tmp_path: Path) -> None:
     src = tmp_path / "f.bin"
     src.write_bytes(os.urandom(1 << 20))
     archive = TarStream(src, "f.bin").read()
     done = subprocess.run(
-        upload_argv(str(tmp_path / "pod"), "f.bin", True),
+        upload_argv(str(tmp_path / "pod"), "f.bin", True, "t0"),
         input=archive[: 600 << 10],
         capture_output=True,
         check=False,
     )
-    assert done.returncode == 2
+    assert done.returncode == 3
     message = done.stderr.decode().strip()
-    assert "\n" not in message and "the tar stream could not be unpacked" in message
+    assert "\n" not in message and message.startswith(CUT)
+    assert os.listdir(tmp_path / "pod") == [".trainjob-upload-t0"]  # for a retry
+    staged = tmp_path / "pod" / ".trainjob-upload-t0" / "data" / "f.bin"
+    assert 0 < staged.stat().st_size < 600 << 10
 
 
 def test_upload_script_goes_on_past_a_file_it_cannot_write(tmp_path: Path) -> None:
@@ -132,7 +157,7 @@ def test_upload_script_goes_on_past_a_file_it_cannot_write(tmp_path: Path) -> No
     (pod / "src" / "a").mkdir(parents=True)  # a directory where the file must go
     stream = TarStream(src, "src")
     done = subprocess.run(
-        upload_argv(str(pod), "src", True), input=stream.read(), capture_output=True
+        upload_argv(str(pod), "src", True), input=sent(stream), capture_output=True
     )
     assert done.returncode == 2 and b"src/a" in done.stderr
     _, landed = parse_files(done.stdout.decode())
@@ -213,7 +238,7 @@ def test_headers_for_long_and_undecodable_names(tmp_path: Path, direction: str) 
         stream = TarStream(src, "src")
         pod = tmp_path / "pod"
         done = subprocess.run(
-            upload_argv(str(pod), "src", True), input=stream.read(), capture_output=True
+            upload_argv(str(pod), "src", True), input=sent(stream), capture_output=True
         )
         assert done.returncode == 0, done.stderr
         _, landed = parse_files(done.stdout.decode())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import tarfile
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from trainjob_magics.engine.files.manifest import (
     compare,
     parse_files,
 )
+from trainjob_magics.engine.files.resume import Mark
 from trainjob_magics.engine.files.transfer import split_remote
 
 
@@ -143,8 +143,13 @@ def test_pod_reports_parsed() -> None:
     }
     method, files = parse_files(f"#trainjob-sha256sum\n{a}  d/x\n\\{b}  d/new\\nline\n")
     assert files == {"d/x": FileInfo(-1, a), "d/new\nline": FileInfo(-1, b)}
-    line = json.dumps({"path": "d/a", "sha256": a})
-    assert parse_files(f"#trainjob-python\n{line}\n") == ("sha256", {"d/a": FileInfo(-1, a)})
+    marks = [
+        Mark("d/a", 0, 3, a, final=True),
+        Mark("d/r", 0, 8, a),
+        Mark("d/r", 8, 9, b, "9:1", True),
+    ]
+    report = "#trainjob-python\ntar: d/x: a message\n" + "".join(m.line() for m in marks)
+    assert parse_files(report) == ("sha256", {"d/a": FileInfo(3, a), "d/r": FileInfo(9)})
     assert compare({"d/a": FileInfo(3, b)}, {"d/a": FileInfo(-1, a)}) == ["d/a differs (sha256)"]
     with pytest.raises(TransferError, match="did not list the files it hashed: tar: bad"):
         parse_files("#trainjob-kind file 3\ntar: bad\n")

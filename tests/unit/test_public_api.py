@@ -21,6 +21,7 @@ NEWER_TYPES = [
     "QueueStatus",
     "SessionPreemptedError",
     "MAX_MEMORY_OUTPUT",
+    "TRANSFER_RETRIES",
 ]
 
 

@@ -35,7 +35,7 @@ def test_the_verified_scripts_stop_first(script: str, bare_path: str, tmp_path: 
     assert not target.exists()
 
 
-@pytest.mark.parametrize("script", ["UNPACK_SH", "PACK_SH"])
+@pytest.mark.parametrize("script", ["UPLOAD_TAR_SH", "PACK_SH"])
 def test_the_plain_tar_scripts_stop_first(script: str, bare_path: str, tmp_path: Path) -> None:
     target = tmp_path / "made-by-the-script"
     argv = ["sh", "-c", getattr(manifest, script), "sh", str(target), "x"]

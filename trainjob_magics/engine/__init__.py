@@ -41,6 +41,7 @@ from .errors import (
 from .exec.output import MAX_MEMORY_OUTPUT
 from .exec.runs import CommandRun
 from .files.logs import PodLogs
+from .files.resume import DEFAULT_RETRIES as TRANSFER_RETRIES
 from .files.transfer import TransferResult
 from .forward import Forward
 from .inventory.holdings import duration_words
@@ -75,6 +76,7 @@ from .validation import validate_name
 
 __all__ = [
     "MAX_MEMORY_OUTPUT",
+    "TRANSFER_RETRIES",
     "ApiServerError",
     "CommandInterruptedError",
     "CommandRun",

@@ -54,7 +54,15 @@ from .exec.ranks import (
 )
 from .exec.runs import CommandRun
 from .files.logs import OnLog, PodLogs, read_log, read_logs
-from .files.transfer import TransferProgress, TransferResult, download, upload, write_file
+from .files.resume import DEFAULT_RETRIES
+from .files.transfer import (
+    OnRetry,
+    TransferProgress,
+    TransferResult,
+    download,
+    upload,
+    write_file,
+)
 from .forward.forward import Forward, OnProblem, PodChoice
 from .inventory.gpu_sampler import GpuSampler
 from .inventory.holdings import duration_words
@@ -895,8 +903,12 @@ class TrainJobSession:
         progress: TransferProgress | None = None,
         verify: bool = True,
         timeout: float | None = None,
+        retries: int = DEFAULT_RETRIES,
+        on_retry: OnRetry | None = None,
     ) -> TransferResult:
-        """Copy a local file or directory to ``remote`` on the target pods (tar over exec)."""
+        """Copy a local file or directory to ``remote`` on the target pods (tar over exec).
+        A stream that ends early goes on from where it ended, up to ``retries`` times per pod
+        (``on_retry(line)`` hears each, else the log); nothing half-written is left in place."""
         targets = pod_commands(self.pods(pods), container, self.container)
         with self._in_use():
             return upload(
@@ -908,6 +920,8 @@ class TrainJobSession:
                 progress=progress,
                 verify=verify,
                 timeout=timeout,
+                retries=retries,
+                on_retry=on_retry,
             )
 
     def download(
@@ -920,8 +934,13 @@ class TrainJobSession:
         progress: TransferProgress | None = None,
         verify: bool = True,
         timeout: float | None = None,
+        retries: int = DEFAULT_RETRIES,
+        on_retry: OnRetry | None = None,
     ) -> TransferResult:
-        """Copy ``remote`` (file or directory) from one pod to ``local``, unpacked safely."""
+        """Copy ``remote`` (file or directory) from one pod to ``local``, unpacked safely. A
+        stream that ends early goes on from where it ended, up to ``retries`` times
+        (``on_retry(line)`` hears each, else the log); nothing is written to ``local`` until the
+        whole copy is verified."""
         refs = self.pods(pod)
         if len(refs) != 1:
             names = ", ".join(r.name for r in refs)
@@ -940,6 +959,8 @@ class TrainJobSession:
                 progress=progress,
                 verify=verify,
                 timeout=timeout,
+                retries=retries,
+                on_retry=on_retry,
             )
 
     def write_file(

@@ -18,20 +18,29 @@ from .options import check_positive
 from .views.progress import transfer_line
 from .worker import Pump
 
+NOTE = "note"  # an event of the worker that is a line of its own (a retry), not progress
+
 
 def _run_with_progress(
     host: MagicsHost, label: str, fn: Callable[..., Any], copies: int = 1
 ) -> Any:
-    """Run ``fn(progress)`` in a worker; show its progress here once the transfer is large
-    (``copies``: how many pods receive the same bytes)."""
+    """Run ``fn(progress, note)`` in a worker; show its progress here once the transfer is
+    large (``copies``: how many pods receive the same bytes), and each ``note(line)`` (a
+    retry) as a line of its own."""
     bar = host.views.progress(label, host.use_widgets(), copies=copies)
 
     def work(emit: Callable[..., None]) -> Any:
-        return fn(lambda done, total: emit(done, total))
+        return fn(lambda done, total: emit(done, total), lambda line: emit(NOTE, line))
+
+    def show(*event: Any) -> None:
+        if event[0] == NOTE:
+            bar.note(event[1])
+        else:
+            bar.update(*event)
 
     pump = Pump()
     try:
-        result = pump.run(work, bar.update)
+        result = pump.run(work, show)
     except KeyboardInterrupt:
         pump.cancel()
         bar.finish(ok=False)
@@ -44,17 +53,23 @@ def _run_with_progress(
 
 
 def _transfer(
-    host: MagicsHost, label: str, args: Any, call: Callable[[Any, Any, Any], Any]
+    host: MagicsHost, label: str, args: Any, call: Callable[[Any, Any, Any, Any], Any]
 ) -> None:
-    """``call(session, pods, progress)`` with a progress bar; prints the transfer's summary
-    (the size per pod x pods and the rate). An upload's pods are resolved here, once."""
+    """``call(session, pods, progress, on_retry)`` with a progress bar and a line per retry;
+    prints the transfer's summary (the size per pod x pods and the rate). An upload's pods
+    are resolved here, once."""
+    if args.retries < 0:
+        raise TrainJobUsageError(f"--retries must be 0 or more, got {args.retries}")
     session = host.entry(args.session).session
     refs: Any = args.pod
     if label == "Uploading":  # resolved once: the same bytes go to each of these pods
         refs = session.pods(args.pod)
     copies = len(refs) if isinstance(refs, list) else 1
     result = _run_with_progress(
-        host, label, lambda progress: call(session, refs, progress), copies=copies
+        host,
+        label,
+        lambda progress, note: call(session, refs, progress, note),
+        copies=copies,
     )
     print(transfer_line(result, copies))
 
@@ -73,8 +88,14 @@ def upload(host: MagicsHost, args: Any) -> None:
         host,
         "Uploading",
         args,
-        lambda session, refs, progress: session.upload(
-            args.local, args.remote, pods=refs, progress=progress, verify=not args.no_verify
+        lambda session, refs, progress, note: session.upload(
+            args.local,
+            args.remote,
+            pods=refs,
+            progress=progress,
+            verify=not args.no_verify,
+            retries=args.retries,
+            on_retry=note,
         ),
     )
 
@@ -85,8 +106,14 @@ def download(host: MagicsHost, args: Any) -> None:
         host,
         "Downloading",
         args,
-        lambda session, refs, progress: session.download(
-            args.remote, args.local, pod=refs, progress=progress, verify=not args.no_verify
+        lambda session, refs, progress, note: session.download(
+            args.remote,
+            args.local,
+            pod=refs,
+            progress=progress,
+            verify=not args.no_verify,
+            retries=args.retries,
+            on_retry=note,
         ),
     )
 

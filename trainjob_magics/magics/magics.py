@@ -26,6 +26,7 @@ from .options import (
     no_verify,
     output_args,
     parse,
+    retries_option,
     session_args,
     session_option,
 )
@@ -231,6 +232,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
     @argument("remote", help="Destination in the pod(s); ending in / means inside that directory.")
     @argument("--pod", default="trainer", help=POD_HELP)
     @no_verify
+    @retries_option
     @session_option
     @line_magic
     def trainjob_upload(self, line: str = "") -> None:
@@ -243,6 +245,7 @@ class TrainJobMagics(Magics, TrainJobConfig):
     @argument("local", help="Local destination; ending in / means inside that directory.")
     @argument("--pod", default="trainer", help="One pod: trainer, node-2, a pod name.")
     @no_verify
+    @retries_option
     @session_option
     @line_magic
     def trainjob_download(self, line: str = "") -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, parse_argstring
 
+from ..engine import TRANSFER_RETRIES
 from .failures import TrainJobUsageError
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -222,6 +223,18 @@ PYTHON_HELP = (
 def no_verify(f: Callable[..., Any]) -> Callable[..., Any]:
     """--no-verify of the file transfers."""
     return argument("--no-verify", action="store_true", help="Skip the size/sha256 check.")(f)
+
+
+def retries_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--retries N of the file transfers."""
+    return argument(
+        "--retries",
+        type=int,
+        default=TRANSFER_RETRIES,
+        metavar="N",
+        help="Resume a stream that ended early (dropped connection) up to N times "
+        f"(default {TRANSFER_RETRIES}; 0: fail at once).",
+    )(f)
 
 
 def parse(fn: Callable[..., Any], line: str) -> Any:

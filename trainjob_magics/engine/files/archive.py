@@ -3,8 +3,8 @@ downloaded ones: no member may land outside the destination."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import hashlib
 import io
 import os
 import posixpath
@@ -19,6 +19,7 @@ from typing import Any, BinaryIO
 from ..errors import TransferError, UnsafeArchiveError
 from ..exec.frames import client_frame
 from .manifest import FileInfo
+from .resume import OFFSET_KEY, ReceiveLedger, SegmentHasher
 
 
 def _walk(local: Path) -> Iterator[Path]:
@@ -71,6 +72,44 @@ def _zeros(n: int) -> memoryview:
     return memoryview(_ZEROS)[:n]
 
 
+class Member:
+    """One member of a :class:`TarStream`: its header as first sent (``info``: the whole file),
+    and where this stream starts its data (``start``: a resumed file's first byte)."""
+
+    __slots__ = ("header", "info", "name", "path", "size", "start")
+
+    def __init__(
+        self,
+        header: bytes,
+        info: tarfile.TarInfo,
+        name: str,
+        path: Path | None,
+        start: int = 0,
+    ) -> None:
+        self.header = header
+        self.info = info
+        self.name = name
+        self.path = path  # a regular file's, read when it is sent
+        self.start = start
+        self.size = info.size - start if path is not None else 0  # bytes of data sent
+
+    def resumed(self, start: int) -> Member:
+        """This file from byte ``start`` on: a PAX record says where its data begins."""
+        if not start:
+            return Member(self.header, self.info, self.name, self.path)
+        info = copy.copy(self.info)
+        info.pax_headers = {**self.info.pax_headers, OFFSET_KEY: str(start)}
+        info.size = self.info.size - start
+        header = info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+        return Member(header, self.info, self.name, self.path, start)
+
+
+def file_ident(path: Path) -> tuple[int, int]:
+    """``(size, mtime_ns)``: a local file that changed between two attempts is sent whole."""
+    st = os.lstat(path)
+    return st.st_size, st.st_mtime_ns
+
+
 class TarStream:
     """A tar archive (PAX) of a local file or tree, produced as it is read: ``read(n)`` returns
     the next bytes, reading each file once. :attr:`size` is known up front (headers from
@@ -78,15 +117,25 @@ class TarStream:
     returned b""): one helper thread reads the files ahead and hashes them, off the sender's
     thread. :meth:`read_frame` has that thread build the stdin frames too (the masking then
     overlaps the sender's socket waits). A file that shrinks while it is read raises
-    :class:`TransferError`; :meth:`close` stops the reader early."""
+    :class:`TransferError`; :meth:`close` stops the reader early.
+
+    Each file is hashed in segments (``resume.py``): :attr:`marks` has this stream's marks of
+    each file it carries (from :attr:`starts`, 0 unless :meth:`resumed` made it)."""
 
     def __init__(self, local: Path, arcname: str) -> None:
         self.files: dict[str, FileInfo] = {}
-        self.produced = 0
-        self._members: list[tuple[bytes, Path | None, int, str]] = []
+        self.idents: dict[str, tuple[int, int]] = {}
+        self._members: list[Member] = []
         with tarfile.open(fileobj=io.BytesIO(), mode="w", format=tarfile.PAX_FORMAT) as namer:
-            size = self._add_members(namer, local, arcname)
-        self.size = size + 2 * BLOCK
+            self._add_members(namer, local, arcname)
+        self._start_state()
+
+    def _start_state(self) -> None:
+        self.size = sum(len(m.header) + m.size + (-m.size % BLOCK) for m in self._members)
+        self.size += 2 * BLOCK
+        self.starts = {m.name: m.start for m in self._members if m.path is not None}
+        self.marks: dict[str, dict[int, str]] = {name: {} for name in self.starts}
+        self.produced = 0
         self._queue: queue.Queue[Any] = queue.Queue(AHEAD)
         self._framed = False
         self._reader: threading.Thread | None = None
@@ -94,9 +143,8 @@ class TarStream:
         self._left: memoryview | None = None
         self._done = False
 
-    def _add_members(self, namer: tarfile.TarFile, local: Path, arcname: str) -> int:
+    def _add_members(self, namer: tarfile.TarFile, local: Path, arcname: str) -> None:
         """Headers of every member (``namer`` only names them: hard links, PAX fields)."""
-        size = 0
         for path in stream_order(_walk(local)):
             rel = path.relative_to(local).as_posix()
             name = arcname if rel == "." else f"{arcname}/{rel}"
@@ -107,12 +155,37 @@ class TarStream:
             info.mtime = int(info.mtime)  # a float would cost a PAX header per member
             info.uname = info.gname = "root"
             header = info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
-            data = info.size if info.isreg() else 0
-            self._members.append((header, path if info.isreg() else None, data, name))
+            if not info.isreg():
+                info.size = 0
+            self._members.append(Member(header, info, name, path if info.isreg() else None))
             if info.isreg():
-                self.files[name] = FileInfo(data)
-            size += len(header) + data + (-data % BLOCK)
-        return size
+                self.files[name] = FileInfo(info.size)
+                self.idents[name] = file_ident(path)
+
+    def resumed(self, skip: set[str], offsets: dict[str, int]) -> TarStream:
+        """The same archive for a retry: without the files in ``skip`` (the receiver holds them
+        whole) and with each file in ``offsets`` from that byte on; directories and links
+        again. A file whose size or mtime changed since it was first read goes whole."""
+        other = TarStream.__new__(TarStream)
+        other.files = {n: FileInfo(f.size, f.sha256) for n, f in self.files.items()}
+        other.idents = dict(self.idents)
+        other._members = []
+        for m in self._members:
+            if m.path is None:
+                other._members.append(m)
+                continue
+            try:
+                changed = file_ident(m.path) != self.idents[m.name]
+            except OSError:
+                changed = True  # gone: reading it says so
+            if changed:
+                with contextlib.suppress(OSError):
+                    other.idents[m.name] = file_ident(m.path)
+                other._members.append(m.resumed(0))
+            elif m.name not in skip:
+                other._members.append(m.resumed(offsets.get(m.name, 0)))
+        other._start_state()
+        return other
 
     def _pieces(self, lead: bytes) -> Iterator[memoryview]:
         """The archive as pieces of ``lead`` (the stdin channel byte, for frames) and at most
@@ -123,7 +196,8 @@ class TarStream:
         whole = memoryview(bytearray(cap))
         whole[:start] = lead
         fill = start
-        for header, path, size, name in self._members:
+        for m in self._members:
+            header, path, size, name = m.header, m.path, m.size, m.name
             if fill + len(header) > cap:
                 yield whole[:fill]
                 fill = start
@@ -133,8 +207,10 @@ class TarStream:
             fill += len(header)
             if path is None:
                 continue
-            sha = hashlib.sha256()
+            sha = SegmentHasher(m.start, self.marks[name])
             with open(path, "rb", buffering=0) as fh:
+                if m.start:
+                    fh.seek(m.start)
                 left = size
                 while left:
                     if fill == cap:
@@ -147,7 +223,9 @@ class TarStream:
                     sha.update(view[:got])
                     fill += got
                     left -= got
-            self.files[name].sha256 = sha.hexdigest()
+            digest = sha.finish()
+            if not m.start:
+                self.files[name].sha256 = digest
             tail = -size % BLOCK
             if fill + tail > cap:
                 yield whole[:fill]
@@ -379,25 +457,31 @@ def unpack(
     root: str,
     staging: Path,
     links: dict[str, str] | None = None,
+    ledger: ReceiveLedger | None = None,
 ) -> dict[str, FileInfo]:
     """Extract the tar stream ``archive`` (read once, in order) into the empty directory
     ``staging``, checking every member before it is written: the first unsafe one raises
     :class:`UnsafeArchiveError` (the caller removes ``staging``). Returns the size and sha256 of
     each regular file, hashed as it is written; ``links`` gets each hard link's target.
 
+    With a ``ledger`` (a download that may be resumed) ``staging`` holds what earlier attempts
+    received: each file is hashed in segments into it, and a member whose PAX record
+    ``TRAINJOB.offset`` says so goes on with the file's staged copy from that byte.
+
     tarfile parses the headers (PAX, GNU, ustar); file data goes from the received chunks to
     the hash and the file without copies."""
     if not isinstance(archive, ChunkStream):
         source = archive
         archive = ChunkStream(lambda: source.read(UNPACK_CHUNK))
-    files: dict[str, FileInfo] = {}
-    names: set[str] = set()
+    files: dict[str, FileInfo] = {} if ledger is None else ledger.files
+    names: set[str] = set() if ledger is None else ledger.names
     made: set[Path] = set()  # directories created
     directories: list[tuple[Path, tarfile.TarInfo]] = []
     try:
         # typeshed's fileobj has write and close too; reading "r:" needs read, tell and seek
         with tarfile.open(fileobj=archive, mode="r:") as tar:  # type: ignore[call-overload]
             for member in tar:
+                offset = member.pax_headers.get(OFFSET_KEY, "0")
                 _normalise(member)
                 why = check_member(member, root, names)
                 if why is not None:
@@ -411,7 +495,16 @@ def unpack(
                 if safe.isreg():
                     if member.sparse is not None:
                         raise tarfile.ReadError(f"sparse member {member.name!r} not supported")
-                    files[member.name] = _write_file(archive, member, safe, target, made)
+                    start = int(offset) if offset.isdigit() else -1
+                    if start < 0 or (start and ledger is None):
+                        raise tarfile.ReadError(f"bad {OFFSET_KEY} of {member.name!r}")
+                    if ledger is None:
+                        sha = SegmentHasher(0, {})
+                    else:
+                        sha = ledger.open_file(member.name, start, start + member.size)
+                    files[member.name] = _write_file(
+                        archive, member, safe, target, made, sha, start
+                    )
                     archive.seek(member.offset_data + member.size + (-member.size % BLOCK))
                 elif safe.isdir():
                     target.mkdir(parents=True, exist_ok=True)
@@ -424,6 +517,8 @@ def unpack(
                         tar.extract(safe, staging, set_attrs=False, filter="data")
                     else:  # checked above; this Python's extract takes no filter
                         tar.extract(safe, staging, set_attrs=False)
+                    if ledger is not None:
+                        ledger.others.add(member.name)
         for target, safe in reversed(directories):
             _set_attrs(target, safe)
     except UnsafeArchiveError:
@@ -441,15 +536,20 @@ def _write_file(
     safe: tarfile.TarInfo,
     target: Path,
     made: set[Path],
+    sha: SegmentHasher,
+    start: int = 0,
 ) -> FileInfo:
-    """Write one regular member to ``target``, hashing it on the way (``made``: directories
-    known to exist)."""
+    """Write one regular member to ``target`` (from byte ``start`` of the file: the staged copy
+    is that long), hashing it on the way (``made``: directories known to exist)."""
     if target.parent not in made:
         target.parent.mkdir(parents=True, exist_ok=True)
         made.add(target.parent)
-    sha = hashlib.sha256()
     got = 0
-    with open(target, "wb", buffering=0) as out:
+    with open(target, "r+b" if start else "wb", buffering=0) as out:
+        if start:
+            if os.fstat(out.fileno()).st_size != start:
+                raise TransferError(f"the staged copy of {member.name!r} is not {start} bytes")
+            out.seek(start)
         for piece in archive.views(member.size):
             sha.update(piece)
             got += len(piece)
@@ -464,7 +564,8 @@ def _write_file(
         raise tarfile.ReadError(f"the stream ended inside {member.name!r}")
     if not _BY_FD:
         _set_attrs(target, safe)
-    return FileInfo(member.size, sha.hexdigest())
+    digest = sha.finish()
+    return FileInfo(start + member.size, "" if start else digest)
 
 
 _BY_FD = hasattr(os, "fchmod") and os.utime in os.supports_fd

@@ -1,41 +1,56 @@
-"""The pod side of a verified transfer: the constant ``sh`` scripts, one exec each way, and
-parsing what they report. Paths only ever travel as argv.
+"""The pod side of a verified transfer: the constant ``sh`` scripts, one exec each way (and, for
+an upload's retry, a probe), and parsing what they report. Paths only ever travel as argv.
 
 With ``python3`` (nearly every ML image) the pod unpacks or packs the tar stream itself and
-hashes each file as it passes (``pod_python.py``): one process, one read of the data. Without
-it: ``tar``, and the files hashed with the first of ``openssl dgst -sha256``, ``sha256sum`` the
-image has (with neither, ``wc -c`` gives their sizes); upload: after ``tar xf -``, the files
-that landed; download: next to ``tar cf -``. Here each file is hashed as it is read (upload)
-or written (download), and the two lists must match.
+hashes each file as it passes (``pod_python.py``): one process, one read of the data; each file
+is hashed in segments (``resume.py``), so a stream that ended early can be resumed. Without it:
+``tar`` (an upload goes again with :func:`upload_tar_argv`; a retry starts again), and the
+files hashed with the first of ``openssl dgst -sha256``, ``sha256sum`` the image has (with
+neither, ``wc -c`` gives their sizes); upload: after ``tar xf -``, the files that landed;
+download: next to ``tar cf -``. Here each file is hashed as it is read (upload) or written
+(download), and the two lists must match. An upload lands in a staging directory beside its
+destination and is moved into place from there.
 """
 
 from __future__ import annotations
 
+import ast
 import base64
-import json
+import functools
 import re
+import threading
 import zlib
-from dataclasses import dataclass
 
 from ..errors import TransferError
-from .pod_python import PACK_PY, UNTAR_PY
+from .pod_python import PACK_PY, PROBE_PY, UNTAR_PY
+from .resume import FileInfo, parse_marks
 
 # Where the pod's python3 is looked for, in order: a system interpreter first (a version
 # manager's shim on PATH, such as pyenv's, adds ~0.1 s to every start), then PATH's.
 PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "python3")
 
-# The pod-side Python travels compressed (the exec's argv is its URL, which servers limit to
-# ~8 KiB), as the argument before the name: ``python3 -c BOOT CODE NAME``.
-_BOOT = "import binascii,sys,zlib;exec(zlib.decompress(binascii.a2b_base64(sys.argv.pop(1))))"
+# The pod-side Python travels without its comments, compressed, in URL-safe base64 (the exec's
+# argv is its URL, which many proxies and the local cluster limit to 8 KiB), as the argument
+# before the name: ``python3 -c BOOT CODE NAME MODE``.
+_BOOT = (
+    "import binascii,sys,zlib;exec(zlib.decompress(binascii.a2b_base64("
+    'sys.argv.pop(1).replace("-","+").replace("_","/"))))'
+)
+
+_AST_LOCK = threading.Lock()  # CPython 3.11's AST conversion is not safe in two threads at once
 
 
+@functools.cache
 def _packed(code: str) -> str:
-    return base64.b64encode(zlib.compress(code.encode(), 9)).decode("ascii")
+    with _AST_LOCK:
+        source = ast.unparse(ast.parse(code))  # the same code, without comments
+    return base64.urlsafe_b64encode(zlib.compress(source.encode(), 9)).decode("ascii")
 
 
-# Every verified script gets "$1 $2 $3" = parent directory, entry name, packed pod-side Python,
-# then the PYTHONS candidates; $py is the first that exists (empty: no python3).
-_ARGS = f"boot='{_BOOT}'; d=$1 n=$2 code=$3; shift 3; py=; for c do "
+# Every verified script gets "$1 $2 $3 $4" = parent directory, entry name, packed pod-side
+# Python, MODE:TOKEN, then the PYTHONS candidates; $py is the first that exists (empty: none).
+# "$4" is MODE:TOKEN (``pod_python.py``).
+_ARGS = f"boot='{_BOOT}'; d=$1 n=$2 code=$3 m=$4; shift 4; py=; for c do "
 _ARGS += 'if command -v "$c" >/dev/null 2>&1; then py=$c; break; fi; done; '
 
 NO_TOOLS = "#trainjob-notools"
@@ -69,16 +84,54 @@ _HASH_FILES = (
     'find "$1" -type f -exec wc -c -- {} +; fi; }; '
 )
 
-# Upload: python3 unpacks the stream and hashes each file as it writes it (UNTAR_PY, listing on
-# stdout); without it, "tar xf -", then the files that landed are hashed.
+# handover STAGED PLACE: move a staged entry into place, as "tar xf -" would have written it
+# (files replaced, directories merged, a directory never replaced by a file): a rename when
+# nothing is in the way, else a local "tar" copy.
+_HANDOVER = (
+    "handover() { "
+    'if [ ! -e "$2" ] && [ ! -L "$2" ]; then mv -- "$1" "$2"; '
+    'else (cd -- "${1%/*}" && tar cf - -- "${1##*/}") | tar xf -; fi; }; '
+)
+
+# "tar xf -" into the staging directory $s/data (made afresh; removed when tar fails)
+_STAGED_TAR = (
+    'rm -rf -- "$s"; mkdir -p -- "$s/data" || exit; '
+    '(cd -- "$s/data" && tar xf -) || { rc=$?; rm -rf -- "$s"; exit $rc; }; '
+)
+
+# Upload: python3 unpacks the stream into a staging directory, hashing each file as it writes
+# it, checks the trailer and moves the files into place (UNTAR_PY, listing on stdout; the
+# staging directory stays after a cut stream, exit 3, for a retry). Without python3 it stops
+# before reading anything ("#trainjob-nopython", exit 5): UPLOAD_TAR_SH does it with tar.
 UPLOAD_SH = (
     _ARGS
     + _NEEDS
-    + 'mkdir -p -- "$d" && cd -- "$d" || exit; '
-    + 'if [ -n "$py" ]; then exec "$py" -I -S -c "$boot" "$code" "$n"; fi; '
-    + "tar xf - || exit; "
+    + 'mkdir -p -- "$d" && cd -- "$d" || exit; s=.trainjob-upload-${m#*:}; '
+    + 'if [ -z "$py" ]; then echo "#trainjob-nopython" >&2; exit 5; fi; '
+    + 'case $m in new:*) rm -rf -- "$s";; esac; '
+    + '"$py" -I -S -c "$boot" "$code" "$n" "$m"; rc=$?; '
+    + 'case $rc in 0|2) rm -rf -- "$s";; esac; exit $rc'
+)
+
+# Upload with tar ("$1 $2 $3 $4" = parent, name, token, 1 to hash): "tar xf -" into the staging
+# directory, the files that landed hashed, then moved into place; no resume (a retry starts
+# again). verify=False (plain tar, as kubectl cp does) takes this way too, without the hashing.
+UPLOAD_TAR_SH = (
+    _NEEDS_TAR
+    + 'mkdir -p -- "$1" && cd -- "$1" || exit; n=$2 s=.trainjob-upload-$3; '
     + _HASH_FILES
-    + 'hash_files "./$n"'
+    + _HANDOVER
+    + _STAGED_TAR
+    + 'if [ "$4" = 1 ]; then (cd -- "$s/data" && hash_files "./$n"); fi; '
+    + 'handover "$s/data/$n" "$n"; rc=$?; rm -rf -- "$s"; exit $rc'
+)
+
+# An upload's retry first asks what the pod holds (PROBE_PY): "#trainjob-python" then the
+# journal, "#trainjob-nostage" or, without python3, "#trainjob-nopython" (start again).
+PROBE_SH = (
+    _ARGS + 'cd -- "$d" 2>/dev/null || { echo "#trainjob-nostage"; exit 0; }; '
+    'if [ -z "$py" ]; then echo "#trainjob-nopython"; exit 0; fi; '
+    'exec "$py" -I -S -c "$boot" "$code" "$n" "$m"'
 )
 
 # Download: the tar stream goes to stdout; stderr gets "#trainjob-kind file|dir SIZE" first (or
@@ -93,16 +146,20 @@ DOWNLOAD_SH = (
     'if [ -d "$n" ]; then k=dir; s=$(du -sk -- "$n" 2>/dev/null); s=${s%%[!0-9]*}; '
     's=$(( ${s:-0} * 1024 )); else k=file; s=$(wc -c < "$n"); fi; '
     'echo "#trainjob-kind $k $s" >&2; '
-    'if [ -n "$py" ]; then exec "$py" -I -S -c "$boot" "$code" "$n"; fi; '
+    'if [ -n "$py" ]; then exec "$py" -I -S -c "$boot" "$code" "$n" "$m"; fi; '
     + _HASH_FILES
     + 'tar cf - -- "$n" & t=$!; h=$(hash_files "./$n" 2>/dev/null); wait $t; rc=$?; '
     "printf '%s\\n' \"$h\" >&2; exit $rc"
 )
 
-_UNTAR, _PACK = _packed(UNTAR_PY), _packed(PACK_PY)
-
 # verify=False: plain tar, as kubectl cp does.
-UNPACK_SH = _NEEDS_TAR + 'mkdir -p -- "$1" && exec tar xf - -C "$1"'
+PACK_SH = (
+    _NEEDS_TAR
+    + 'mkdir -p -- "$1" && cd -- "$1" || exit; n=$2 s=.trainjob-upload-$3; '
+    + _HANDOVER
+    + _STAGED_TAR
+    + 'handover "$s/data/$n" "$n"; rc=$?; rm -rf -- "$s"; exit $rc'
+)
 PACK_SH = (
     _NEEDS_TAR + 'cd -- "$1" 2>/dev/null || { echo "#trainjob-missing" >&2; exit 2; }; '
     'if [ ! -e "$2" ] && [ ! -L "$2" ]; then echo "#trainjob-missing" >&2; exit 2; fi; '
@@ -110,29 +167,48 @@ PACK_SH = (
     'exec tar cf - -- "$2"'
 )
 
+# What an upload that failed for good leaves in the pod: its staging directory, removed.
+CLEAN_SH = 'cd -- "$1" 2>/dev/null || exit 0; rm -rf -- ".trainjob-upload-$2"'
+
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-@dataclass
-class FileInfo:
-    """Size and sha256 (empty when not known) of one regular file."""
-
-    size: int
-    sha256: str = ""
-
-
-def upload_argv(parent: str, name: str, verify: bool) -> list[str]:
-    """The pod-side command that unpacks a tar stream from stdin into ``parent``."""
+def upload_argv(
+    parent: str, name: str, verify: bool, token: str = "0", mode: str = "new"
+) -> list[str]:
+    """The pod-side command that unpacks a tar stream from stdin into ``parent`` (through the
+    staging directory ``.trainjob-upload-TOKEN``); ``mode``: ``new`` or ``resume``
+    (``pod_python.py``). ``verify=False``: :func:`upload_tar_argv` without the hashing."""
     if not verify:
-        return ["sh", "-c", UNPACK_SH, "sh", parent]
-    return ["sh", "-c", UPLOAD_SH, "sh", parent, name, _UNTAR, *PYTHONS]
+        return upload_tar_argv(parent, name, token, verify=False)
+    code = _packed(UNTAR_PY)
+    return ["sh", "-c", UPLOAD_SH, "sh", parent, name, code, f"{mode}:{token}", *PYTHONS]
 
 
-def download_argv(parent: str, name: str, verify: bool) -> list[str]:
-    """The pod-side command that writes ``parent/name`` as a tar stream to stdout."""
+def upload_tar_argv(parent: str, name: str, token: str, verify: bool = True) -> list[str]:
+    """The upload with ``tar`` (a pod without python3; ``verify=False``)."""
+    return ["sh", "-c", UPLOAD_TAR_SH, "sh", parent, name, token, "1" if verify else "0"]
+
+
+def download_argv(
+    parent: str, name: str, verify: bool, token: str = "0", mode: str = "new"
+) -> list[str]:
+    """The pod-side command that writes ``parent/name`` as a tar stream to stdout; ``mode``
+    ``resume`` reads from stdin what to skip and where to start (``pod_python.py``)."""
     if not verify:
         return ["sh", "-c", PACK_SH, "sh", parent, name]
-    return ["sh", "-c", DOWNLOAD_SH, "sh", parent, name, _PACK, *PYTHONS]
+    code = _packed(PACK_PY)
+    return ["sh", "-c", DOWNLOAD_SH, "sh", parent, name, code, f"{mode}:{token}", *PYTHONS]
+
+
+def probe_argv(parent: str, name: str, token: str) -> list[str]:
+    """The pod-side command that says what an upload's earlier attempts left to go on from."""
+    return ["sh", "-c", PROBE_SH, "sh", parent, name, _packed(PROBE_PY), f"probe:{token}", *PYTHONS]
+
+
+def clean_argv(parent: str, token: str) -> list[str]:
+    """The pod-side command that removes an upload's staging directory."""
+    return ["sh", "-c", CLEAN_SH, "sh", parent, token]
 
 
 def _unescape(line: str) -> tuple[str, str]:
@@ -171,10 +247,10 @@ def _parse_rows(tool: str, rows: list[str]) -> tuple[str, dict[str, FileInfo]]:
             if path != "total" and count.isdigit():
                 files[path] = FileInfo(int(count))
         return "size", files
-    if tool == "python":
-        for line in rows:
-            item = json.loads(line)
-            files[item["path"]] = FileInfo(-1, item["sha256"])
+    if tool == "python":  # marks (resume.py): a file's last segment; its sha256 if it is whole
+        for mark in parse_marks(rows):
+            if mark.final:
+                files[mark.path] = FileInfo(mark.end, mark.sha256 if mark.start == 0 else "")
         return "sha256", files
     for line in rows:
         digest, path = _unescape(line)

@@ -12,6 +12,13 @@ escaping it, no devices: the ``kubectl cp`` CVE-2019-1002101 family; then ``tarf
 filter), each file hashed as it is written; it is moved into place only when every file's
 sha256 equals the pod's. A mismatch names the file.
 
+A stream that ends early (a dropped connection, an API server's 5xx) is retried up to
+``retries`` times, each retry said in one line (``on_retry``), going on from where it ended by
+file and byte (``resume.py``): an upload lands in a staging directory in the pod
+(``.trainjob-upload-TOKEN`` beside the destination) that is moved into place only once every
+segment's sha256 matched; a download's staging directory here is kept between attempts. A
+transfer that cannot finish fails in one line and leaves nothing half-written on either side.
+
 Destinations: ``dest`` is the path of the copy; a ``dest`` ending in ``/`` (or, on download, an
 existing local directory when the source is a file) means "inside it, under the source's name".
 Relative remote paths are relative to the container's working directory.
@@ -21,9 +28,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import logging
 import os
 import posixpath
 import queue
+import secrets
 import shutil
 import tempfile
 import threading
@@ -33,9 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidInputError, TransferError
+from ..errors import InvalidInputError, TransferError, UnsafeArchiveError
 from ..exec.client import ExecClient
 from ..exec.fanout import PodCommand
+from ..exec.frames import client_frame
 from ..exec.pool import run_each
 from ..exec.stop import INTERRUPT_WAIT
 from ..result import ExecResult
@@ -43,14 +53,33 @@ from .archive import STREAM_CHUNK, UNPACK_CHUNK, ChunkStream, TarStream, place, 
 from .manifest import (
     NO_TOOLS,
     FileInfo,
+    clean_argv,
     compare,
     download_argv,
     no_tools_message,
     parse_files,
+    probe_argv,
     upload_argv,
+    upload_tar_argv,
+)
+from .resume import (
+    CUT,
+    DEFAULT_RETRIES,
+    NO_PYTHON,
+    NO_STAGE,
+    ReceiveLedger,
+    SendLedger,
+    backoff,
+    check_retries,
+    human,
+    retry_line,
+    transport_failure,
 )
 
+log = logging.getLogger(__name__)
+
 TransferProgress = Callable[[int, int], None]  # (bytes done, bytes total)
+OnRetry = Callable[[str], object]  # hears the one line of each retry
 
 
 WRITE_SH = 'd=$(dirname -- "$1") && mkdir -p -- "$d" && cat > "$1" && wc -c < "$1"'
@@ -145,18 +174,55 @@ class _ProgressTotal:
         self.lock = threading.Lock()
 
     def add(self, n: int) -> None:
-        if self.callback is None:
-            return
+        """``n`` more bytes done (fewer, when ``n`` is negative: a retry sends them again)."""
         with self.lock:
             self.done += n
-            done = min(self.done, self.total)
-        self.callback(done, self.total)
+            done = max(0, min(self.done, self.total))
+        if self.callback is not None:
+            self.callback(done, self.total)
+
+    def set(self, done: int) -> None:
+        self.add(done - self.done)
 
     def finish(self, final: int | None = None) -> None:
         """Report the end: ``(final, final)``, by default the total announced."""
         if self.callback is not None:
             self.total = self.total if final is None else final
             self.callback(self.total, self.total)
+
+
+class _PodProgress:
+    """One pod's share of an upload's total: the bytes of the archive it holds or was sent."""
+
+    def __init__(self, total: _ProgressTotal, full: int) -> None:
+        self.total = total
+        self.full = full
+        self.done = 0
+
+    def start(self, size: int) -> None:
+        """An attempt sends ``size`` bytes: the pod holds the rest of the archive already."""
+        self.add(self.full - size - self.done)
+
+    def add(self, n: int) -> None:
+        self.done += n
+        self.total.add(n)
+
+
+def _say(on_retry: OnRetry | None, line: str) -> None:
+    """A retry's line to the caller (``on_retry``), else to the log."""
+    if on_retry is None:
+        log.warning("%s", line)
+        return
+    try:
+        on_retry(line)
+    except Exception:
+        log.warning("the on_retry callback failed", exc_info=True)
+
+
+def _remaining(deadline: float | None) -> float | None:
+    if deadline is None:
+        return None
+    return max(0.001, deadline - time.monotonic())
 
 
 def _check(result: ExecResult, what: str, pod: str) -> None:
@@ -177,15 +243,21 @@ def upload(
     progress: TransferProgress | None = None,
     verify: bool = True,
     timeout: float | None = None,
+    retries: int = DEFAULT_RETRIES,
+    on_retry: OnRetry | None = None,
 ) -> TransferResult:
     """Copy a local file or directory to ``remote`` on every target pod (concurrently, through
     the bounded pod pool), in one exec per pod.
 
     The tar stream is produced while it is sent (one pod) or once into a temporary file that
-    every pod reads (several), hashed as it is produced; the pod hashes it as ``tar`` reads it.
-    Raises :class:`TransferError` naming the pods that failed (``.result`` has the details).
-    """
+    every pod reads (several), hashed as it is produced; the pod hashes it as it unpacks it
+    into its staging directory, and moves the files into place once they all match. A stream
+    that ends early is resumed, up to ``retries`` times per pod (``on_retry`` hears a line
+    for each). Raises :class:`TransferError` naming the pods that failed (``.result`` has the
+    details)."""
+    retries = check_retries(retries)
     started = time.monotonic()
+    deadline = None if timeout is None else started + timeout
     src = Path(local).expanduser()
     if not src.exists() and not src.is_symlink():
         raise InvalidInputError(f"local path {str(local)!r} does not exist")
@@ -195,32 +267,26 @@ def upload(
     result.files = len(stream.files)
     result.bytes = sum(f.size for f in stream.files.values())
     total = _ProgressTotal(stream.size * len(targets), progress)
-    argv = upload_argv(parent, name, verify)
+    token = secrets.token_hex(6)
     methods: dict[str, str] = {}
     with contextlib.ExitStack() as stack:
         stack.callback(stream.close)
         if len(targets) == 1:
-            sources: Callable[[], Any] = lambda: stream  # noqa: E731
+            first: Callable[[], Any] = lambda: stream  # noqa: E731
         else:
             tmp = stack.enter_context(tempfile.TemporaryFile(prefix="trainjob-upload-"))
             shutil.copyfileobj(stream, tmp, STREAM_CHUNK)
             tmp.flush()
-            sources = lambda: _RangeReader(tmp.fileno(), stream.size)  # noqa: E731
+            first = lambda: _RangeReader(tmp.fileno(), stream.size)  # noqa: E731
 
         def one(target: PodCommand) -> None:
+            job = _PodUpload(client, namespace, target, stream, first, parent, name)
+            job.verify, job.token, job.deadline = verify, token, deadline
+            job.retries, job.on_retry = retries, on_retry
+            job.progress = _PodProgress(total, stream.size)
+            job.label = "upload" if len(targets) == 1 else f"upload to {target.pod}"
             try:
-                res = client.run(
-                    namespace,
-                    target.pod,
-                    argv,
-                    container=target.container,
-                    stdin=sources(),
-                    on_stdin=total.add,
-                    timeout=timeout,
-                )
-                _check(res, f"unpacking into {parent}", target.pod)
-                if verify:
-                    methods[target.pod] = _verify_upload(res.stdout, stream, target.pod)
+                methods[target.pod] = job.run()
             except Exception as exc:
                 result.errors[target.pod] = exc
 
@@ -229,23 +295,203 @@ def upload(
     result.verified = _weakest(methods.values()) if verify and methods else "none"
     result.duration = time.monotonic() - started
     if result.errors:
-        first = next(iter(result.errors.values()))
+        first_error = next(iter(result.errors.values()))
         raise TransferError(
             f"upload of {local} to {remote} failed on {', '.join(result.failed)}: "
-            f"{_one_line(str(first))}",
+            f"{_one_line(str(first_error))}",
             result,
         )
     return result
 
 
-def _verify_upload(stdout: str, stream: TarStream, pod: str) -> str:
-    """Compare the files that landed (sha256, or sizes) with those sent; return the method."""
-    method, landed = parse_files(stdout)
-    problems = compare(stream.files, landed)
-    if problems:
-        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-        raise TransferError(f"integrity check failed in pod {pod}: {'; '.join(problems[:3])}{more}")
-    return method
+class _Trailed:
+    """An upload's stdin: the tar stream, then its trailer (made when the stream has been read:
+    only then is every file hashed). Frames when the stream makes frames (a TarStream)."""
+
+    def __init__(self, source: Any, trailer: Callable[[], bytes]) -> None:
+        self.source = source
+        self.trailer: Callable[[], bytes] | None = trailer
+        if hasattr(source, "read_frame"):
+            self.read_frame = self._read_frame
+
+    def _tail(self) -> bytes:
+        make, self.trailer = self.trailer, None
+        return make() if make is not None else b""
+
+    def _read_frame(self) -> tuple[bytes | bytearray, int]:
+        frame, n = self.source.read_frame()
+        if n:
+            return frame, n
+        tail = self._tail()
+        return (client_frame(b"\x00" + tail), len(tail)) if tail else (b"", 0)
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.source.read(n)
+        return data if data else self._tail()
+
+
+class _PodUpload:
+    """One pod's upload: the first attempt, then, while the stream ends early and retries are
+    left, a probe of what the pod holds and a stream of the rest."""
+
+    verify = True
+    token = "0"
+    deadline: float | None = None
+    retries = DEFAULT_RETRIES
+    on_retry: OnRetry | None = None
+    label = "upload"
+
+    def __init__(
+        self,
+        client: ExecClient,
+        namespace: str,
+        target: PodCommand,
+        stream: TarStream,
+        first: Callable[[], Any],
+        parent: str,
+        name: str,
+    ) -> None:
+        self.client, self.namespace, self.target = client, namespace, target
+        self.stream, self.first = stream, first
+        self.parent, self.name = parent, name
+        self.ledger = SendLedger()
+        self.progress = _PodProgress(_ProgressTotal(0, None), stream.size)
+        self.tar = False  # tar's way: no python3 in the pod, or verify=False (no resume)
+        self.sent: TarStream = stream  # the stream of the last attempt
+        self.first_used = False  # the first stream was sent (a later one is made afresh)
+
+    def _run(self, argv: list[str], stdin: Any = None) -> ExecResult:
+        t = self.target
+        return self.client.run(
+            self.namespace,
+            t.pod,
+            argv,
+            container=t.container,
+            stdin=stdin,
+            on_stdin=self.progress.add if stdin is not None else None,
+            timeout=_remaining(self.deadline),
+        )
+
+    def run(self) -> str:
+        """Until it landed (the verification method) or failed for good (raised)."""
+        self.tar = not self.verify
+        retry = 0
+        while True:
+            cut: str | None = None
+            try:
+                stream, mode = self._next(retry)
+                res = self._send(stream, mode)
+                cut = self._cut(res)
+                if cut is None and res.returncode == 5 and NO_PYTHON in res.stderr:
+                    self.tar = True  # no python3: tar's way, from the start (not a retry)
+                    continue
+                if cut is None:
+                    if self.verify and res.returncode and "integrity check" in res.stderr:
+                        self._verified(res.stdout)  # names the files as sent (raises)
+                    _check(res, f"unpacking into {self.parent}", self.target.pod)
+                    return self._verified(res.stdout) if self.verify else "none"
+            except Exception as exc:
+                cut = transport_failure(exc)
+                if cut is None:
+                    self._clean()
+                    raise
+            if retry >= self.retries:
+                left = self._clean()
+                raise TransferError(
+                    f"{cut}, {retry + 1} time{'s' if retry else ''} (retries: {self.retries}); "
+                    + ("nothing was left in the pod" if left else _left_in(self))
+                )
+            retry += 1
+            how = "starting again (no resume without python3)" if self.tar else "resuming"
+            reached, size = self.progress.done, self.stream.size
+            _say(self.on_retry, retry_line(self.label, reached, size, retry, self.retries, how))
+            time.sleep(backoff(retry))
+
+    def _next(self, retry: int) -> tuple[TarStream, str]:
+        """The stream of attempt ``retry`` and its mode (``new``: the pod starts afresh)."""
+        if not retry and not self.first_used:
+            return self.stream, "new"
+        if self.tar:
+            return self.stream.resumed(set(), {}), "new"
+        probe = self._run(probe_argv(self.parent, self.name, self.token))
+        lines = probe.stdout.splitlines()
+        if probe.returncode != 0 or NO_PYTHON in lines:
+            self.tar = True
+            return self.stream.resumed(set(), {}), "new"
+        if NO_STAGE in lines:
+            self.ledger = SendLedger()
+            return self.stream.resumed(set(), {}), "new"
+        self.ledger.absorb(lines)
+        skip, offsets = self.ledger.plan()
+        return self.stream.resumed(skip, offsets), "resume"
+
+    def _send(self, stream: TarStream, mode: str) -> ExecResult:
+        self.sent = stream
+        inner: Any = stream
+        if stream is self.stream:
+            inner, self.first_used = self.first(), True
+        if self.tar:
+            argv = upload_tar_argv(self.parent, self.name, self.token, self.verify)
+            source: Any = inner
+        else:
+            argv = upload_argv(self.parent, self.name, True, self.token, mode)
+            sizes = {n: f.size for n, f in stream.files.items()}
+            self.ledger.adopt(stream.starts, sizes, stream.marks)
+            source = _Trailed(inner, self.ledger.trailer)
+        self.progress.start(stream.size)
+        try:
+            return self._run(argv, source)
+        finally:
+            if stream is not self.stream:
+                stream.close()
+
+    @staticmethod
+    def _cut(res: ExecResult) -> str | None:
+        """Why the attempt's stream ended early (None: it did not)."""
+        if res.returncode is None:
+            return "the stream ended before the pod's exit status"
+        if res.returncode == 3 and CUT in res.stderr:
+            return "the pod's stdin ended early"
+        if res.returncode == 4 and NO_STAGE in res.stderr:
+            return "the pod's staging directory went away"
+        return None
+
+    def _verified(self, stdout: str) -> str:
+        """Compare what landed with what was sent; return the method (sha256, size)."""
+        method, landed = parse_files(stdout)
+        if "#trainjob-python" in stdout.splitlines():  # segments (resume.py)
+            problems = self.ledger.problems(stdout)
+        else:
+            problems = compare(self.sent.files, landed)
+        if problems:
+            more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+            raise TransferError(
+                f"integrity check failed in pod {self.target.pod}: {'; '.join(problems[:3])}{more}"
+            )
+        return method
+
+    def _clean(self) -> bool:
+        """Remove the pod's staging directory (what attempts left); False when that failed."""
+        try:
+            res = self.client.run(
+                self.namespace,
+                self.target.pod,
+                clean_argv(self.parent, self.token),
+                container=self.target.container,
+                timeout=CLEAN_TIMEOUT,
+            )
+        except Exception as exc:
+            log.warning("could not remove the upload's staging directory: %s", exc)
+            return False
+        return res.returncode == 0
+
+
+CLEAN_TIMEOUT = 30.0
+
+
+def _left_in(job: _PodUpload) -> str:
+    where = posixpath.join(job.parent, f".trainjob-upload-{job.token}")
+    return f"its partial copy may be left in {where} (remove it)"
 
 
 def _weakest(methods: Any) -> str:
@@ -329,21 +575,34 @@ class _PodReport:
         return " ".join(ln for ln in self.lines() if not ln.startswith("#trainjob-"))
 
 
+class _Aborted(Exception):
+    """Raised into the exec by the download's sink once unpacking failed: stop receiving."""
+
+
 class _Unpacker:
     """The receiving end of a download: the tar stream is unpacked as it arrives, in one helper
-    thread, into a staging directory (created with the first byte), each file hashed as it is
-    written, off the socket's thread. The received bytes are copied once, into batches of
-    ``UNPACK_CHUNK`` handed over through a bounded queue (memory stays bounded)."""
+    thread, into a staging directory (created with the first byte, or the one an earlier
+    attempt made), each file hashed as it is written, off the socket's thread. The received
+    bytes are copied once, into batches of ``UNPACK_CHUNK`` handed over through a bounded queue
+    (memory stays bounded)."""
 
     DEPTH = 16  # batches queued at most
 
-    def __init__(self, root: str, staging_parent: Path, total: _ProgressTotal) -> None:
+    def __init__(
+        self,
+        root: str,
+        staging_parent: Path,
+        total: _ProgressTotal,
+        ledger: ReceiveLedger | None = None,
+        staging: Path | None = None,
+    ) -> None:
         self.root = root
         self.staging_parent = staging_parent
         self.total = total
-        self.files: dict[str, FileInfo] = {}
-        self.links: dict[str, str] = {}  # hard link -> the file it names
-        self.staging: Path | None = None
+        self.ledger = ledger
+        self.files: dict[str, FileInfo] = {} if ledger is None else ledger.files
+        self.links: dict[str, str] = {} if ledger is None else ledger.links
+        self.staging: Path | None = staging
         self.error: BaseException | None = None
         self._queue: queue.Queue[memoryview | None] = queue.Queue(self.DEPTH)
         self._thread: threading.Thread | None = None
@@ -356,12 +615,16 @@ class _Unpacker:
 
     def write(self, data: memoryview) -> None:
         """The stdout sink: copy the chunk into the current batch (the reader's buffer may be
-        reused); a full batch goes to the unpacking thread."""
+        reused); a full batch goes to the unpacking thread. Once unpacking failed, the exec is
+        stopped (:class:`_Aborted`)."""
+        if self.error is not None:
+            raise _Aborted
         if self._thread is None:
-            self.staging_parent.mkdir(parents=True, exist_ok=True)
-            self.staging = Path(
-                tempfile.mkdtemp(prefix=".trainjob-download-", dir=self.staging_parent)
-            )
+            if self.staging is None:
+                self.staging_parent.mkdir(parents=True, exist_ok=True)
+                self.staging = Path(
+                    tempfile.mkdtemp(prefix=".trainjob-download-", dir=self.staging_parent)
+                )
             self._thread = threading.Thread(target=self._work, daemon=True, name="trainjob-unpack")
             self._thread.start()
         n = len(data)
@@ -397,29 +660,34 @@ class _Unpacker:
         assert self.staging is not None
         stream = ChunkStream(self._next_batch)
         try:
-            self.files = unpack(stream, self.root, self.staging, self.links)
+            got = unpack(stream, self.root, self.staging, self.links, self.ledger)
+            if self.ledger is None:
+                self.files = got
         except BaseException as exc:  # reported by finish()
             self.error = exc
         while self._next_batch() is not None:  # tar's padding, or all of it after an error
             pass
 
-    def finish(self) -> None:
-        """Wait until everything received is unpacked; raise its error."""
+    def finish(self, cut: bool = False) -> None:
+        """Wait until everything received is unpacked; raise its error. ``cut``: the stream
+        ended early, so a stream that ends inside a member is no error."""
         if self._thread is None:
             return
         self._hand_over()
         self._queue.put(None)
         self._thread.join()
-        if self.error is not None:
-            raise self.error
+        error = self.error
+        if error is None:
+            return
+        if cut and isinstance(error, TransferError) and not isinstance(error, UnsafeArchiveError):
+            return  # the broken end of a cut stream: the next attempt goes on from its marks
+        raise error
 
-    def discard(self) -> None:
-        """Stop (if running) and remove the staging directory."""
+    def stop(self) -> None:
+        """Stop the unpacking thread (if running), keeping the staging directory."""
         if self._thread is not None and self._thread.is_alive():
             self._queue.put(None)
             self._thread.join(INTERRUPT_WAIT)
-        if self.staging is not None:
-            shutil.rmtree(self.staging, ignore_errors=True)
 
 
 def download(
@@ -432,41 +700,97 @@ def download(
     progress: TransferProgress | None = None,
     verify: bool = True,
     timeout: float | None = None,
+    retries: int = DEFAULT_RETRIES,
+    on_retry: OnRetry | None = None,
 ) -> TransferResult:
     """Copy ``remote`` (file or directory) from one pod to ``local`` in one exec: the pod packs
     and hashes the tar stream, which is unpacked here as it arrives (every member checked
     before it is written), hashed, and compared with the pod's hash before it is moved into
-    place."""
+    place. A stream that ends early is resumed from the last byte both sides agree on, up to
+    ``retries`` times (``on_retry`` hears a line for each); nothing is moved into place until
+    the whole copy is verified."""
+    retries = check_retries(retries)
     started = time.monotonic()
+    deadline = None if timeout is None else started + timeout
     parent, name = split_remote(remote.rstrip("/") or remote, "")
     dest = Path(local).expanduser()
     into = str(local).endswith(("/", os.sep))
     staging_parent = dest if into or dest.is_dir() else dest.parent
     total = _ProgressTotal(0, progress)
-    report = _PodReport(total)
-    sink = _Unpacker(name, staging_parent, total)
+    token = secrets.token_hex(6)
+    ledger = ReceiveLedger()  # verify=False: plain tar, a retry starts again
+    staging: Path | None = None
+    sink: _Unpacker | None = None
+    retry = 0
     try:
-        res = client.run(
-            namespace,
-            target.pod,
-            download_argv(parent, name, verify),
-            container=target.container,
-            stdout_sink=sink,
-            stderr_sink=report,
-            timeout=timeout,
-        )
+        while True:
+            spec: bytes | None = None
+            if retry and verify and ledger.resumable:
+                spec = ledger.plan(staging)
+                total.set(ledger.kept())
+            elif retry:  # nothing to go on from: start again
+                if staging is not None:
+                    shutil.rmtree(staging, ignore_errors=True)
+                staging, ledger = None, ReceiveLedger()
+                total.set(0)
+            report = _PodReport(total)
+            sink = _Unpacker(name, staging_parent, total, ledger if verify else None, staging)
+            cut: str | None = None
+            try:
+                res = client.run(
+                    namespace,
+                    target.pod,
+                    download_argv(parent, name, verify, token, "resume" if spec else "new"),
+                    container=target.container,
+                    stdin=spec,
+                    stdout_sink=sink,
+                    stderr_sink=report,
+                    timeout=_remaining(deadline),
+                )
+                if res.returncode is None:
+                    cut = "the stream ended before the pod's exit status"
+            except _Aborted:
+                sink.finish()  # raises what stopped the unpacking
+                raise
+            except Exception as exc:
+                cut = transport_failure(exc)
+                if cut is None:
+                    raise
+            finally:
+                staging = sink.staging
+            ledger.resumable = ledger.resumable or report.marker("python") is not None
+            if cut is None:
+                break
+            sink.finish(cut=True)
+            ledger.absorb(report.lines())
+            if retry >= retries:
+                raise TransferError(
+                    f"download of {remote} from pod {target.pod} failed: {cut}, {retry + 1} "
+                    f"time{'s' if retry else ''} (retries: {retries}; the last at "
+                    f"{human(total.done)} of {human(total.total)}); nothing was written to "
+                    f"{dest}"
+                )
+            retry += 1
+            how = "resuming" if verify and ledger.resumable else "starting again"
+            _say(on_retry, retry_line("download", total.done, total.total, retry, retries, how))
+            time.sleep(backoff(retry))
         sink.finish()
         _check_download(res, report, remote, target.pod)
-        if not any(f == name or f.startswith(f"{name}/") for f in sink.files) and (
-            sink.staging is None or not (sink.staging / name).exists()
+        received = dict(sink.files)
+        if not any(f == name or f.startswith(f"{name}/") for f in received) and (
+            staging is None or not (staging / name).exists()
         ):
             raise TransferError(f"the archive from pod {target.pod} does not contain {name!r}")
         method = "none"
         if verify:
+            ledger.absorb(report.lines())
             method, listed = parse_files("\n".join(report.lines()))
-            received = dict(sink.files)  # a file tar sent as a hard link has its target's bytes
-            received.update({n: sink.files[t] for n, t in sink.links.items() if t in sink.files})
-            problems = compare(listed, received)
+            if ledger.resumable:  # segments (resume.py)
+                problems = ledger.problems()
+            else:
+                # a file tar sent as a hard link has its target's bytes
+                received.update({n: received[t] for n, t in sink.links.items() if t in received})
+                problems = compare(listed, received)
             if problems:
                 more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
                 raise TransferError(
@@ -475,17 +799,21 @@ def download(
                 )
         if into or (report.kind == "file" and dest.is_dir()):
             dest = dest / name
-        assert sink.staging is not None
-        place(sink.staging, name, dest)
+        assert staging is not None
+        place(staging, name, dest)
     finally:
-        sink.discard()
-    nbytes = sum(f.size for f in sink.files.values())
+        if sink is not None:
+            sink.stop()
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+    files = {n: f for n, f in sink.files.items()}
+    nbytes = sum(f.size for f in files.values())
     total.finish(nbytes)
     return TransferResult(
         remote,
         str(dest),
         [target.pod],
-        files=len(sink.files),
+        files=len(files),
         bytes=nbytes,
         verified=method,
         duration=time.monotonic() - started,

@@ -139,6 +139,16 @@ class ProgressView:
             f'width:{pct:.1f}%;{fill}"></span></span>{html.escape(self.line())}</div>'
         )
 
+    def note(self, line: str) -> None:
+        """A line of its own (a retry of the transfer), below the bar, which goes on."""
+        s = self.stream or sys.stdout
+        if not self.widgets and self._printed:  # the text bar's line is open: end it first
+            s.write("\r" + line.ljust(len(self._printed)) + "\n")
+            self._printed = ""
+        else:
+            s.write(line + "\n")
+        s.flush()
+
     def finish(self, ok: bool = True) -> None:
         """Last state: the bar frozen (in the failure colour when ``ok`` is false), or a
         newline after the text line."""
