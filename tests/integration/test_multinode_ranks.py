@@ -119,7 +119,10 @@ def test_live_events_per_rank(session: Any, mpi_impl: str) -> None:
     assert r.returncode == 0
     kinds = [e.kind for e in events]
     assert kinds[0] == "begin" and kinds[-1] == "end"
-    said = {(e.rank, e.stream): e.text for e in events if e.kind == "output"}
+    said: dict[tuple[int | None, str], str] = {}
+    for e in events:
+        if e.kind == "output":
+            said[(e.rank, e.stream)] = said.get((e.rank, e.stream), "") + e.text
     for rank, out in r.by_rank.items():
         assert said[(rank, "stdout")] == out.stdout and said[(rank, "stderr")] == out.stderr
     assert "".join(plain) == "around\n"  # the ranks' text went to on_ranks only

@@ -642,7 +642,8 @@ class RankDemux:
                 i = buf.find(start[:1], low)
                 while 0 <= i < at:
                     tail = buf[i:]
-                    if start.startswith(tail) or (
+                    # not a lone newline or space: a line's end at a frame's end would wait
+                    if (len(tail) > 1 and start.startswith(tail)) or (
                         tail.startswith(start) and b"\n" not in tail[len(start) :]
                     ):
                         at = i
