@@ -42,7 +42,10 @@ def text_of(nb: Any, source: str) -> str:
 def test_iterate_then_detach(executed: Any) -> None:
     tried = text_of(executed, "STEPS=2 mpirun")
     assert "rank 0 on detach-demo-launcher-0-0" in tried and "rank 1 on detach-demo-node" in tried
-    assert tried.count("training done") == 2, tried
+    # the ranks' panel: each rank's row ends with its last line, and each rank's output has it
+    assert "2 ranks · 2 ✓ · mpirun ok" in tried, tried
+    assert tried.index("rank 0 · detach-demo-launcher") < tried.index("rank 1 · detach-demo-node")
+    assert tried.count("training done") == 4, tried
     detached = text_of(executed, "%%trainjob --detach")
     assert detached.strip().startswith("Detached run 1 in TrainJob detach-demo (pod "), detached
     assert "DetachedRun(trainjob='detach-demo'" in text_of(executed, "_trainjob")

@@ -17,6 +17,7 @@ from .pod_summary import (
     TIMED_OUT,
     PodGroup,
     PodOutcome,
+    counts_line,
     group_outcomes,
     outcome_of,
     summary_html,
@@ -225,6 +226,10 @@ class MultiPodWidgetView:
             for pod, view in self.views.items()
         ]
 
+    def counts(self, outcomes: list[PodOutcome]) -> str:
+        """The summary's head line before the cell's own: ``3 pods · 2 ✓ · 1 ✗``."""
+        return counts_line(outcomes)
+
     def _title(self, pod: str) -> str:
         """``node-0 ✓``, ``node-1 ✗``, ``node-2 · running`` (a command's) or ``node-2`` (logs)."""
         state, label = self.state[pod], self.labels[pod]
@@ -275,7 +280,11 @@ class MultiPodWidgetView:
 
     def _render_overview(self) -> None:
         shown = self.shows_summary
-        self.overview.value = summary_html(self.outcomes(), self._head) if shown else ""
+        self.overview.value = (
+            summary_html(self.outcomes(), self._head or self.counts(self.outcomes()))
+            if shown
+            else ""
+        )
 
     # ------------------------------------------------------------ events
 
@@ -362,7 +371,11 @@ class MultiPodWidgetView:
         short = sum(len(g.first.lines) for g in groups) <= 40
         if ok and summary and self.has_outcomes:
             self._head, summary = summary, ""
-        parts = [summary_html(outcomes, self._head)] if self.has_outcomes else []
+        parts = (
+            [summary_html(outcomes, self._head or self.counts(outcomes))]
+            if self.has_outcomes
+            else []
+        )
         kept = self._kept(groups)
         shown = [g for g in groups if g in kept and not g.silent]
         for g in shown:
@@ -411,7 +424,11 @@ class MultiPodWidgetView:
         outcomes = self.outcomes()
         if summary and self._head == summary:
             summary = ""  # it heads the summary
-        lines = [summary_text(outcomes, self._head)] if self.has_outcomes else []
+        lines = (
+            [summary_text(outcomes, self._head or self.counts(outcomes))]
+            if self.has_outcomes
+            else []
+        )
         groups = group_outcomes(outcomes)
         kept = self._kept(groups)
         for g in kept:

@@ -60,6 +60,24 @@ class RanksWidgetView(MultiPodWidgetView):
         self._set_titles()
         return key
 
+    def outcomes(self) -> list[Any]:
+        """The launcher's outcome, then the ranks' in rank order (not in the order they
+        first printed)."""
+
+        def order(o: Any) -> tuple[int, int]:
+            return (-1, 0) if o.pod == LAUNCHER_KEY else (0, int(o.pod.split()[1]))
+
+        return sorted(super().outcomes(), key=order)
+
+    def counts(self, outcomes: list[Any]) -> str:
+        """``4 ranks · 3 ✓ · 1 ✗ · mpirun ok``: the ranks counted apart from the launcher."""
+        from .pod_summary import counts_line
+
+        ranks = [o for o in outcomes if o.pod != LAUNCHER_KEY]
+        launcher = next((o for o in outcomes if o.pod == LAUNCHER_KEY), None)
+        line = counts_line(ranks).replace(" pods", " ranks").replace(" pod", " rank")
+        return line + (f" · {launcher.label.split(' ')[0]} {launcher.code}" if launcher else "")
+
     def event(self, event: Any) -> None:
         if event.kind == "begin":
             for rank, host in sorted(event.run.hosts.items()):
