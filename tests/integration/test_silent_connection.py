@@ -24,7 +24,7 @@ from trainjob_magics import connect
 from trainjob_magics.engine.errors import ConnectionLostError, TrainJobError
 from trainjob_magics.localcluster import LocalCluster
 
-BOUND = 4.0  # the test's silent_after: short, yet several pings long
+BOUND = 10.0  # the test's silent_after: several pings long, and long enough for a loaded machine
 
 
 @pytest.fixture
@@ -51,9 +51,9 @@ def _freeze_once_printed(proxy: FaultProxy, printed: threading.Event) -> None:
 def test_a_quiet_command_longer_than_the_bound_is_not_silent(proxied: Any) -> None:
     session, _proxy = proxied
     started = time.monotonic()
-    result = session.execute(f"sleep {BOUND * 2.5:g}; echo woke")
+    result = session.execute(f"sleep {BOUND * 1.5:g}; echo woke")
     assert result.returncode == 0 and result.stdout == "woke\n"
-    assert time.monotonic() - started >= BOUND * 2.5
+    assert time.monotonic() - started >= BOUND * 1.5
 
 
 def test_a_silent_connection_ends_the_call_in_one_line(proxied: Any) -> None:
@@ -152,8 +152,8 @@ def test_a_silent_forward_resets_its_connection_and_the_next_one_works(
         except ConnectionResetError:
             ended = b""
         took = time.monotonic() - began
-        # found by the session's bound (4 s), not by the tunnel's former fixed 30 s or never
-        assert ended == b"" and took < 25, (ended, took)
+        # found by the session's bound (10 s), not by the tunnel's former fixed 30 s, or never
+        assert ended == b"" and took < 2.5 * BOUND, (ended, took)
         client.close()
         again = socket.create_connection(("127.0.0.1", fwd.local_port), timeout=30)
         again.settimeout(60)

@@ -1,5 +1,5 @@
 """Pings on the real API server: kube-apiserver (its v5 stream translator) and the kubelet (v4,
-proxied) answer our WebSocket pings, so a command quiet for longer than ``silent_after`` is not
+proxied) answer our WebSocket pings, so a command quiet for longer than ``silent_after`` (1.5 times) is not
 taken for a dead connection; and a connection that stops passing bytes without closing (a TCP
 proxy standing in for a dead network) ends the command in one line within the bound, for one
 pod and for every pod of a fan-out."""
@@ -21,7 +21,7 @@ from trainjob_magics.engine.errors import ConnectionLostError
 from trainjob_magics.engine.exec import client as exec_client
 
 pytestmark = pytest.mark.timeout(600)
-BOUND = 5.0
+BOUND = 10.0  # several pings long, and long enough for a loaded machine to answer one
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def protocol(request: Any) -> Iterator[str]:
 
 def test_a_quiet_command_is_not_silent(proxied: Any, protocol: str) -> None:
     session, _proxy = proxied
-    result = session.execute(f"sleep {BOUND * 2.5:g}; echo woke", pods="all")
+    result = session.execute(f"sleep {BOUND * 1.5:g}; echo woke", pods="all")
     assert result.errors == {} and all(r.stdout == "woke\n" for r in result.results.values())
 
 
