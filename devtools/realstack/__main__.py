@@ -53,8 +53,20 @@ def _parser() -> argparse.ArgumentParser:
     logs.add_argument("-n", "--lines", type=int, default=100)
     sub.add_parser("down", help="stop everything and remove the state")
     sub.add_parser("env", help="shell exports that point tests/realcluster at the stack")
-    m = sub.add_parser("matrix", help="tests/realcluster for every version pair")
-    m.add_argument("--pairs", default="", help="e.g. v2.2.1:v0.19.2,v2.1.0:v0.14.8")
+    m = sub.add_parser(
+        "matrix", help="tests/realcluster for every Kubernetes version and Trainer/Kueue pair"
+    )
+    m.add_argument(
+        "--kubernetes",
+        default="",
+        help="e.g. v1.31.14,v1.33.13 or 1.35 (the newest served patch): these versions, each with "
+        "the pairs upstream supports on it (or --pairs); default: every row of versions.ROWS",
+    )
+    m.add_argument(
+        "--pairs",
+        default="",
+        help="e.g. v2.2.1:v0.19.2,v2.1.0:v0.14.8 (without --kubernetes: on CI's Kubernetes)",
+    )
     m.add_argument(
         "--suites",
         default="realcluster,differential",
@@ -100,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             from devtools.realstack import matrix
 
             suites = tuple({"realcluster", *args.suites.split(",")} - {""})
-            return matrix.run(run.parent, args.pairs, args.pytest_args, suites)
+            return matrix.run(run.parent, args.pairs, args.pytest_args, suites, args.kubernetes)
     except StackError as exc:
         print(f"realstack: {exc}", file=sys.stderr)
         return 1

@@ -1,7 +1,9 @@
-"""``python -m devtools.realstack matrix``: tests/realcluster on a stack of each Trainer/Kueue
-pair of versions.MATRIX, one after another, and the results as a table in docs/real-cluster.md
+"""``python -m devtools.realstack matrix``: tests/realcluster on a stack of each row of
+versions.ROWS (a Kubernetes version, control plane and kubelet alike, with a Trainer/Kueue pair
+upstream supports on it), one after another, and the results as a table in docs/real-cluster.md
 (between the ``<!-- matrix -->`` markers) and in docs/real-cluster-matrix.json, which keeps the
-rows of pairs not run this time (it is committed, so a partial run on any machine merges)."""
+rows not run this time (it is committed, so a partial run on any machine merges). A Kubernetes
+version that does not build here is one row saying why, in one line."""
 
 from __future__ import annotations
 
@@ -17,7 +19,16 @@ from pathlib import Path
 from devtools.realstack import gobuild, stack
 from devtools.realstack.context import NodeShape
 from devtools.realstack.procs import StackError
-from devtools.realstack.versions import MATRIX, NOT_SERVED, Versions, normalise
+from devtools.realstack.versions import (
+    KUBERNETES,
+    MATRIX,
+    NOT_SERVED,
+    ROWS,
+    Versions,
+    kubernetes_version,
+    normalise,
+    pairs_on,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "real-cluster.md"
@@ -27,6 +38,12 @@ BEGIN, END = "<!-- matrix -->", "<!-- /matrix -->"
 # stack the same way and gets a column of its own
 SUITES = {"realcluster": "tests/realcluster", "differential": "tests/differential"}
 SUITE_TIMEOUT = 2400  # seconds per suite and pair
+# the rows saved before the Kubernetes axis ran on the then default, which they do not name
+FIRST_KUBERNETES = "v1.36.3"
+ANY = "*"  # trainer and kueue of a Kubernetes version's "does not build here" row
+# results that are not failures: what passed, rows that say why nothing ran, and a version only
+# brought up by hand with a few tests (the row says which) until the matrix runs it
+NOT_FAILED = ("pass", "not buildable", "does not build here", "smoke only")
 
 
 def _pairs(spec: str) -> list[tuple[str, str | None, str]]:
@@ -36,9 +53,52 @@ def _pairs(spec: str) -> list[tuple[str, str | None, str]]:
     out: list[tuple[str, str | None, str]] = []
     for item in spec.split(","):
         trainer, _, kueue = item.partition(":")
-        pair = (normalise(trainer), normalise(kueue) if kueue else None)
+        pair = (normalise(trainer), normalise(kueue) if kueue and kueue != "none" else None)
         out.append((*pair, notes.get(pair, "given")))
     return out
+
+
+def rows(kubernetes: str, pairs: str) -> list[tuple[str, str, str | None, str]]:
+    """The (kubernetes, trainer, kueue, note) rows to run: ``kubernetes`` is a comma list of
+    versions (``1.35`` means the newest served patch), ``pairs`` of ``trainer:kueue``. Neither:
+    versions.ROWS; only pairs: those on CI's Kubernetes (as before the Kubernetes axis); only
+    versions: the pairs upstream supports on each (versions.pairs_on)."""
+    if not kubernetes and not pairs:
+        return list(ROWS)
+    versions = [kubernetes_version(v) for v in kubernetes.split(",") if v.strip()] or [KUBERNETES]
+    out = []
+    for k8s in versions:
+        for trainer, kueue, note in _pairs(pairs) if pairs else pairs_on(k8s):
+            out.append((k8s, trainer, kueue, note))
+    return out
+
+
+_GO_ERROR = re.compile(r"\.go:\d+(:\d+)?: ")
+_REFUSED = re.compile(r"([\w./-]+@v[\w.+-]+): reading \S+: (\d{3}) ")
+_TELLING = re.compile(r"(?i)\b(error|cannot|failed|invalid|unknown|not supported|forbidden)\b")
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """A failure's message in one line: its first line, and what below it says the most (the
+    modules the proxy refused, a Go compile error, a ``go:`` line that is not an import chain,
+    the last line naming an error)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    head, rest = lines[0], lines[1:]
+    refused = sorted({f"{m} ({code})" for m, code in _REFUSED.findall(text)})
+    telling = (
+        (f"the Go module proxy does not serve {', '.join(refused)}" if refused else None)
+        or next((line for line in rest if _GO_ERROR.search(line)), None)
+        or next(
+            (line for line in rest if line.startswith("go: ") and not line.endswith("imports")),
+            None,
+        )
+        or next((line for line in reversed(rest) if _TELLING.search(line)), None)
+    )
+    out = f"{head.rstrip(':')}: {telling}" if telling else head
+    out = out.replace(str(Path.home()), "~").replace("|", "/")  # a table cell
+    return out if len(out) <= limit else out[: limit - 3] + "..."
 
 
 def _counts(text: str) -> dict[str, int]:
@@ -109,25 +169,55 @@ def run_suite(suite: str, env: dict[str, str], out: Path, args: list[str]) -> di
     return row
 
 
+def build_kubernetes(parent: Path, kubernetes: str) -> dict:
+    """Build one Kubernetes version (once for all its rows): ``{"build_s": ...}``, or the row
+    that says it does not build here."""
+    t = time.monotonic()
+    try:
+        gobuild.build("kubernetes", kubernetes, parent / f"matrix-build-{kubernetes}.log")
+    except StackError as exc:
+        return {
+            "kubernetes": kubernetes,
+            "trainer": ANY,
+            "kueue": ANY,
+            "jobset": "",
+            "node": "real",
+            "result": "does not build here",
+            "why": one_line(str(exc)),
+            "build_s": round(time.monotonic() - t, 1),
+        }
+    return {"build_s": round(time.monotonic() - t, 1)}
+
+
 def run_pair(
     parent: Path,
     trainer: str,
     kueue: str | None,
     pytest_args: list[str],
     suites: tuple[str, ...] = tuple(SUITES),
+    kubernetes: str = KUBERNETES,
 ) -> dict:
-    versions = Versions(trainer=trainer, kueue=kueue).resolved()
-    row: dict = {"trainer": trainer, "kueue": kueue, "jobset": versions.jobset, "node": "real"}
-    name = f"matrix-{trainer}-{kueue or 'none'}"
+    versions = Versions(kubernetes=kubernetes, trainer=trainer, kueue=kueue).resolved()
+    row: dict = {
+        "kubernetes": kubernetes,
+        "trainer": trainer,
+        "kueue": kueue,
+        "jobset": versions.jobset,
+        "node": "real",
+    }
+    name = f"matrix-{kubernetes}-{trainer}-{kueue or 'none'}"
     run = parent / name
     t0 = time.monotonic()
     try:
         row["build_s"] = round(sum(stack.build_all(versions, run / "build.log").values()), 1)
+    except StackError as exc:
+        row.update(result="does not build here", why=one_line(str(exc)))
+        return row
+    try:
         ctx = stack.up(run, versions, NodeShape())
         row["up_s"] = round(time.monotonic() - t0 - row["build_s"], 1)
     except StackError as exc:
-        row.update(result="not buildable" if "proxy" in str(exc) else "did not start")
-        row["why"] = str(exc).splitlines()[0]
+        row.update(result="did not start", why=one_line(str(exc)))
         stack.down(run)
         return row
     try:
@@ -167,11 +257,16 @@ def _differential(r: dict) -> str:
     )
 
 
+def kubernetes_of(r: dict) -> str:
+    return r.get("kubernetes") or FIRST_KUBERNETES
+
+
 def _table(rows: list[dict]) -> str:
     head = (
-        "| Trainer | JobSet | Kueue | node | result | passed | failed | skipped "
+        "| Kubernetes | Trainer | JobSet | Kueue | node | result | passed | failed | skipped "
         "| per runtime (passed/run) | tests/differential | build s | up s | tests s | run (UTC) |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+        "| --- |\n"
     )
     lines = []
     for r in rows:
@@ -189,16 +284,17 @@ def _table(rows: list[dict]) -> str:
                 r["test_s"],
             ]
         else:
-            result = r["result"]
-            cells = [r.get("why", ""), "", "", "", "", "", "", ""]
+            result = f"{r['result']}: {r['why']}" if r.get("why") else r["result"]
+            cells = ["", "", "", "", "", r.get("build_s", ""), r.get("up_s", ""), ""]
         cells.append(r.get("date") or "?")
         lines.append(
             "| "
             + " | ".join(
                 str(c)
                 for c in [
+                    kubernetes_of(r),
                     r["trainer"],
-                    r["jobset"],
+                    r["jobset"] or ANY,
                     r["kueue"] or "none",
                     # rows before the real node ran on kwok nodes with the stack's pod runner
                     r.get("node", "kwok (pod runner)"),
@@ -209,8 +305,11 @@ def _table(rows: list[dict]) -> str:
             + " |"
         )
     return (
-        f"Kubernetes {Versions().kubernetes}, {os.cpu_count()} cores; build s is 0 when the "
-        "binaries were cached; each row from its own run.\n\n" + head + "\n".join(lines) + "\n"
+        f"{os.cpu_count()} cores; control plane and kubelet of the row's Kubernetes, CI runs "
+        f"{KUBERNETES}; build s is 0 when the binaries were cached; each row from its own run.\n\n"
+        + head
+        + "\n".join(lines)
+        + "\n"
     )
 
 
@@ -224,12 +323,15 @@ def write_doc(rows: list[dict]) -> None:
     DOC.write_text(text)
 
 
-def _not_served(trainer: str, kueue: str, note: str, parent: Path) -> dict | None:
+def _not_served(
+    trainer: str, kueue: str, note: str, parent: Path, kubernetes: str = KUBERNETES
+) -> dict | None:
     """The row of a pair whose Kueue the module proxy does not serve (None if it does now)."""
     try:
         gobuild.module_dir("sigs.k8s.io/kueue", kueue, parent / "matrix-build.log")
     except StackError as exc:
         return {
+            "kubernetes": kubernetes,
             "trainer": trainer,
             "kueue": kueue,
             "jobset": Versions(trainer=trainer, kueue=kueue).resolved().jobset,
@@ -240,35 +342,80 @@ def _not_served(trainer: str, kueue: str, note: str, parent: Path) -> dict | Non
     return None
 
 
+def _key(r: dict) -> tuple[str, str, str | None]:
+    return kubernetes_of(r), r["trainer"], r["kueue"]
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", version)[:3])
+
+
 def merge(new: list[dict], saved: Path) -> list[dict]:
-    """``new`` rows, plus the saved rows of pairs not in it, in versions.MATRIX order."""
-    done = {(r["trainer"], r["kueue"]) for r in new}
+    """``new`` rows, plus the saved rows not in it, by Kubernetes version, then in
+    versions.MATRIX order. A version's new "does not build here" row replaces all its saved rows,
+    and any new row of a version replaces its saved "does not build here" row."""
+    done = {_key(r) for r in new}
+    unbuilt = {kubernetes_of(r) for r in new if r["trainer"] == ANY}
+    built = {kubernetes_of(r) for r in new if r["trainer"] != ANY}
     rows = list(new)
     if saved.exists():
-        rows += [r for r in json.loads(saved.read_text()) if (r["trainer"], r["kueue"]) not in done]
+        rows += [
+            r
+            for r in json.loads(saved.read_text())
+            if _key(r) not in done
+            and kubernetes_of(r) not in unbuilt
+            and not (r["trainer"] == ANY and kubernetes_of(r) in built)
+        ]
     order = {(t, k): i for i, (t, k, _) in enumerate(MATRIX)}
-    rows.sort(key=lambda r: order.get((r["trainer"], r["kueue"]), len(order)))
+    rows.sort(
+        key=lambda r: (
+            _version_key(kubernetes_of(r)),
+            -1 if r["trainer"] == ANY else order.get((r["trainer"], r["kueue"]), len(order)),
+        )
+    )
     return rows
 
 
+def _stamp(row: dict) -> dict:
+    row["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    print(f"matrix: {json.dumps(row)}", file=sys.stderr, flush=True)
+    return row
+
+
 def run(
-    parent: Path, pairs: str, pytest_args: list[str], suites: tuple[str, ...] = tuple(SUITES)
+    parent: Path,
+    pairs: str,
+    pytest_args: list[str],
+    suites: tuple[str, ...] = tuple(SUITES),
+    kubernetes: str = "",
 ) -> int:
-    """Every pair (or those of ``pairs``), with ``suites`` (realcluster always decides); rows of
-    pairs not run this time are kept from SAVED, so the table can be filled a few pairs at a
-    time."""
+    """Every row (or those of ``kubernetes`` and ``pairs``, see ``rows``), with ``suites``
+    (realcluster always decides); rows not run this time are kept from SAVED, so the table can
+    be filled a few rows at a time. Each Kubernetes version is built once, before its rows."""
     parent.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for trainer, kueue, note in _pairs(pairs):
-        row = _not_served(trainer, kueue, note, parent) if kueue in NOT_SERVED else None
+    out: list[dict] = []
+    built: dict[str, dict] = {}
+    for k8s, trainer, kueue, note in rows(kubernetes, pairs):
+        if k8s not in built:
+            print(f"matrix: building Kubernetes {k8s} ...", file=sys.stderr, flush=True)
+            built[k8s] = build_kubernetes(parent, k8s)
+            if "result" in built[k8s]:
+                out.append(_stamp(built[k8s]))
+        if "result" in built[k8s]:
+            continue  # its one row says why
+        row = _not_served(trainer, kueue, note, parent, k8s) if kueue in NOT_SERVED else None
         if row is None:
-            print(f"matrix: Trainer {trainer} + Kueue {kueue} ...", file=sys.stderr, flush=True)
-            row = run_pair(parent, trainer, kueue, pytest_args, suites)
-        row["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        rows.append(row)
-        print(f"matrix: {json.dumps(row)}", file=sys.stderr, flush=True)
-    rows = merge(rows, SAVED)
-    SAVED.write_text(json.dumps(rows, indent=2) + "\n")
-    write_doc(rows)
-    print(_table(rows))
-    return 0 if all(r["result"] in ("pass", "not buildable") for r in rows) else 1
+            print(
+                f"matrix: Kubernetes {k8s}, Trainer {trainer} + Kueue {kueue} ...",
+                file=sys.stderr,
+                flush=True,
+            )
+            row = run_pair(parent, trainer, kueue, pytest_args, suites, k8s)
+            # the Kubernetes build is counted with the version's first row
+            row["build_s"] = round(row.get("build_s", 0) + built[k8s].pop("build_s", 0), 1)
+        out.append(_stamp(row))
+    merged = merge(out, SAVED)
+    SAVED.write_text(json.dumps(merged, indent=2) + "\n")
+    write_doc(merged)
+    print(_table(merged))
+    return 0 if all(r["result"] in NOT_FAILED for r in merged) else 1
