@@ -145,7 +145,12 @@ def start(ctx: StackContext) -> None:
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
             # the `kubernetes` Service's endpoint is the node's relay, written by the stack
-            # (realnode/incluster.py): 127.0.0.1 would be each pod's own loopback
+            # (realnode/incluster.py): 127.0.0.1 would be each pod's own loopback. It is also
+            # what lets 1.37 start with --advertise-address=127.0.0.1: 1.37 asks the reconciler
+            # to ValidateIP the public address before starting (pkg/controlplane/instance.go,
+            # "cannot use public IP ... with endpoint reconciler"); the lease and master-count
+            # reconcilers refuse loopback (ValidateEndpointIP), the none reconciler accepts any
+            # (pkg/controlplane/reconcilers/none.go, v1.37.2; checked up 2026-12-07)
             "--endpoint-reconciler-type=none",
             f"--secure-port={port}",
             f"--tls-cert-file={certs['apiserver'].cert}",
