@@ -1,4 +1,5 @@
-"""``python -m devtools.realstack up|status|logs|down|env|build|matrix``: the real stack."""
+"""``python -m devtools.realstack up|status|logs|down|env|build|matrix|openmpi5``: the real
+stack."""
 
 from __future__ import annotations
 
@@ -47,6 +48,11 @@ def _parser() -> argparse.ArgumentParser:
                 action="store_true",
                 help="also JupyterHub spawning each user's server as a pod (docs/jupyterhub.md)",
             )
+    sub.add_parser(
+        "openmpi5",
+        help="add the Open MPI 5 image (Debian trixie) and its runtime deepspeed-openmpi5 to the "
+        "running stack (kubeflow/trainer#4028)",
+    )
     sub.add_parser("status", help="what runs, and the kubeconfigs")
     logs = sub.add_parser("logs", help="a component's log")
     logs.add_argument("component", help=", ".join(stack.COMPONENTS))
@@ -90,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "build":
             took = stack.build_all(_versions(args), run / "logs" / "build.log")
             print(json.dumps(took, indent=2))
+        elif args.command == "openmpi5":
+            from devtools.realstack import openmpi5
+
+            print(json.dumps(openmpi5.add(StackContext.load(run)), indent=2))
         elif args.command == "status":
             info = stack.status(run)
             print(json.dumps(info, indent=2))

@@ -16,8 +16,12 @@ Recipes (stand-ins: the frameworks themselves are too big and need GPUs):
   ``xgboost-runtime`` and the initializers: python3 as root in ``/workspace``, NO torch.
 - ``pause``: the sandbox image, a busybox shell that sleeps until SIGTERM.
 - ``minimal``: a shell (dash) and a few busybox applets; no python3, no tar.
+- ``mpi5``: the ``mpi`` layer on a Debian trixie base: Open MPI 5.0.x (PRRTE), which ignores the
+  ``OMPI_MCA_orte_*`` variables Trainer's MPI plugin sets (kubeflow/trainer#4028). Built only when
+  asked for (``build_openmpi5``, ``python -m devtools.realstack openmpi5``): a second base costs a
+  second mmdebstrap.
 
-Cache: ``cache_root()/images``. ``blobs/sha256`` holds every blob; the base is keyed by the
+Cache: ``cache_root()/images``. ``blobs/sha256`` holds every blob; a base is keyed by its
 suite, mirrors and package list, the OCI tars by the recipe code (this file) and the names.
 """
 
@@ -53,6 +57,10 @@ NAME_ANNOTATION = "io.containerd.image.name"
 NAMESPACE = "k8s.io"
 
 SUITE = "bookworm"
+# Debian 13: Open MPI 5.0.x over PRRTE 3.0.x, from the same mirrors as SUITE (this machine's apt
+# sources name only bookworm: the trixie entries are the bookworm ones with the suite renamed)
+OPENMPI5_SUITE = "trixie"
+OPENMPI5_IMAGE = "trainjob-magics.local/mpi-openmpi5:1"
 # tar, coreutils, bash, hostname, util-linux are Essential (minbase has them); busybox-static
 # gives the pause and minimal images their /bin/busybox
 PACKAGES = (
@@ -108,6 +116,8 @@ STAND_INS = {
     "Debian python3; no torch, jax, xgboost or huggingface",
     "pause": "the sandbox (pause) image: busybox sh sleeping until SIGTERM",
     "minimal": "an image with only a shell (dash) and busybox applets: no python3, no tar",
+    "mpi5": "an Open MPI 5 variant of the deepspeed/mlx runtimes (kubeflow/trainer#4028): Debian "
+    "trixie's Open MPI 5.0, python3, sshd",
 }
 
 
@@ -281,7 +291,30 @@ def layer_tar(entries: list[Entry]) -> bytes:
 
 
 def apt_sources(suite: str = SUITE) -> list[str]:
-    """One-line ``deb`` entries of this machine's apt sources for ``suite`` and its updates."""
+    """One-line ``deb`` entries of this machine's apt sources for ``suite`` and its updates.
+
+    A suite the sources do not name (trixie on a bookworm machine) gets SUITE's entries with the
+    suite renamed (``bookworm-security`` -> ``trixie-security``): the same mirrors and keyring."""
+    if suite == SUITE:
+        return apt_sources_of_machine(suite)
+    with contextlib.suppress(StackError):
+        return apt_sources_of_machine(suite)
+    return [_renamed(line, SUITE, suite) for line in apt_sources_of_machine(SUITE)]
+
+
+def _renamed(line: str, old: str, new: str) -> str:
+    """A one-line ``deb`` entry whose suite (the token after the URI) ``old[-x]`` becomes
+    ``new[-x]``."""
+    parts = line.split()
+    uri = next(i for i, t in enumerate(parts) if "://" in t or t.startswith(("file:", "cdrom:")))
+    suite = parts[uri + 1]
+    if _wanted([suite], old):
+        parts[uri + 1] = new + suite[len(old) :]
+    return " ".join(parts)
+
+
+def apt_sources_of_machine(suite: str) -> list[str]:
+    """The entries of /etc/apt for ``suite`` and its updates; StackError when there is none."""
     lines: list[str] = []
     src = Path("/etc/apt")
     for path in [src / "sources.list", *sorted((src / "sources.list.d").glob("*"))]:
@@ -324,8 +357,8 @@ def _deb822(text: str, suite: str) -> list[str]:
     return out
 
 
-def base_key(sources: list[str]) -> str:
-    spec = [SUITE, list(PACKAGES), list(DPKG_OPTS), sources, BASE_VERSION, platform.machine()]
+def base_key(sources: list[str], suite: str = SUITE) -> str:
+    spec = [suite, list(PACKAGES), list(DPKG_OPTS), sources, BASE_VERSION, platform.machine()]
     return hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
 
 
@@ -430,14 +463,14 @@ def _read_files(rootfs: Path, wanted: tuple[str, ...]) -> dict[str, bytes]:
     return files
 
 
-def mmdebstrap_argv(out: Path, sources: list[str]) -> list[str]:
+def mmdebstrap_argv(out: Path, sources: list[str], suite: str = SUITE) -> list[str]:
     return [
         "mmdebstrap",
         "--variant=minbase",
         "--include=" + ",".join(PACKAGES),
         *(f"--dpkgopt={o}" for o in DPKG_OPTS),
         '--customize-hook=rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*',
-        SUITE,
+        suite,
         str(out),
         *sources,
     ]
@@ -449,10 +482,10 @@ def _save_files(files_dir: Path, files: dict[str, bytes]) -> None:
         (files_dir / name).write_bytes(data)
 
 
-def ensure_base(store: Path, log: Path) -> Base:
+def ensure_base(store: Path, log: Path, suite: str = SUITE) -> Base:
     """The Debian base layer: built once per key with mmdebstrap, then read from the cache."""
-    sources = apt_sources()
-    meta = store / "base" / f"{base_key(sources)}.json"
+    sources = apt_sources(suite)
+    meta = store / "base" / f"{base_key(sources, suite)}.json"
     if meta.is_file():
         info = json.loads(meta.read_text())
         layer = Blob(**info["layer"])
@@ -464,17 +497,20 @@ def ensure_base(store: Path, log: Path) -> Base:
             return Base(layer, {f: (files_dir / f).read_bytes() for f in base_files()})
     if shutil.which("mmdebstrap") is None:
         raise StackError("the node's images need mmdebstrap: apt-get install mmdebstrap")
-    rootfs = store / "base" / "rootfs.tar"
+    rootfs = store / "base" / ("rootfs.tar" if suite == SUITE else f"rootfs-{suite}.tar")
     rootfs.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "SOURCE_DATE_EPOCH": str(EPOCH)}
     try:
-        _run(mmdebstrap_argv(rootfs, sources), log, f"mmdebstrap {SUITE}", env)
+        t0 = time.monotonic()
+        _run(mmdebstrap_argv(rootfs, sources, suite), log, f"mmdebstrap {suite}", env)
+        took = round(time.monotonic() - t0, 1)
         layer = _pack_rootfs(rootfs, store)
         files = _read_files(rootfs, base_files())
     finally:
         rootfs.unlink(missing_ok=True)
     _save_files(meta.with_suffix(""), files)
-    meta.write_text(json.dumps({"layer": layer.__dict__, "sources": sources}, indent=1))
+    info = {"layer": layer.__dict__, "sources": sources, "suite": suite, "mmdebstrap_s": took}
+    meta.write_text(json.dumps(info, indent=1))
     return Base(layer, files)
 
 
@@ -642,7 +678,7 @@ def build_recipe(store: Path, recipe: str, base: Base) -> Image:
         cmd = ["/bin/sh", "-c", PAUSE_SCRIPT] if recipe == "pause" else ["/bin/sh"]
         cfg = image_config(recipe, [layer.diff_id], [f"PATH={PATH}"], Cmd=cmd, WorkingDir="/")
         return put_image(store, recipe, [layer], cfg)
-    if recipe == "mpi":
+    if recipe in ("mpi", "mpi5"):  # mpi5: the same layer on the trixie base
         layer = put_layer(store, layer_tar(mpi_entries(base.files)))
         home = f"/home/{MPI_USER}"
         env = [f"PATH={home}/.local/bin:{PATH}", f"HOME={home}"]
@@ -753,6 +789,36 @@ def build_images(trainer_versions: list[str], log: Path) -> list[Path]:
             tars.append(out)
         _prune(store / "oci", keep=tars)
     return tars
+
+
+def build_openmpi5(log: Path) -> Path:
+    """The OCI tar of OPENMPI5_IMAGE (recipe ``mpi5``, Debian trixie), built or from the cache.
+
+    Not part of ``build_images``: the default stack does not pay for a second base. The first
+    build runs mmdebstrap for trixie (its time is kept in the base's ``.json``); later ones
+    reuse that base, and a new recipe (this file) only rewrites the small layer."""
+    store = images_dir()
+    key = [base_key(apt_sources(OPENMPI5_SUITE), OPENMPI5_SUITE), recipe_code_hash()]
+    tag = hashlib.sha256(json.dumps([*key, [OPENMPI5_IMAGE]]).encode()).hexdigest()[:16]
+    out = store / "oci" / f"mpi5-{tag}.tar"
+    with _locked(store):
+        if out.is_file():
+            out.touch()  # in use: build_images' _prune keeps it
+        else:
+            base = ensure_base(store, log, OPENMPI5_SUITE)
+            write_oci_tar(store, build_recipe(store, "mpi5", base), [OPENMPI5_IMAGE], out)
+            for old in (store / "oci").glob("mpi5-*.tar"):
+                if old != out:
+                    old.unlink(missing_ok=True)
+    return out
+
+
+def base_build_seconds(suite: str) -> float | None:
+    """How long mmdebstrap took for the cached base of ``suite`` (None: not built here)."""
+    meta = images_dir() / "base" / f"{base_key(apt_sources(suite), suite)}.json"
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads(meta.read_text()).get("mmdebstrap_s")
+    return None
 
 
 def _prune(oci: Path, keep: list[Path], age: float = 86400) -> None:
