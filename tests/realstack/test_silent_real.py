@@ -1,5 +1,5 @@
 """Pings on the real API server: kube-apiserver (its v5 stream translator) and the kubelet (v4,
-proxied) answer our WebSocket pings, so a command quiet for longer than ``silent_after`` (1.5 times) is not
+proxied) answer our WebSocket pings, so a command quiet for 1.5 times ``silent_after`` is not
 taken for a dead connection; and a connection that stops passing bytes without closing (a TCP
 proxy standing in for a dead network) ends the command in one line within the bound, for one
 pod and for every pod of a fan-out."""
