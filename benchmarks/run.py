@@ -44,11 +44,12 @@ BENCHMARKS: dict[str, str] = {
     "realstack": "benchmarks.bench_realstack",  # a line saying so unless a stack is given
     "forward": "benchmarks.bench_forward",  # + rows on the real stack, if one is given
     "ranks": "benchmarks.bench_ranks",
+    "resume": "benchmarks.bench_transfer_resume",  # + rows on the real stack, if one is given
 }
 # benchmarks that bring their own cluster: the local one is only started for the others
 OWN_CLUSTER = {"realstack"}
 # benchmarks that also write rows of the real-stack section (Row.stack) when a stack is given
-STACK_TOO = {"forward"}
+STACK_TOO = {"forward", "resume"}
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results.md"
 
 

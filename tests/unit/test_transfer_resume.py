@@ -162,7 +162,7 @@ class LocalExec:
         self.calls.append(argv)
         mode = next((a for a in argv if re.fullmatch(r"(new|resume|probe):\w+", a)), "")
         big = (stdin is not None and not isinstance(stdin, bytes)) or stdout_sink is not None
-        cut = self.cuts.pop(0) if self.cuts and big and not mode.startswith("probe") else None
+        cut = self.cuts[0] if self.cuts and big and not mode.startswith("probe") else None
         proc = subprocess.Popen(
             argv,
             cwd=self.pod,
@@ -170,6 +170,7 @@ class LocalExec:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
+        self.reached = False  # the cut came (not the process's own end first)
         errs: list[bytes] = []
         err_thread = threading.Thread(target=lambda: errs.append(proc.stderr.read()))
         err_thread.start()
@@ -184,7 +185,10 @@ class LocalExec:
                 if cut is not None and got + len(chunk) >= cut:
                     stdout_sink.write(memoryview(chunk[: cut - got]))
                     self.moved += cut - got
-                    proc.kill()
+                    self.reached = True
+                    proc.kill()  # its children may write on: drained, as a kubelet does
+                    while proc.stdout.read1(1 << 16):
+                        pass
                     break
                 stdout_sink.write(memoryview(chunk))
                 got += len(chunk)
@@ -194,7 +198,8 @@ class LocalExec:
         err_thread.join()
         if stderr_sink is not None:
             stderr_sink.write(memoryview(errs[0]))
-        if cut is not None:
+        if self.reached:
+            self.cuts.pop(0)
             raise ConnectionLostError(f"the connection to pod {pod} was lost (cut)")
         return ExecResult(
             stdout_bytes=outs[0] if outs else b"", stderr_bytes=errs[0], returncode=code
@@ -212,6 +217,7 @@ class LocalExec:
                     if cut is not None and sent + len(data) >= cut:
                         proc.stdin.write(data[: cut - sent])
                         self.moved += cut - sent
+                        self.reached = True
                         break
                     proc.stdin.write(data)
                     sent += len(data)
@@ -455,3 +461,49 @@ def test_the_send_ledger_reads_the_journal_and_writes_the_trailer(tmp_path: Path
         f"{CHECKPOINT} {len(data)} {sha(data[CHECKPOINT:])} {b'f'.hex()}",
         "#trainjob-end",
     ]
+
+
+# ------------------------------------------------------------------ tar's way: start again
+
+
+def test_without_python3_or_verify_a_cut_transfer_starts_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without python3 in the pod (or with verify=False: plain tar) nothing can resume from a
+    byte: a retry starts again, said so, and the copy still lands whole, through the staging
+    directory."""
+    monkeypatch.setattr(manifest, "PYTHONS", ("/nonexistent/python3",))
+    data = random_file(tmp_path / "f.bin", 2 * CHECKPOINT)
+    pod = tmp_path / "pod"
+    pod.mkdir()
+    for verify in (True, False):
+        client = LocalExec(pod, cuts=[CHECKPOINT])
+        lines: list[str] = []
+        up = transfer.upload(
+            client,  # type: ignore[arg-type]
+            "ns",
+            [TARGET],
+            tmp_path / "f.bin",
+            f"up-{verify}.bin",
+            verify=verify,
+            on_retry=lines.append,
+        )
+        assert (pod / f"up-{verify}.bin").read_bytes() == data
+        assert up.verified == ("sha256" if verify else "none")
+        assert len(lines) == 1 and "starting again" in lines[0], lines
+        client = LocalExec(pod, cuts=[CHECKPOINT])
+        lines = []
+        out = tmp_path / f"down-{verify}.bin"
+        transfer.download(
+            client,  # type: ignore[arg-type]
+            "ns",
+            TARGET,
+            f"up-{verify}.bin",
+            str(out),
+            verify=verify,
+            on_retry=lines.append,
+        )
+        assert out.read_bytes() == data
+        assert len(lines) == 1 and "starting again" in lines[0], lines
+    assert sorted(os.listdir(pod)) == ["up-False.bin", "up-True.bin"]
+    assert sorted(os.listdir(tmp_path)) == ["down-False.bin", "down-True.bin", "f.bin", "pod"]
