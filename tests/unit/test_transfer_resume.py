@@ -139,9 +139,10 @@ class LocalExec:
     pod-side scripts, with the stream cut after ``cuts[0]`` bytes of stdin (upload) or stdout
     (download) of an attempt, as a dropped API connection cuts it."""
 
-    def __init__(self, pod: Path, cuts: list[int] | None = None) -> None:
+    def __init__(self, pod: Path, cuts: list[int] | None = None, limit: int = 0) -> None:
         self.pod = pod
         self.cuts = list(cuts or [])
+        self.limit = limit  # KiB a pod's process may write into one file (ulimit -f), 0: any
         self.calls: list[list[str]] = []
         self.moved = 0  # bytes of stdin and stdout that went through
 
@@ -163,6 +164,8 @@ class LocalExec:
         mode = next((a for a in argv if re.fullmatch(r"(new|resume|probe):\w+", a)), "")
         big = (stdin is not None and not isinstance(stdin, bytes)) or stdout_sink is not None
         cut = self.cuts[0] if self.cuts and big and not mode.startswith("probe") else None
+        if self.limit:  # as a full disk: a write that fails (EFBIG: python3 ignores SIGXFSZ)
+            argv = ["sh", "-c", f'ulimit -f {self.limit} && exec "$@"', "sh", *argv]
         proc = subprocess.Popen(
             argv,
             cwd=self.pod,
@@ -404,6 +407,24 @@ def test_an_upload_the_pod_cannot_write_fails_at_once(tmp_path: Path) -> None:
     scripts = [argv[2] for argv in client.calls]
     assert scripts == [manifest.UPLOAD_SH, manifest.CLEAN_SH]  # one attempt, then the cleanup
     assert (pod / "notadir").read_text() == "plain"
+
+
+def test_an_upload_the_pod_cannot_store_fails_at_once_leaving_nothing(tmp_path: Path) -> None:
+    """A write that fails in the pod (a file size limit here, a full disk there) is no transport
+    failure: one line at once, no retry, no staging directory, nothing in place."""
+    src = tmp_path / "big.bin"
+    random_file(src, 2 * MIB)
+    pod = tmp_path / "pod"
+    pod.mkdir()
+    client = LocalExec(pod, limit=1024)
+    lines: list[str] = []
+    with pytest.raises(TransferError) as info:
+        transfer.upload(client, "ns", [TARGET], src, "big.bin", on_retry=lines.append)  # type: ignore[arg-type]
+    message = str(info.value)
+    assert "\n" not in message and "File too large" in message and lines == [], message
+    scripts = [argv[2] for argv in client.calls]
+    assert scripts == [manifest.UPLOAD_SH, manifest.CLEAN_SH]  # one attempt, then the cleanup
+    assert os.listdir(pod) == []
 
 
 # ------------------------------------------------------------------ the ledgers by hand
