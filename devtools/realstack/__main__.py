@@ -65,8 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--kubernetes",
         default="",
-        help="e.g. v1.31.14,v1.33.13 or 1.35 (the newest served patch): these versions, each with "
-        "the pairs upstream supports on it (or --pairs); default: every row of versions.ROWS",
+        help="e.g. v1.31.0,v1.33.13 or 1.35 (its newest patch that builds): these versions, each "
+        "with the pairs upstream supports on it (or --pairs); default: every row of versions.ROWS",
     )
     m.add_argument(
         "--pairs",

@@ -9,7 +9,7 @@ Kueue v0.19.2, which people run; its known upstream bugs are kueue#15161 (the fl
 tolerations replace the runtime's) and trainer#3888 (Kueue's full-object admission update is
 refused for runtimePatches carrying CEL-immutable pod fields), both fixed only with Kueue 0.20.
 
-The Kubernetes axis: the newest patch of each minor the proxy serves (KUBERNETES_SERVED), control
+The Kubernetes axis: the newest patch of each minor that builds here (KUBERNETES_NEWEST), control
 plane and kubelet of the same version, each with the pairs upstream tests on it (``pairs_on``).
 """
 
@@ -72,22 +72,27 @@ MATRIX: tuple[tuple[str, str | None, str], ...] = (
 NOT_SERVED = ("v0.20.0",)
 PROXY_CHECKED = "2026-12-07"
 
-# The newest patch of each Kubernetes minor that the Go module proxy serves here (`go list -m
-# -versions k8s.io/kubernetes` and each version's .info, 2026-12-07: the next patch of each, and
-# v1.38.0, answer 403; v1.38.0-beta.0 is listed). The staging modules (k8s.io/api ... v0.N.M)
-# are served at the same patches.
-KUBERNETES_SERVED = {
-    "1.31": "v1.31.14",
-    "1.32": "v1.32.13",
-    "1.33": "v1.33.13",
-    "1.34": "v1.34.4",
+# The newest patch of each Kubernetes minor that builds here: the newest the Go module proxy
+# serves (`go list -m -versions k8s.io/kubernetes` and each version's .info, 2026-12-07: the next
+# patch of each, and v1.38.0, answer 403; v1.38.0-beta.0 is listed), unless its build needs a
+# module the proxy refuses (NOT_BUILDING; then the newest listed patch that builds).
+KUBERNETES_NEWEST = {
+    "1.31": "v1.31.0",  # v1.31.14 does not build here (NOT_BUILDING); v1.31.0 built 2026-12-07
+    "1.32": "v1.32.13",  # served; not built yet
+    "1.33": "v1.33.13",  # served (k8s.io/endpointslice, kube-scheduler v0.33.13 too); not built
+    "1.34": "v1.34.4",  # served; not built yet
     "1.35": "v1.35.4",
     "1.36": "v1.36.3",
-    "1.37": "v1.37.2",
+    "1.37": "v1.37.2",  # built 2026-12-07
+}
+# served patches that do not build here, and why (the matrix gives each the row that says so)
+NOT_BUILDING = {
+    "v1.31.14": "2026-12-07: the Go module proxy refuses k8s.io/endpointslice@v0.31.14 and "
+    "k8s.io/kube-scheduler@v0.31.14 (403), which go mod tidy needs",
 }
 # `python -m devtools.realstack matrix` without --kubernetes: these versions (CI runs KUBERNETES
 # only)
-MATRIX_KUBERNETES = ("v1.31.14", "v1.33.13", "v1.35.4", "v1.36.3", "v1.37.2")
+MATRIX_KUBERNETES = ("v1.31.0", "v1.33.13", "v1.35.4", "v1.36.3", "v1.37.2")
 
 # Which pairs upstream supports on a Kubernetes minor. Trainer: "Kubernetes >= 1.31"
 # (kubeflow.org, Trainer installation), its e2e on one kind version (Makefile K8S_VERSION: 1.32.0
@@ -111,9 +116,9 @@ def minor(version: str) -> int:
 
 
 def kubernetes_version(spec: str) -> str:
-    """``1.35`` or ``v1.35`` -> the newest served patch; a full ``v1.35.4`` stays."""
+    """``1.35`` or ``v1.35`` -> the newest patch that builds here; a full ``v1.35.4`` stays."""
     version = normalise(spec.strip())
-    return KUBERNETES_SERVED.get(version[1:], version)
+    return KUBERNETES_NEWEST.get(version[1:], version)
 
 
 def pairs_on(kubernetes: str) -> tuple[tuple[str, str | None, str], ...]:
