@@ -401,6 +401,7 @@ def run(
             built[k8s] = build_kubernetes(parent, k8s)
             if "result" in built[k8s]:
                 out.append(_stamp(built[k8s]))
+                save(out)
         if "result" in built[k8s]:
             continue  # its one row says why
         row = _not_served(trainer, kueue, note, parent, k8s) if kueue in NOT_SERVED else None
@@ -414,8 +415,17 @@ def run(
             # the Kubernetes build is counted with the version's first row
             row["build_s"] = round(row.get("build_s", 0) + built[k8s].pop("build_s", 0), 1)
         out.append(_stamp(row))
-    merged = merge(out, SAVED)
-    SAVED.write_text(json.dumps(merged, indent=2) + "\n")
-    write_doc(merged)
+        save(out)  # after each row: a run of hours stopped halfway keeps its rows
+    merged = save(out)
     print(_table(merged))
     return 0 if all(r["result"] in NOT_FAILED for r in merged) else 1
+
+
+def save(new: list[dict], saved: Path | None = None) -> list[dict]:
+    """Merge ``new`` into ``saved`` (SAVED, and then the doc's table too) and rewrite it; the
+    merged rows."""
+    merged = merge(new, saved or SAVED)
+    (saved or SAVED).write_text(json.dumps(merged, indent=2) + "\n")
+    if saved is None:
+        write_doc(merged)
+    return merged

@@ -79,7 +79,7 @@ PROXY_CHECKED = "2026-12-07"
 KUBERNETES_NEWEST = {
     "1.31": "v1.31.0",  # v1.31.14 does not build here (NOT_BUILDING); v1.31.0 built 2026-12-07
     "1.32": "v1.32.13",  # served; not built yet
-    "1.33": "v1.33.13",  # served (k8s.io/endpointslice, kube-scheduler v0.33.13 too); not built
+    "1.33": "v1.33.13",  # built 2026-12-07
     "1.34": "v1.34.4",  # served; not built yet
     "1.35": "v1.35.4",
     "1.36": "v1.36.3",

@@ -228,3 +228,47 @@ def test_one_line_picks_the_line_that_says_why() -> None:
     assert matrix.one_line("a | b\n") == "a / b"  # never splits a table cell
     assert len(matrix.one_line("x" * 1000)) == 300
     assert matrix.one_line("") == ""
+
+
+def test_save_merges_into_the_file_again_and_again(tmp_path: Path) -> None:
+    (t0, k0, _), (t1, k1, _) = MATRIX[0], MATRIX[1]
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps([_row(t1, k1)]))
+    new = [_row(t0, k0, date="d2")]
+    matrix.save(new, saved)  # after the first row
+    new.append(_row(t1, k1, "fail", "d3"))
+    rows = matrix.save(new, saved)  # after the second: the first is not doubled
+    assert _keys(json.loads(saved.read_text())) == _keys(rows)
+    assert _keys(rows) == [(KUBERNETES, t0, k0, "d2"), (KUBERNETES, t1, k1, "d3")]
+
+
+def test_run_builds_each_version_once_and_a_failed_build_is_one_row(
+    tmp_path: Path, monkeypatch
+) -> None:
+    saved, doc = tmp_path / "saved.json", tmp_path / "doc.md"
+    doc.write_text("# doc\n")
+    monkeypatch.setattr(matrix, "SAVED", saved)
+    monkeypatch.setattr(matrix, "DOC", doc)
+    built: list[str] = []
+
+    def build(parent: Path, k8s: str) -> dict:
+        built.append(k8s)
+        if k8s == "v1.31.14":
+            return _unbuilt(k8s) | {"date": None}
+        return {"build_s": 100.0}
+
+    def pair(parent, trainer, kueue, pytest_args, suites, kubernetes) -> dict:
+        return _row(trainer, kueue, kubernetes=kubernetes) | {"build_s": 5.0}
+
+    monkeypatch.setattr(matrix, "build_kubernetes", build)
+    monkeypatch.setattr(matrix, "run_pair", pair)
+    monkeypatch.setattr(matrix, "_not_served", lambda *a: None)
+    rc = matrix.run(tmp_path, "", [], ("realcluster",), "v1.31.14,v1.33.13")
+    assert rc == 0 and built == ["v1.31.14", "v1.33.13"]
+    rows = json.loads(saved.read_text())
+    assert [(r["kubernetes"], r["trainer"], r["build_s"]) for r in rows] == [
+        ("v1.31.14", matrix.ANY, 600.0),
+        ("v1.33.13", "v2.1.0", 105.0),  # the version's build counted with its first row
+        ("v1.33.13", "v2.2.1", 5.0),
+    ]
+    assert "| v1.31.14 | * | * | * | real | does not build here: " in doc.read_text()
