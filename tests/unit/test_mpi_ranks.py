@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -287,6 +288,60 @@ def test_events_for_a_live_view() -> None:
     assert ("output", 0, "stdout", "a\n") in kinds and ("output", 1, "stdout", "b\n") in kinds
     assert ("launcher", None, "stderr", "mpirun: note\n") in kinds
     assert events[-1].run.returncode == 0
+
+
+# Each launcher's tag (rank r of job 1) and its form, for output written as the launchers do:
+# each chunk read from a rank tagged at its start and after each newline but the last.
+TAGGERS = {
+    OPENMPI4: (lambda r: b"[1,%d]<stdout>:" % r, OMPI4_TAG),
+    OPENMPI5: (
+        lambda r: b"[1,%d][n-%d.job:%d]<stdout>: " % (r, r, 100 + r),
+        re.compile(rb"\[\d+,\d+\]\[[^\s\[\]]*:\d+\]<stdout>: "),
+    ),
+    HYDRA: (lambda r: b"\x1e%d@n-%d\x1f" % (r, r), re.compile(rb"\x1e\d+@[^\x1e\x1f\n]*\x1f")),
+}
+
+
+def launcher_chunks(impl: str, seed: int, lines: list[bytes]) -> tuple[bytes, dict[int, bytes]]:
+    """4 ranks printing ``lines`` in turn, read in chunks of up to 4096 bytes (cut mid-line)
+    and tagged as the launcher does; returns the stream and what each rank printed."""
+    tag_of = TAGGERS[impl][0]
+    rng = random.Random(seed)
+    left = {r: b"".join(lines[r::4]) for r in range(4)}
+    printed = dict(left)
+    out = []
+    while any(left.values()):
+        r = rng.choice([r for r in left if left[r]])
+        cut = rng.randint(1, 4096)
+        chunk, left[r] = left[r][:cut], left[r][cut:]
+        tag = tag_of(r)
+        body = chunk[:-1].replace(b"\n", b"\n" + tag) + chunk[-1:]
+        out.append(tag + body)
+    return b"".join(out), printed
+
+
+@pytest.mark.parametrize("impl", [OPENMPI4, OPENMPI5, HYDRA])
+@pytest.mark.parametrize("chunk", [1, 7, 4096, 65536, None])
+def test_runs_of_a_ranks_lines_read_at_once_as_tag_by_tag(impl: str, chunk: int | None) -> None:
+    """Most of a big output is runs of one rank's whole lines, each with the same tag: the
+    parser takes a run at once, and gives what the tags one by one give (a tag anywhere counts,
+    also in a line of a run: there the run stops; its lines before it are the rank's)."""
+    tag_of, tag_re = TAGGERS[impl]
+    lines = [b"%05d " % i + b"0" * 90 + b"\n" for i in range(2000)]
+    lines[10] = b"[INFO] a bracket, \x1f and a [1,2] that is no tag\n"
+    lines[500] = b"before " + tag_of(2) + b"after: rank 2's, by its tag\n"
+    lines[501] = tag_of(3)[:-2] + b" a tag's start, cut\n"
+    lines[900] = b"a \x1e alone, a \x1e1@ cut\n"
+    raw, printed = launcher_chunks(impl, 7, lines)
+    pieces = tag_re.split(raw)
+    expected = {r: b"" for r in range(4)}  # the tags one by one: text after each is its rank's
+    for tag, text in zip(tag_re.findall(raw), pieces[1:], strict=True):
+        expected[next(r for r in range(4) if tag == tag_of(r))] += text
+    assert pieces[0] == b"" and expected != printed  # the tag in line 500 moved its end
+    plain, out = demux({1: begin(impl) + raw + end(0), 2: b""}, chunk)
+    assert plain[1] == tag_re.sub(b"", raw)
+    assert {r: o.stdout_bytes for r, o in out.by_rank.items()} == expected
+    assert out.launcher == ""
 
 
 def test_32_ranks_stay_within_the_memory_bound(tmp_path: Path) -> None:
