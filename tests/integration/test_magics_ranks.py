@@ -25,6 +25,13 @@ FAIL_2 = (
     'if [ \\$OMPI_COMM_WORLD_RANK = 2 ]; then echo last words of 2; exit 3; fi; sleep 2"'
 )
 NOTE = "ranks tagged by mpirun --tag-output (hosts from --display-map)"
+# Open MPI prints its report naming the first failed rank ("mpirun detected that one or more
+# processes exited with non-zero status ... Process name: [[J,1],R]") in most runs, not all: in
+# the others only "Primary job terminated normally, but 1 process returned a non-zero exit
+# code" (seen with 4.1.4 here and 5.0.7 on the real node). The cell then says the launcher named
+# no rank; the tests run the cell again (up to REPORT_TRIES times) until mpirun names one.
+REPORT = "mpirun detected that one or more processes exited"
+REPORT_TRIES = 6
 NOT_READ = (
     "unset OMPI_MCA_orte_default_hostfile TRAINJOB_LOCAL_HOSTFILE; "
     "export OMPI_MCA_rmaps_base_oversubscribe=1; mpirun -np 4 hostname"
@@ -70,14 +77,21 @@ def test_plain_text_output_as_mpirun_prints_it_then_the_ranks(
 def test_alike_ranks_fold_in_the_text_and_the_failed_rank_comes_first(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    capsys.readouterr()
-    with pytest.raises(TrainJobCellError):
-        shell.run_cell_magic(
-            "trainjob",
-            "",
-            'mpirun sh -c "echo same; [ \\$OMPI_COMM_WORLD_RANK = 3 ] && exit 5; sleep 2"',
-        )
-    out = capsys.readouterr().out
+    for _ in range(REPORT_TRIES):
+        capsys.readouterr()
+        with pytest.raises(TrainJobCellError) as info:
+            shell.run_cell_magic(
+                "trainjob",
+                "",
+                'mpirun sh -c "echo same; [ \\$OMPI_COMM_WORLD_RANK = 3 ] && exit 5; sleep 2"',
+            )
+        captured = capsys.readouterr()
+        if REPORT in captured.err + captured.out:
+            break
+        assert "it named no rank that failed" in str(info.value), info.value
+    else:
+        pytest.fail(f"mpirun never named the failed rank in {REPORT_TRIES} runs")
+    out = captured.out
     summary = out[out.index("4 ranks · 1 ✗") :].splitlines()
     assert summary[1].startswith("  ✗ rank 3 · ") and "exit 5" in summary[1], summary
     assert summary[2].startswith("  · 3 ranks: identical output (rank 0 · "), summary
@@ -86,18 +100,31 @@ def test_alike_ranks_fold_in_the_text_and_the_failed_rank_comes_first(
 def test_the_failed_rank_is_the_cells_last_line(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(TrainJobCellError) as info:
-        shell.run_cell_magic("trainjob", "", FAIL_2)
     node_1 = pods(shell, "node-1")[0]
+    named = f"mpirun: rank 2 (pod {node_1}) failed first: exit code 3; "
+    for _ in range(REPORT_TRIES):
+        capsys.readouterr()
+        with pytest.raises(TrainJobCellError) as info:
+            shell.run_cell_magic("trainjob", "", FAIL_2)
+        captured = capsys.readouterr()
+        if REPORT in captured.err + captured.out:
+            break
+        assert "it named no rank that failed" in str(info.value), info.value
+    else:
+        pytest.fail(f"mpirun never named the failed rank in {REPORT_TRIES} runs")
     message = str(info.value)
-    assert message.endswith(
-        f"mpirun: rank 2 (pod {node_1}) failed first: exit code 3; "
-        "last lines: hello 2 | last words of 2"
-    ), message
-    capsys.readouterr()
-    shell.run_cell_magic("trainjob", "--no-raise-error", FAIL_2)
-    err = capsys.readouterr().err
-    assert err.rstrip("\n").splitlines()[-1].startswith(f"mpirun: rank 2 (pod {node_1}) failed")
+    assert message.endswith(named + "last lines: hello 2 | last words of 2"), message
+    for _ in range(REPORT_TRIES):
+        capsys.readouterr()
+        shell.run_cell_magic("trainjob", "--no-raise-error", FAIL_2)
+        err = capsys.readouterr().err
+        last = err.rstrip("\n").splitlines()[-1]
+        if REPORT in err:
+            assert last.startswith(f"mpirun: rank 2 (pod {node_1}) failed"), err
+            break
+        assert "it named no rank that failed" in last, err
+    else:
+        pytest.fail(f"mpirun never named the failed rank in {REPORT_TRIES} runs")
 
 
 def test_world_check_warns_in_one_line_and_can_be_turned_off(

@@ -53,13 +53,27 @@ def test_four_ranks_apart_with_their_host_and_pod(session: Any, mpi_impl: str) -
     assert r.mpi.warnings == [] and r.mpi.failure is None
 
 
+# Open MPI's report naming the first failed rank comes in most runs, not all
+REPORT = "mpirun detected that one or more processes exited"
+REPORT_TRIES = 6
+
+
 def test_the_failed_rank_is_named_with_its_pod_and_last_lines(session: Any, mpi_impl: str) -> None:
+    """Open MPI names the first failed rank in most runs, not all (then only "Primary job
+    terminated normally, but 1 process returned a non-zero exit code"): runs again, up to
+    REPORT_TRIES times, until it does; a run without the report names no rank."""
     script = (
         'sh -c "echo hello \\$OMPI_COMM_WORLD_RANK; '
         'if [ \\$OMPI_COMM_WORLD_RANK = 2 ]; then echo last words of 2; exit 3; fi; sleep 2"'
     )
-    r = session.execute(mpirun_sh(mpi_impl, script))
-    assert r.returncode == 3
+    for _ in range(REPORT_TRIES):
+        r = session.execute(mpirun_sh(mpi_impl, script))
+        assert r.returncode == 3
+        if REPORT in r.launcher:
+            break
+        assert r.mpi.failure is None or r.mpi.failure.rank is None, r.mpi.failure
+    else:
+        pytest.fail(f"mpirun never named the failed rank in {REPORT_TRIES} runs")
     failure = r.mpi.failure
     assert failure is not None and failure.rank == 2 and failure.exit_code == 3
     node_1 = next(p.name for p in session.pods("node-1"))
@@ -67,8 +81,7 @@ def test_the_failed_rank_is_named_with_its_pod_and_last_lines(session: Any, mpi_
     line = failure.line()
     assert line.startswith(f"mpirun: rank 2 (pod {node_1}) failed first: exit code 3")
     assert line.endswith("hello 2 | last words of 2")
-    assert "mpirun detected that one or more processes exited" in r.launcher
-    assert "mpirun detected that one or more processes exited" in r.stderr  # as mpirun prints
+    assert REPORT in r.stderr  # as mpirun prints
 
 
 @pytest.mark.parametrize("option", ["--tag-output", "--output-filename out"])
