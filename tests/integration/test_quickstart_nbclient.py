@@ -101,9 +101,12 @@ def test_mpirun_hostname_shows_four_hostnames(
         f"{job_name}-node-0-1",
         f"{job_name}-node-0-2",
     }
-    shown = {line.strip() for line in text.splitlines() if line.strip().startswith(job_name)}
-    assert shown == expected, text
-    assert sum(line.strip() in expected for line in text.splitlines()) == 4, text
+    # the ranks' panel: each rank's line under its rank and pod, and a row per rank
+    lines = [m.groups() for m in re.finditer(r"^\[rank (\d) · (\S+)\] (\S+)$", text, re.M)]
+    assert {host for _rank, _pod, host in lines} == expected, text
+    assert sorted(rank for rank, _pod, _host in lines) == ["0", "1", "2", "3"], text
+    assert all(pod.startswith(host) for _rank, pod, host in lines), text
+    assert "4 ranks · 4 ✓ · mpirun ok" in text, text
     assert re.search(r"exit code 0\b", text), text
 
 
