@@ -139,9 +139,13 @@ def test_a_user_runs_mpirun_from_the_hub_and_stopping_the_server_leaves_no_train
         live = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(1)
         live.locator('.tjm-live-state[data-state="Running"]').wait_for(timeout=30_000)
 
-        # mpirun across the pods: one line per rank, each a pod of this TrainJob
+        # mpirun across the pods: one line per rank, each a pod of this TrainJob (the ranks'
+        # panel: each rank's row ends with its last line, here its hostname)
         cell = _run_cell(page, 2)
-        hosts = {ln.strip() for ln in cell.locator(".jp-Cell-outputArea").inner_text().splitlines()}
+        cell.locator(".tjm-pod-summary .tjm-pod-last").first.wait_for(state="attached")
+        hosts = {t.strip() for t in cell.locator(".tjm-pod-last").all_inner_texts()}
+        shown = cell.locator(".jp-Cell-outputArea").inner_text()
+        hosts |= {ln.strip() for ln in shown.splitlines()}
         pods = json.loads(
             controllers.kubectl(
                 hub.ctx,
