@@ -114,7 +114,7 @@ def test_a_download_cut_three_times_resumes(
         re.fullmatch(RETRY.format(what="download", n=n), line) is not None
         for n, line in enumerate(lines, 1)
     ] == [True] * 3, lines
-    assert proxy.bytes_down - before < SIZE + 3 * CHECKPOINT + 32 * MIB  # resumed
+    assert proxy.bytes_down - before < SIZE + 3 * (CHECKPOINT + 32 * MIB)  # resumed
     assert [p.name for p in tmp_path.iterdir()] == ["seed-large.bin"]
 
 
@@ -143,7 +143,9 @@ def test_an_upload_cut_three_times_resumes(
         re.fullmatch(RETRY.format(what="upload", n=n), line) is not None
         for n, line in enumerate(lines, 1)
     ] == [True] * 3, lines
-    assert proxy.bytes_up - before < SIZE + 3 * CHECKPOINT + 32 * MIB
+    assert (
+        proxy.bytes_up - before < SIZE + 3 * (CHECKPOINT + 32 * MIB)
+    )  # a cut: a checkpoint plus what the API server, kubelet and sockets held in flight (a restart would add 20 % or more)
     landed = session.execute("sha256sum resume/up/landed.bin && ls -A resume/up", timeout=600)
     assert landed.stdout.split()[0] == sha.hexdigest()
     assert landed.stdout.split()[2:] == ["landed.bin"]  # no staging directory left
