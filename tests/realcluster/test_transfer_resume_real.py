@@ -143,9 +143,9 @@ def test_an_upload_cut_three_times_resumes(
         re.fullmatch(RETRY.format(what="upload", n=n), line) is not None
         for n, line in enumerate(lines, 1)
     ] == [True] * 3, lines
-    assert (
-        proxy.bytes_up - before < SIZE + 3 * (CHECKPOINT + 32 * MIB)
-    )  # a cut: a checkpoint plus what the API server, kubelet and sockets held in flight (a restart would add 20 % or more)
+    # a cut resends a checkpoint plus what the API server, kubelet and sockets held in flight
+    # (a restart would resend 20 % or more)
+    assert proxy.bytes_up - before < SIZE + 3 * (CHECKPOINT + 32 * MIB)
     landed = session.execute("sha256sum resume/up/landed.bin && ls -A resume/up", timeout=600)
     assert landed.stdout.split()[0] == sha.hexdigest()
     assert landed.stdout.split()[2:] == ["landed.bin"]  # no staging directory left
