@@ -62,6 +62,15 @@ class FaultProxy:
         with self._lock:
             self._frozen.update(self._conns)
 
+    def freeze_when(self, event: threading.Event, timeout: float = 120.0) -> None:
+        """In the background: :meth:`freeze_established` once ``event`` is set."""
+
+        def run() -> None:
+            event.wait(timeout)
+            self.freeze_established()
+
+        threading.Thread(target=run, daemon=True, name="fault-proxy-freeze").start()
+
     def close(self) -> None:
         self._stop.set()
         self.listener.close()

@@ -40,14 +40,6 @@ def proxied(own_cluster: LocalCluster, tmp_path: Path) -> Iterator[tuple[Any, Fa
     session.close()
 
 
-def _freeze_once_printed(proxy: FaultProxy, printed: threading.Event) -> None:
-    def run() -> None:
-        printed.wait(60)
-        proxy.freeze_established()
-
-    threading.Thread(target=run, daemon=True).start()
-
-
 def test_a_quiet_command_longer_than_the_bound_is_not_silent(proxied: Any) -> None:
     session, _proxy = proxied
     started = time.monotonic()
@@ -64,7 +56,7 @@ def test_a_silent_connection_ends_the_call_in_one_line(proxied: Any) -> None:
         if "before the silence" in text:
             printed.set()
 
-    _freeze_once_printed(proxy, printed)
+    proxy.freeze_when(printed)
     started = time.monotonic()
     with pytest.raises(ConnectionLostError) as lost:
         session.execute("echo before the silence; sleep 600", on_output=on_output)
@@ -88,7 +80,7 @@ def test_a_silent_connection_ends_each_pod_of_a_fan_out(proxied: Any) -> None:
             if len(seen) == 2:
                 printed.set()
 
-    _freeze_once_printed(proxy, printed)
+    proxy.freeze_when(printed)
     started = time.monotonic()
     result = session.execute("echo before the silence; sleep 600", on_output=on_output, pods="all")
     took = time.monotonic() - started

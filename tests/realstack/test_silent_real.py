@@ -52,14 +52,6 @@ def test_a_quiet_command_is_not_silent(proxied: Any, protocol: str) -> None:
     assert result.errors == {} and all(r.stdout == "woke\n" for r in result.results.values())
 
 
-def _freeze_when(proxy: FaultProxy, printed: threading.Event) -> None:
-    def freeze() -> None:
-        printed.wait(120)
-        proxy.freeze_established()
-
-    threading.Thread(target=freeze, daemon=True).start()
-
-
 def test_a_connection_gone_silent_ends_every_pod_in_one_line(proxied: Any, protocol: str) -> None:
     session, proxy = proxied
     seen: set[str] = set()
@@ -71,7 +63,7 @@ def test_a_connection_gone_silent_ends_every_pod_in_one_line(proxied: Any, proto
             if len(seen) == 2:
                 printed.set()
 
-    _freeze_when(proxy, printed)
+    proxy.freeze_when(printed)
     started = time.monotonic()
     result = session.execute("echo before; sleep 600", on_output=on_output, pods="all")
     assert printed.is_set() and time.monotonic() - started < 180
@@ -83,7 +75,7 @@ def test_a_connection_gone_silent_ends_every_pod_in_one_line(proxied: Any, proto
 def test_a_connection_gone_silent_ends_one_command_in_one_line(proxied: Any) -> None:
     session, proxy = proxied
     printed = threading.Event()
-    _freeze_when(proxy, printed)
+    proxy.freeze_when(printed)
     with pytest.raises(ConnectionLostError, match="went silent") as lost:
         session.execute("echo before; sleep 600", on_output=lambda *_: printed.set())
     assert "before" in lost.value.partial.stdout
