@@ -603,18 +603,27 @@ def test_mpirun_cwd_maps_into_each_pod(server: ExecServer, mpi_impl: str) -> Non
     assert rows == sorted(f"{h} {d}" for h, d in zip(MPI_HOSTS, dirs, strict=True))
 
 
+# Open MPI names the first failed rank ("Process name: ... Exit code: ...") in most runs, not
+# all: sometimes only "Primary job terminated normally, but 1 process returned a non-zero exit
+# code" comes before mpirun exits (help-mpirun.txt; its lines wrap anywhere, hence the joined
+# words). The test runs the command again, up to FAILED_RANK_TRIES times, until the report comes.
+FAILED_RANK_TRIES = 6
+
+
 def test_mpirun_failing_rank_exit_code(server: ExecServer, mpi_impl: str) -> None:
     script = 'hostname; [ "$OMPI_COMM_WORLD_RANK" = 2 ] && exit 5; exit 0'
-    out = run_exec(server, mpirun_argv(mpi_impl, "sh", "-c", script), pod=launcher(server))
-    assert exit_code(out) == 5
-    # Open MPI reports the failed rank in one of its help texts (help-mpirun.txt,
-    # help-errmgr-base.txt); which ones reach stderr before mpirun exits depends on timing
-    reported = (
-        b"mpirun detected that one or more processes exited with non-zero status",
-        b"returned a non-zero exit code",
-    )
-    assert any(text in out.stderr for text in reported), out.stderr
-    assert re.search(rb"Process name: \[\[\d+,1\],2\]\n  Exit code:    5\n", out.stderr)
+    for _ in range(FAILED_RANK_TRIES):
+        out = run_exec(server, mpirun_argv(mpi_impl, "sh", "-c", script), pod=launcher(server))
+        assert exit_code(out) == 5
+        words = b" ".join(out.stderr.split())
+        assert (
+            b"mpirun detected that one or more processes exited with non-zero status" in words
+            or b"returned a non-zero exit code" in words
+        ), out.stderr
+        if re.search(rb"Process name: \[\[\d+,1\],2\]\n  Exit code:    5\n", out.stderr):
+            break
+    else:
+        pytest.fail(f"mpirun never named the failed rank in {FAILED_RANK_TRIES} runs")
 
 
 def test_mpirun_tag_output_and_x(server: ExecServer, mpi_impl: str) -> None:
