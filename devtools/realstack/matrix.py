@@ -189,6 +189,12 @@ def build_kubernetes(parent: Path, kubernetes: str) -> dict:
     return {"build_s": round(time.monotonic() - t, 1)}
 
 
+def run_name(kubernetes: str, trainer: str, kueue: str | None) -> str:
+    """A row's run folder name, short: the node's unix sockets live under it
+    (stack.check_run_path)."""
+    return "m-" + "-".join(v.lstrip("v") for v in (kubernetes, trainer, kueue or "none"))
+
+
 def run_pair(
     parent: Path,
     trainer: str,
@@ -205,7 +211,7 @@ def run_pair(
         "jobset": versions.jobset,
         "node": "real",
     }
-    name = f"matrix-{kubernetes}-{trainer}-{kueue or 'none'}"
+    name = run_name(kubernetes, trainer, kueue)
     run = parent / name
     t0 = time.monotonic()
     try:

@@ -72,6 +72,7 @@ def up(
     """Start a stack in ``run`` (a running one with the same versions is reused), with
     JupyterHub when asked (added to a running stack that lacks it)."""
     versions = versions.resolved()
+    check_run_path(run)
     if (run / "state.json").exists():
         old = StackContext.load(run)
         # the node's shape is what its kubelet measured: only the GPU stand-in is asked for
@@ -114,6 +115,23 @@ def up(
     (run / "timings.json").write_text(json.dumps(timings, indent=2))
     (run / "ready").write_text(json.dumps({"versions": asdict(versions)}))
     return ctx
+
+
+# the longest unix socket path the kubelet makes under its root (RUN/node/root): a socket's path
+# must fit in sun_path (108 bytes with its NUL)
+KUBELET_SOCKET = Path("node") / "root" / "device-plugins" / "kubelet.sock"
+SUN_PATH = 107
+
+
+def check_run_path(run: Path) -> None:
+    """A run folder too long for the node's sockets stops ``up`` before it starts anything."""
+    longest = run.absolute() / KUBELET_SOCKET
+    if len(str(longest)) > SUN_PATH:
+        over = len(str(longest)) - SUN_PATH
+        raise procs.StackError(
+            f"the run folder {run} is {over} characters too long for the kubelet's sockets "
+            f"({longest} must fit in {SUN_PATH}): give a shorter --run"
+        )
 
 
 def _step(ctx: StackContext, name: str, step: Callable[[StackContext], object]) -> None:

@@ -27,7 +27,12 @@ def node_dir(ctx: StackContext) -> Path:
 
 
 def socket(ctx: StackContext) -> Path:
-    return node_dir(ctx) / "containerd" / "containerd.sock"
+    """containerd's socket, in a short folder of the slot's (``host.socket_dir``): a socket's path
+    must fit in 108 bytes (``sun_path``) with containerd's ``.ttrpc`` suffix, which a run folder
+    under a long home or a long ``--run`` name does not. A stack started before the socket
+    moved keeps it in its node folder."""
+    before = node_dir(ctx) / "containerd" / "containerd.sock"
+    return before if before.exists() else host.socket_dir(ctx.node_slot) / "containerd.sock"
 
 
 def cni_conflist(ipam_dir: Path) -> dict:
@@ -112,6 +117,7 @@ def start(ctx: StackContext, binaries: Path, sandbox_image: str) -> Path:
     )
     cfg = base / "containerd" / "config.toml"
     cfg.parent.mkdir(parents=True, exist_ok=True)
+    socket(ctx).parent.mkdir(parents=True, exist_ok=True)
     cfg.write_text(config(ctx, sandbox_image))
     path = f"{binaries}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     procs.start(

@@ -91,6 +91,11 @@ def marker(slot: int) -> Path:
     return MARKERS / f"slot-{slot}.json"
 
 
+def socket_dir(slot: int) -> Path:
+    """Where the slot's node keeps containerd's sockets: a path short whatever the run folder."""
+    return MARKERS / f"slot-{slot}-sockets"
+
+
 def in_node(slot: int, argv: list[str]) -> list[str]:
     """``argv`` run in the node's network namespace (and the host's mount namespace)."""
     return ["nsenter", f"--net={netns_path(slot)}", "--", *argv]
@@ -161,6 +166,7 @@ def restore(slot: int) -> list[str]:
     left += remove_cgroup_root(state.get("cgroup_root", cgroup_root(slot)))
     left += unmount_under([node_dir])
     delete_netns(slot)
+    shutil.rmtree(socket_dir(slot), ignore_errors=True)
     others = [s for s in range(SLOTS) if s != slot and marker(s).exists()]
     if not others:
         left += unmount_under([p for p in FIXED_PATHS if p != Path("/run/netns")])
