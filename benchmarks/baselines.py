@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import os
+import shutil
 import socket
 import ssl
 import subprocess
@@ -67,11 +69,69 @@ def stock_exec(
     )
 
 
-def kubectl_exec(kubeconfig: str, cache_dir: str, pod: str, namespace: str, command: list[str]):
-    """`kubectl exec POD -- CMD` as a subprocess; returns the CompletedProcess."""
+# the kubectl the baselines run: `python -m benchmarks --kubectl PATH` sets it; default PATH's
+KUBECTL_ENV = "TRAINJOB_MAGICS_KUBECTL"
+
+
+def kubectl() -> str:
+    """The kubectl to compare with: ``$TRAINJOB_MAGICS_KUBECTL``, else ``kubectl`` on PATH."""
+    return os.environ.get(KUBECTL_ENV) or "kubectl"
+
+
+def kubectl_available() -> bool:
+    """Whether that kubectl exists (a path, or a name on PATH)."""
+    return shutil.which(kubectl()) is not None
+
+
+@contextlib.contextmanager
+def using_kubectl(path: str) -> Iterator[None]:
+    """The baselines run ``path`` inside the block (``$TRAINJOB_MAGICS_KUBECTL``)."""
+    before = os.environ.get(KUBECTL_ENV)
+    os.environ[KUBECTL_ENV] = path
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(KUBECTL_ENV, None)
+        else:
+            os.environ[KUBECTL_ENV] = before
+
+
+@functools.lru_cache(maxsize=16)
+def _client_version(path: str) -> str:
+    argv = [path, "version", "--client", "-o", "json"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+        return json.loads(proc.stdout)["clientVersion"]["gitVersion"]
+    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
+        return "unknown version"
+
+
+def kubectl_version(path: str | None = None) -> str:
+    """``kubectl version --client``'s gitVersion of ``path`` (default: ``kubectl()``), or a
+    short reason it has none."""
+    return _client_version(path or kubectl())
+
+
+def kubectl_label(path: str | None = None) -> str:
+    """``kubectl v1.31.0 (/path/to/kubectl)``: what the results name as the baseline."""
+    path = path or kubectl()
+    return f"kubectl {kubectl_version(path)} ({shutil.which(path) or path})"
+
+
+def kubectl_exec(
+    kubeconfig: str,
+    cache_dir: str,
+    pod: str,
+    namespace: str,
+    command: list[str],
+    flags: tuple[str, ...] = (),
+):
+    """`kubectl [FLAGS] exec POD -- CMD` as a subprocess; returns the CompletedProcess."""
     return subprocess.run(
         [
-            "kubectl",
+            kubectl(),
+            *flags,
             "--kubeconfig",
             kubeconfig,
             "--cache-dir",
@@ -388,7 +448,7 @@ def kubectl_cp(kubeconfig: str, cache_dir: str, namespace: str, src: str, dst: s
     """`kubectl cp SRC DST` (one side is POD:PATH) as a subprocess; raises on failure."""
     proc = subprocess.run(
         [
-            *("kubectl", "--kubeconfig", kubeconfig, "--cache-dir", cache_dir, "-n", namespace),
+            *(kubectl(), "--kubeconfig", kubeconfig, "--cache-dir", cache_dir, "-n", namespace),
             *("cp", "-c", "node", src, dst),
         ],
         capture_output=True,
@@ -407,14 +467,22 @@ def stock_portforward(core: client.CoreV1Api, pod: str, namespace: str, port: in
 
 @contextlib.contextmanager
 def kubectl_port_forward(
-    kubeconfig: str, cache_dir: str, namespace: str, pod: str, port: int, local_port: int
+    kubeconfig: str,
+    cache_dir: str,
+    namespace: str,
+    pod: str,
+    port: int,
+    local_port: int,
+    flags: tuple[str, ...] = (),
 ) -> Iterator[subprocess.Popen]:
-    """``kubectl port-forward pod/POD LOCAL:PORT`` running until the block ends (its output goes
-    to files: it prints a line per connection, which a pipe nobody reads would block on)."""
+    """``kubectl [FLAGS] port-forward pod/POD LOCAL:PORT`` running until the block ends (its
+    output goes to files, ``CACHE_DIR/port-forward-LOCAL/std{out,err}``: it prints a line per
+    connection, which a pipe nobody reads would block on)."""
     logs = Path(cache_dir) / f"port-forward-{local_port}"
     logs.mkdir(parents=True, exist_ok=True)
     out, err = logs / "stdout", logs / "stderr"
-    argv = ["kubectl", "--kubeconfig", kubeconfig, "--cache-dir", cache_dir, "-n", namespace]
+    argv = [kubectl(), *flags, "--kubeconfig", kubeconfig, "--cache-dir", cache_dir]
+    argv += ["-n", namespace]
     argv += ["port-forward", "--address", "127.0.0.1", f"pod/{pod}", f"{local_port}:{port}"]
     with open(out, "wb") as fo, open(err, "wb") as fe:
         proc = subprocess.Popen(argv, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL)

@@ -22,7 +22,6 @@ import contextlib
 import hashlib
 import os
 import random
-import shutil
 import socket
 import threading
 import time
@@ -568,7 +567,7 @@ def _measure(ctx: Context, sess: Any, workdir: Path) -> Measured:
 def run_stack(ctx: Context) -> list[Row]:
     """The real stack's rows, if a stack is given; else none."""
     run_dir = bench_realstack.stack_dir(ctx)
-    if run_dir is None or not shutil.which("kubectl"):
+    if run_dir is None or not baselines.kubectl_available():
         return []
     info = bench_realstack.stack_info(run_dir)
     load0 = os.getloadavg()
@@ -598,8 +597,8 @@ def run_stack(ctx: Context) -> list[Row]:
 
 def run(ctx: Context) -> list[Row]:
     """The local cluster's rows, then the real stack's, if given."""
-    if not shutil.which("kubectl"):
-        raise RuntimeError("bench_forward needs kubectl on PATH (the baseline)")
+    if not baselines.kubectl_available():
+        raise RuntimeError(f"bench_forward needs {baselines.kubectl()} (the baseline)")
     m = _measure(ctx, fixtures.session(ctx), ctx.workdir)
     ctx.note(direct_note(m, ""))
     for note in failure_note(m, ""):

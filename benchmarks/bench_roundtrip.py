@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import shutil
 import time
 from collections.abc import Callable
 from typing import Any
@@ -52,7 +51,7 @@ def measure(
         assert r.status and r.status.get("status") == "Success", r
 
     clients: dict[str, Callable[[], None]] = {"stock": stock, "raw": raw}
-    if shutil.which("kubectl"):
+    if baselines.kubectl_available():
         clients["kubectl"] = kubectl
     if sess is not None:
 
@@ -90,7 +89,7 @@ def rows(
                 Row(
                     f"{what}, vs {base}",
                     "-",
-                    f"{NOT_AVAILABLE}: no kubectl on PATH",
+                    f"{NOT_AVAILABLE}: no {baselines.kubectl()} on PATH",
                     "-",
                     goal,
                     "n/a",

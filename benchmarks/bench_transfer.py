@@ -60,8 +60,10 @@ def compare(
     shuffled order, ``reps`` rounds. Rows' titles start with ``what``; ours must be no slower
     than kubectl cp and, for the large file, within ``raw_limit`` x the raw stream's time."""
     sess = fixtures.session(ctx)
-    if not shutil.which("kubectl"):
-        raise fixtures.Unavailable("kubectl is not on PATH (the kubectl cp baseline)")
+    if not baselines.kubectl_available():
+        raise fixtures.Unavailable(
+            f"{baselines.kubectl()} is not on PATH (the kubectl cp baseline)"
+        )
     n_files, big = tree_shape or (1, 0)
     work = ctx.workdir / "transfer"
     tree = work / "tree"

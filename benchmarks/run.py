@@ -23,7 +23,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python benchmarks/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import fixtures
+from benchmarks import baselines, fixtures, versions_table
 from benchmarks.bench_realstack import SECTION
 from benchmarks.common import TABLE_HEAD, Context, Row, fmt_row, fmt_table, machine_info
 
@@ -118,7 +118,13 @@ def _command(args: argparse.Namespace) -> str:
         + (" --smoke" if args.smoke else "")
         + (f" --only {args.only}" if args.only else "")
         + (f" --realstack-dir {args.realstack_dir}" if args.realstack_dir else "")
+        + (f" --kubectl {args.kubectl}" if getattr(args, "kubectl", "") else "")
     )
+
+
+def _kubectl_line() -> str:
+    """The kubectl every kubectl baseline ran (``--kubectl``, else PATH's), with its version."""
+    return f"Baseline kubectl: {baselines.kubectl_label()}."
 
 
 def _machine(info: dict[str, str]) -> str:
@@ -140,7 +146,7 @@ def render_realstack(
             "cores, pods in their own network namespaces; an exec goes apiserver -> kubelet "
             "-> containerd's CRI stream server -> runc exec in the container).",
             "",
-            f"{_machine(info)}. Load average {stack['load']}.",
+            f"{_machine(info)}. Load average {stack['load']}. {_kubectl_line()}",
             "",
             "Same conventions as the table above: every baseline in the same run, interleaved "
             "with ours where possible, through the same kube-apiserver.",
@@ -161,13 +167,16 @@ def split(doc: str) -> tuple[str, str]:
 
 def merge(old: str, main: str | None, section: str | None) -> str:
     """The new document: ``main`` (None: keep the old file's main part) followed by
-    ``section``, the real-stack section (None: keep the old file's, if it has one)."""
+    ``section``, the real-stack section (None: keep the old file's, if it has one), and the
+    old file's "Across Kubernetes versions" section (``python -m devtools.realstack bench``)."""
+    old, across = versions_table.split(old)
     old_main, old_section = split(old)
     if main is None:
         main = old_main or "# Benchmark results\n\n(only the real-stack rows were run)\n"
     if section is None:
         section = old_section
-    return main.rstrip("\n") + "\n" + (f"\n{section.rstrip()}\n" if section else "")
+    doc = main.rstrip("\n") + "\n" + (f"\n{section.rstrip()}\n" if section else "")
+    return doc + (f"\n{across.rstrip()}\n" if across else "")
 
 
 _N = re.compile(r"\s*\(n=[^)]*\)")
@@ -206,7 +215,7 @@ def rerun_stamp(rows: list[Row], args: argparse.Namespace, when: str, load: str)
     which = ", ".join(f"`{n}`" for n in names)
     return (
         f"Rows of {which} from a later run: {when} · command: `{_command(args)}` · "
-        f"load average {load}."
+        f"load average {load} · {_kubectl_line()}"
     )
 
 
@@ -220,7 +229,7 @@ def render(
         "",
         f"Run: {info['date']} · mode: {mode} · command: `{_command(args)}`",
         "",
-        _machine(info),
+        f"{_machine(info)}. {_kubectl_line()}",
         "",
         "Times are median (min-max) over the repetitions unless a row says otherwise; "
         "ratios are baseline / ours (higher is better for us) unless the goal says otherwise. "
@@ -256,7 +265,15 @@ def main(argv: list[str] | None = None) -> int:
         help="a devtools.realstack state folder for the `realstack` rows "
         "(default: $TRAINJOB_MAGICS_REALSTACK_DIR; without one they are one skipped line)",
     )
+    ap.add_argument(
+        "--kubectl",
+        default="",
+        help="the kubectl the kubectl baselines run (default: "
+        f"${baselines.KUBECTL_ENV}, else kubectl on PATH); the results name its version",
+    )
     args = ap.parse_args(argv)
+    if args.kubectl:
+        os.environ[baselines.KUBECTL_ENV] = args.kubectl
 
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(BENCHMARKS)
     unknown = [n for n in names if n not in BENCHMARKS]

@@ -1,11 +1,12 @@
-"""``python -m devtools.realstack up|status|logs|down|env|build|matrix|openmpi5``: the real
-stack."""
+"""``python -m devtools.realstack up|status|logs|down|env|build|matrix|bench|openmpi5``: the
+real stack."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -79,7 +80,35 @@ def _parser() -> argparse.ArgumentParser:
         help="comma list of realcluster (always run) and differential",
     )
     m.add_argument("pytest_args", nargs="*")
+    b = sub.add_parser(
+        "bench",
+        help="exec round trip and 256 MB forward, ours vs the kubectl of the same version, on a "
+        "stack of each Kubernetes version in turn -> benchmarks/results.md",
+    )
+    b.add_argument(
+        "--kubernetes",
+        default="",
+        help="e.g. 1.31,1.33,v1.36.3 (1.35: its newest patch that builds); "
+        "default: every version of versions.MATRIX_KUBERNETES",
+    )
+    b.add_argument(
+        "--pair",
+        default="",
+        help="TRAINER:KUEUE for every stack (KUEUE none: without Kueue); default: CI's pair "
+        "where upstream supports it on the version, else the newest pair it supports",
+    )
+    b.add_argument("--exec-n", type=_positive, default=40, help="exec round trips per client")
+    b.add_argument("--rounds", type=_positive, default=7, help="256 MB forwards per client")
+    b.add_argument("--size-mb", type=_positive, default=256, help="the forwarded file's size")
+    b.add_argument("--output", type=Path, default=None, help="default: benchmarks/results.md")
     return p
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be 1 or more")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,6 +152,19 @@ def main(argv: list[str] | None = None) -> int:
 
             suites = tuple({"realcluster", *args.suites.split(",")} - {""})
             return matrix.run(run.parent, args.pairs, args.pytest_args, suites, args.kubernetes)
+        elif args.command == "bench":
+            from devtools.realstack import bench
+
+            try:
+                plans = bench.plan(args.kubernetes, args.pair)
+            except ValueError as exc:
+                print(f"realstack: {exc}", file=sys.stderr)
+                return 2
+            command = "python -m devtools.realstack " + shlex.join(
+                sys.argv[1:] if argv is None else argv
+            )
+            sizes = {"exec_n": args.exec_n, "rounds": args.rounds, "size": args.size_mb << 20}
+            return bench.run(run.parent, plans, command, args.output or bench.OUTPUT, sizes)
     except StackError as exc:
         print(f"realstack: {exc}", file=sys.stderr)
         return 1

@@ -2,7 +2,9 @@
 
 - Kubernetes: ``k8s.io/kubernetes`` replaces its staging modules with ``./staging/...``, which
   ``go install pkg@version`` refuses, so a generated wrapper module requires it and pins every
-  staging module to the matching ``v0.N.M`` tag (as out-of-tree scheduler plugins do).
+  staging module to the matching ``v0.N.M`` tag (as out-of-tree scheduler plugins do). The same
+  module builds ``kubectl`` of that version into the same folder (``build("kubectl", ...)``),
+  for the benchmarks' baseline; the stack itself does not need it.
 - etcd: ``go.etcd.io/etcd/server/v3`` has ``replace`` directives too; the same kind of wrapper.
 - JobSet, Trainer, Kueue, containerd, CoreDNS, crictl: a wrapper module that requires the
   module at the version (no replace directives), then ``go build``.
@@ -28,6 +30,7 @@ KUBE_BINARIES = (
     "kubelet",
     "kube-proxy",
 )
+KUBECTL = "kubectl"  # built on demand (build_kubectl), beside KUBE_BINARIES
 
 # component -> (module, package paths, binary names)
 GO_INSTALL = {
@@ -95,19 +98,23 @@ def module_dir(module: str, version: str, log: Path) -> Path:
     return Path(info["Dir"])
 
 
+# the version packages hack/lib/version.sh stamps: the servers read component-base's, kubectl
+# (`kubectl version --client`) and client-go's User-Agent read client-go's
+VERSION_PACKAGES = ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+
+
 def _stamp(version: str) -> str:
     major, minor = re.match(r"v(\d+)\.(\d+)", version).groups()
-    pkg = "k8s.io/component-base/version"
-    return " ".join(
-        [
-            "-s -w",
+    flags = ["-s -w"]
+    for pkg in VERSION_PACKAGES:
+        flags += [
             f"-X {pkg}.gitVersion={version}",
             f"-X {pkg}.gitMajor={major}",
             f"-X {pkg}.gitMinor={minor}",
             f"-X {pkg}.gitTreeState=clean",
             f"-X {pkg}.buildDate=1970-01-01T00:00:00Z",
         ]
-    )
+    return " ".join(flags)
 
 
 def _wrapper(component: str, version: str, require: str, replaces: list[str], log: Path) -> Path:
@@ -124,9 +131,12 @@ def _wrapper(component: str, version: str, require: str, replaces: list[str], lo
     return src
 
 
-def build_kubernetes(version: str, log: Path) -> Path:
+def _build_kube(version: str, binaries: tuple[str, ...], log: Path) -> Path:
+    """Build those of ``binaries`` (``cmd/NAME`` of k8s.io/kubernetes) that are missing; the
+    others are left alone (a running stack may be executing them)."""
     out = bin_dir("kubernetes", version)
-    if all((out / b).exists() for b in KUBE_BINARIES):
+    missing = [b for b in binaries if not (out / b).exists()]
+    if not missing:
         return out
     kube = module_dir("k8s.io/kubernetes", version, log)
     staging = re.findall(
@@ -138,13 +148,32 @@ def build_kubernetes(version: str, log: Path) -> Path:
     src = _wrapper(
         "kubernetes", version, "k8s.io/kubernetes", [f"{m} => {m} {tag}" for m in staging], log
     )
-    imports = "\n".join(f'\t_ "k8s.io/kubernetes/cmd/{b}"' for b in KUBE_BINARIES)
-    (src / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n")
+    # the servers' imports, and kubectl's when it is built (the servers' build is as before)
+    wanted = dict.fromkeys((*KUBE_BINARIES, *binaries))
+    imports = "\n".join(f'\t_ "k8s.io/kubernetes/cmd/{b}"' for b in wanted)
+    tools = f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n"
+    if not (src / "tools.go").exists() or (src / "tools.go").read_text() != tools:
+        (src / "tools.go").write_text(tools)
     go_run(["mod", "tidy"], src, log)
     out.mkdir(parents=True, exist_ok=True)
-    pkgs = [f"k8s.io/kubernetes/cmd/{b}" for b in KUBE_BINARIES]
+    pkgs = [f"k8s.io/kubernetes/cmd/{b}" for b in missing]
     go_run(["build", "-trimpath", "-ldflags", _stamp(version), "-o", f"{out}/", *pkgs], src, log)
     return out
+
+
+def build_kubernetes(version: str, log: Path) -> Path:
+    """The control plane, kubelet and kube-proxy of ``version``."""
+    return _build_kube(version, KUBE_BINARIES, log)
+
+
+def build_kubectl(version: str, log: Path) -> Path:
+    """``kubectl`` of ``version`` (cmd/kubectl of the same module), beside the other binaries."""
+    return _build_kube(version, (KUBECTL,), log)
+
+
+def kubectl_path(version: str) -> Path:
+    """Where ``build_kubectl`` puts kubectl of ``version``."""
+    return bin_dir("kubernetes", version) / KUBECTL
 
 
 def build_etcd(version: str, log: Path) -> Path:
@@ -225,6 +254,8 @@ def build(component: str, version: str, log: Path) -> Path:
     """The folder with the component's binaries at ``version``, built when missing."""
     if component == "kubernetes":
         return build_kubernetes(version, log)
+    if component == KUBECTL:
+        return build_kubectl(version, log)
     if component == "coredns":
         return build_coredns(version, log)
     if component == "etcd":
