@@ -6,9 +6,11 @@ done. A version that does not build or start is a row that says so."""
 
 from __future__ import annotations
 
+import socket
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.versions_table import VersionRow
@@ -23,12 +25,14 @@ from devtools.realstack.versions import (
     NOT_SERVED,
     Versions,
     kubernetes_version,
+    minor,
     normalise,
     pairs_on,
 )
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "benchmarks" / "results.md"
+KUEUE_014_PORT = 8082  # Kueue < v0.17's fixed visibility port (controllers.visibility_port)
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,30 @@ def plan(kubernetes: str, pair: str = "") -> list[Plan]:
     return out
 
 
+def port_taken(port: int) -> bool:
+    """Whether something listens on ``port`` (any address) already."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", port))
+        except OSError:
+            return True
+    return False
+
+
+def without_clashing_kueue(p: Plan, taken: Callable[[int], bool] = port_taken) -> tuple[Plan, str]:
+    """``p``, or ``p`` without Kueue when its Kueue (< v0.17) needs port 8082 and another
+    stack's Kueue holds it (two cannot run at once); the reason, or "". The benchmark does not
+    use Kueue (the unqueued namespace)."""
+    if not p.kueue or minor(p.kueue) >= 17 or not taken(KUEUE_014_PORT):
+        return p, ""
+    why = (
+        f"Kueue {p.kueue} left out: it serves on the fixed port {KUEUE_014_PORT}, held by "
+        "another stack's Kueue at the time (the benchmark does not use Kueue)"
+    )
+    return replace(p, kueue=None), why
+
+
 def _failed_row(p: Plan, what: str, why: str, command: str) -> VersionRow:
     """The one row of a version that did not get measured, saying why."""
     return VersionRow(p.label(), what, f"{what}: {why}", "-", "-", "-", _now(), command)
@@ -99,6 +127,7 @@ def run_one(
     """Build, bring up, measure and take down one stack: its rows and its note."""
     from benchmarks import baselines, bench_versions  # the engine: only when measuring
 
+    p, no_kueue = without_clashing_kueue(p)
     log = parent / f"bench-build-{p.kubernetes}.log"
     t = time.monotonic()
     try:
@@ -138,7 +167,9 @@ def run_one(
         f"{m.kubectl_protocols['port-forward']}; ours: exec {m.ours_exec}, forward {m.mode}"
     )
     cached = "binaries cached" if built < 5 else f"built in {built} s"
-    note = f"{same}. {spoke}. Stack up in {up_s} s ({cached})."
+    note = f"{same}. {spoke}. Stack up in {up_s} s ({cached})." + (
+        f" {no_kueue}." if no_kueue else ""
+    )
     return rows, note
 
 

@@ -45,6 +45,14 @@ def test_a_pair_given_applies_to_every_version() -> None:
         bench.plan("1.36", ":v0.19.2")
 
 
+def test_a_kueue_014_clash_leaves_kueue_out() -> None:
+    old, new = bench.plan("1.31")[0], bench.plan("1.37")[0]
+    assert bench.without_clashing_kueue(old, lambda port: False) == (old, "")
+    got, why = bench.without_clashing_kueue(old, lambda port: port == 8082)
+    assert got.kueue is None and got.trainer == old.trainer and "8082" in why
+    assert bench.without_clashing_kueue(new, lambda port: True) == (new, "")
+
+
 def test_every_run_folder_fits_under_roots_home() -> None:
     parent = Path("/root/.cache/trainjob-magics/realstack/run")
     for p in bench.plan(""):
