@@ -281,6 +281,26 @@ def _read_head(sock: socket.socket) -> bytes:
     return head[end:]
 
 
+def exec_subprotocol(target: KubeTarget, namespace: str, pod: str) -> str:
+    """The subprotocol the API server picks from ``EXEC_PROTOCOLS`` for an exec of ``true`` on
+    ``pod`` ("" when its 101 names none)."""
+    sock = _send_upgrade(target, exec_path(namespace, pod, ["true"]))
+    try:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(4096)
+            if not chunk:
+                raise ConnectionError("connection closed during the upgrade")
+            head += chunk
+    finally:
+        sock.close()
+    for line in head.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"sec-websocket-protocol":
+            return value.strip().decode()
+    return ""
+
+
 def _count_until_close(
     sock: socket.socket, walk: FrameCounter, pending: bytes, bufsize: int
 ) -> None:

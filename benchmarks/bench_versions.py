@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import baselines, bench_forward, bench_roundtrip, fixtures
+from benchmarks import baselines, bench_forward, bench_roundtrip, fixtures, k8s
 from benchmarks.common import Context, Stats, med_range, ms, ratio, secs
 from benchmarks.versions_table import VersionRow
 from trainjob_magics.engine.errors import TrainJobError
+from trainjob_magics.engine.exec.client import PROTOCOLS
 
 EXEC_N = 40  # exec round trips per client (kubectl included)
 ROUNDS = 7  # forward rounds; the exec rounds are spread over them
@@ -51,7 +52,7 @@ class Measured:
     rounds: int
     mode: str  # the tunnel or the v4 fallback (``Forward.mode``)
     kubectl_protocols: dict[str, str]  # exec, port-forward: what kubectl -v=4 said
-    ours_exec: str  # the exec subprotocol the API server chose for ours
+    ours_exec: str  # the exec subprotocol the API server picks from ours' offer
     load: tuple[float, float]  # 1-minute load average at start and end
     behaviour: list[str] = field(default_factory=list)  # differences between the clients
     failures: dict[str, int] = field(default_factory=dict)
@@ -101,6 +102,15 @@ def probe_kubectl(
         "exec": protocols(ex.stderr.decode(errors="replace")),
         "port-forward": protocols(log.read_text(errors="replace")),
     }
+
+
+def server_pick(kubeconfig: str, namespace: str, pod: str) -> str:
+    """The exec subprotocol the API server picks from the offer ours makes (the raw reader's
+    upgrade offers the same list)."""
+    offer = [p.strip() for p in baselines.EXEC_PROTOCOLS.split(",")]
+    picked = baselines.exec_subprotocol(k8s.read_kubeconfig(kubeconfig), namespace, pod)
+    same = "" if offer == list(PROTOCOLS) else f" (raw offer {offer}, ours {PROTOCOLS})"
+    return (picked or "none named") + same
 
 
 def _port_forward_log(cache_dir: str, local: int) -> list[str]:
@@ -181,7 +191,7 @@ def measure(
                     behaviour.append(f"forward errors (ours): {fwd.errors[:3]}")
             behaviour += _port_forward_log(cache, local)
             spoke = probe_kubectl(kubeconfig, namespace, cache, sess.pod, port)
-            ours_exec = getattr(getattr(sess, "_exec", None), "protocol", "") or "?"
+            ours_exec = server_pick(kubeconfig, namespace, sess.pod)
             behaviour += [
                 f"{n} failed download(s) through {who} ({first.get(who, '')})"
                 for who, n in sorted(failures.items())
