@@ -5,7 +5,8 @@ the failed rank first, live updates, its text form)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -182,7 +183,7 @@ def test_ranks_panel_folds_shows_the_failed_rank_first_and_updates_live(
     text = view.text()
     lines = text.splitlines()
     # the summary: the failed rank first, then the ranks the launcher stopped
-    assert lines[0].startswith("5 pods · 1 ✗") or "1 ✗" in lines[0], text
+    assert lines[0] == "4 ranks · 1 ✗ · 3 ended · mpirun ended", text
     assert lines[1].startswith("  ✗ rank 2 · ") and "exit 3" in lines[1], text
     assert "last words of 2" in lines[1]
     assert any("mpirun (launcher)" in ln for ln in lines)
@@ -202,6 +203,124 @@ def test_ranks_panel_folds_shows_the_failed_rank_first_and_updates_live(
         by_rank: dict[int, Any] = {}
 
     view2.settle(Mpi())
-    assert "4 pods: identical output (rank 0 · h0, rank 1 · h1, rank 2 · h2, rank 3 · h3)" in (
+    assert "4 ranks: identical output (rank 0 · h0, rank 1 · h1, rank 2 · h2, rank 3 · h3)" in (
         view2.text()
     )
+    assert "pods" not in view2.text()
+
+
+# 32 ranks over the 4 pods (8 a pod): each prints "ready", rank 5 a line of its own too; rank 17
+# fails once the 31 others printed and exited 0 (each leaves a file in {done}: the local cluster's
+# pods are processes of this machine), so every rank has printed all it prints.
+MANY = 32
+MANY_CELL = """mpirun -np 32 --oversubscribe sh -c '
+r=$OMPI_COMM_WORLD_RANK
+echo ready
+if [ $r = 5 ]; then echo "rank 5: checkpoint written"; fi
+if [ $r = 17 ]; then
+  while [ $(ls {done} | wc -l) -lt 31 ]; do sleep 0.2; done
+  echo "rank 17: CUDA error: out of memory"; exit 3
+fi
+touch {done}/$r'"""
+
+
+def _run_until_named(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> tuple[pytest.ExceptionInfo[TrainJobCellError], str, str]:
+    """Run MANY_CELL until mpirun's report names the failed rank (it does in most runs); the
+    cell's error, stdout and stderr."""
+    for attempt in range(REPORT_TRIES):
+        done = tmp_path / f"done{attempt}"
+        done.mkdir()
+        capsys.readouterr()
+        with pytest.raises(TrainJobCellError) as info:
+            shell.run_cell_magic("trainjob", "", MANY_CELL.format(done=done))
+        captured = capsys.readouterr()
+        if REPORT in captured.err + captured.out:
+            return info, captured.out, captured.err
+        assert "it named no rank that failed" in str(info.value), info.value
+    pytest.fail(f"mpirun never named the failed rank in {REPORT_TRIES} runs")
+
+
+def _many_rows(pod: Callable[[int], str]) -> list[str]:
+    """The summary rows of MANY_CELL, each rank with its pod (``pod(rank)``)."""
+    fold = ", ".join(f"rank {r} · {pod(r)}" for r in (0, 1, 2))
+    return [
+        f"  ✗ rank 17 · {pod(17)} · exit 3  | rank 17: CUDA error: out of memory",
+        f"  · {MANY - 2} ranks: identical output ({fold}, … rank 31 · {pod(31)}) · ended  | ready",
+        f"  · rank 5 · {pod(5)} · ended  | rank 5: checkpoint written",
+    ]
+
+
+def test_32_ranks_as_plain_text(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The terminal's form of a 32-rank cell: the output as mpirun prints it, the footer, then
+    '32 ranks · 1 ✗', the failed rank first with its last line, the 30 alike ranks in one row
+    (in rank order: 0, 1, 2, … 31), rank 5 apart; the cell's error names the failed rank."""
+    info, out, err = _run_until_named(shell, capsys, tmp_path)
+    lines = out.splitlines()
+    footer = next(i for i, ln in enumerate(lines) if ln.startswith("exit code 3 · "))
+    assert lines[footer].endswith(NOTE), lines[footer]
+    streamed = lines[:footer]
+    assert streamed.count("ready") == MANY, streamed
+    assert "rank 5: checkpoint written" in streamed and "rank 17: CUDA error: out of memory" in (
+        streamed
+    )
+    result = info.value.result
+    by_rank = result.by_rank
+    assert sorted(by_rank) == list(range(MANY))
+    job_pods = pods(shell, "all")
+    assert {o.pod for o in by_rank.values()} == set(job_pods)  # 8 ranks on each of the 4 pods
+    assert lines[footer + 1 :] == [f"{MANY} ranks · 1 ✗", *_many_rows(lambda r: by_rank[r].pod)]
+    assert by_rank[5].stdout == "ready\nrank 5: checkpoint written\n"
+    named = f"mpirun: rank 17 (pod {by_rank[17].pod}) failed first: exit code 3; "
+    assert str(info.value).endswith(
+        named + "last lines: ready | rank 17: CUDA error: out of memory"
+    ), info.value
+    assert "warning:" not in err  # 32 ranks on the job's 4 pods: the world check is content
+
+
+def test_32_ranks_panel_text(
+    shell: InteractiveShell,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ranks' panel of the same cell as text (its ``text/plain``: what nbconvert's text
+    and LaTeX forms show): '32 ranks · 1 ✗ · 31 ended · mpirun ended', the same rows (the
+    launcher's among them), then the failed rank's lines, the 30 alike ranks' once, rank 5's;
+    it says "ranks", never "pods", and its picker lists the ranks in rank order."""
+    made: list[RanksWidgetView] = []
+
+    class Recording(RanksWidgetView):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(cell_module, "RanksWidgetView", Recording)
+    shell.run_line_magic("config", "TrainJobMagics.widgets = 'on'")
+    try:
+        info, _out, _err = _run_until_named(shell, capsys, tmp_path)
+    finally:
+        shell.run_line_magic("config", "TrainJobMagics.widgets = 'off'")
+    view = made[-1]
+    by_rank = info.value.result.by_rank
+    labels = {r: f"rank {r} · {by_rank[r].pod}" for r in (5, 17)}
+    lines = view.text().splitlines()
+    assert lines[0] == f"{MANY} ranks · 1 ✗ · {MANY - 1} ended · mpirun ended", lines
+    rows = [ln for ln in lines[1:] if ln.startswith("  ")]
+    assert [r for r in rows if "mpirun (launcher)" not in r] == _many_rows(
+        lambda r: by_rank[r].pod
+    ), rows
+    body = lines[1 + len(rows) :]
+    assert body[:2] == [
+        f"[{labels[17]}] ready",
+        f"[{labels[17]}] rank 17: CUDA error: out of memory",
+    ]
+    assert body[2:4] == [f"[output of {MANY - 2} ranks]", "ready"], body
+    assert body[-2:] == [f"[{labels[5]}] ready", f"[{labels[5]}] rank 5: checkpoint written"]
+    assert "pods" not in view.text()
+    keys = [key for _label, key in view.selector.options]
+    assert keys == ["rank 17", "mpirun", *(f"rank {r}" for r in range(MANY) if r != 17)], keys
+    assert view.selector.value == "rank 17"

@@ -62,7 +62,7 @@ def test_32_pods_one_failing_summary_first_failed_marked_rest_grouped(
     run_pods(view, 32, failing=7)
     # the failed pod is shown without a click
     assert view.selector.value == "job-node-0-7-x"
-    assert view.shown.children == (view.views["job-node-0-7-x"].widget,)
+    assert view.shown.children[view.shown.selected_index] is view.views["job-node-0-7-x"].widget
     assert view.selector.options[0] == ("✗ node-7 · exit 3", "job-node-0-7-x")
     overview = view.overview.value
     rows = re.findall(r'<div class="(tjm-pod-row[^"]*)"', overview)
@@ -122,7 +122,7 @@ def test_selector_shows_the_chosen_pod() -> None:
     view.write("job-node-0-4-x", "stdout", "four\n")
     view.tick()
     view.selector.value = "job-node-0-4-x"
-    (shown,) = view.shown.children
+    shown = view.shown.children[view.shown.selected_index]
     assert shown is view.views["job-node-0-4-x"].widget
     assert "four" in view.views["job-node-0-4-x"].body.value
 

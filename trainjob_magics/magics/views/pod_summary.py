@@ -85,25 +85,26 @@ class PodGroup:
         """No pod of the group printed anything."""
         return not self.first.lines and not self.first.hidden
 
-    def who(self) -> str:
-        """``node-7``, ``31 pods: identical output (node-0, …)`` or ``4 pods: no output (…)``."""
+    def who(self, unit: str = "pod") -> str:
+        """``node-7``, ``31 pods: identical output (node-0, …)`` or ``4 pods: no output (…)``
+        (``unit``: what a member is, ``rank`` for ranks)."""
         if len(self.members) == 1:
             return self.first.label
         what = "no output" if self.silent else "identical output"
-        return f"{len(self.members)} pods: {what} ({self.names()})"
+        return f"{len(self.members)} {unit}s: {what} ({self.names()})"
 
-    def title(self) -> str:
+    def title(self, unit: str = "pod") -> str:
         """``✗ node-7 · exit 3`` or ``✓ 31 pods: identical output (node-0, …) · exit 0``; no
         mark or code for pods that only ended (logs)."""
         m = self.first
         mark = "" if m.mark in (ENDED, RUNNING) else f"{m.mark} "
-        parts = [f"{mark}{self.who()}", "" if m.code == "ended" else m.code]
+        parts = [f"{mark}{self.who(unit)}", "" if m.code == "ended" else m.code]
         d = self.duration()
         if d:
             parts.append(d)
         return " · ".join(p for p in parts if p)
 
-    def fold_title(self, alone: bool) -> str:
+    def fold_title(self, alone: bool, unit: str = "pod") -> str:
         """The head of the group's output under a summary that already names its pods, code and
         duration: ``output`` when it is the only group, else ``✗ output of node-7`` or
         ``✓ output of 31 pods``."""
@@ -111,7 +112,7 @@ class PodGroup:
             return "output"
         m = self.first
         mark = "" if m.mark in (ENDED, RUNNING) else f"{m.mark} "
-        who = m.label if len(self.members) == 1 else f"{len(self.members)} pods"
+        who = m.label if len(self.members) == 1 else f"{len(self.members)} {unit}s"
         return f"{mark}output of {who}"
 
 
@@ -145,11 +146,11 @@ def group_outcomes(outcomes: Sequence[PodOutcome]) -> list[PodGroup]:
     return sorted(groups.values(), key=lambda g: (_order(g.first), -len(g.members)))
 
 
-def counts_line(outcomes: Sequence[PodOutcome]) -> str:
+def counts_line(outcomes: Sequence[PodOutcome], unit: str = "pod") -> str:
     """``32 pods · 31 ✓ · 1 ✗`` (and ``· 4 running`` while some still run)."""
     n = len(outcomes)
     marks = [o.mark for o in outcomes]
-    parts = [f"{n} pod{'s' if n != 1 else ''}"]
+    parts = [f"{n} {unit}{'s' if n != 1 else ''}"]
     for mark, word in ((OK, OK), (FAILED, FAILED), (RUNNING, "running"), (ENDED, "ended")):
         count = marks.count(mark)
         if count:
@@ -157,32 +158,34 @@ def counts_line(outcomes: Sequence[PodOutcome]) -> str:
     return " · ".join(parts)
 
 
-def summary_rows(outcomes: Sequence[PodOutcome]) -> list[tuple[str, str, str, str, str]]:
+def summary_rows(
+    outcomes: Sequence[PodOutcome], unit: str = "pod"
+) -> list[tuple[str, str, str, str, str]]:
     """Rows (mark, who, code, duration, last line), failed first, identical output grouped."""
     rows = []
     for g in group_outcomes(outcomes):
         m = g.first
-        rows.append((m.mark, g.who(), m.code, g.duration(), m.last_line))
+        rows.append((m.mark, g.who(unit), m.code, g.duration(), m.last_line))
     return rows
 
 
-def summary_text(outcomes: Sequence[PodOutcome], head: str = "") -> str:
+def summary_text(outcomes: Sequence[PodOutcome], head: str = "", unit: str = "pod") -> str:
     """The summary as text lines (the ``text/plain`` fallback); ``head`` in place of the
     counts (the cell's own summary line, once it succeeded)."""
-    lines = [head or counts_line(outcomes)]
-    for mark, who, code, dur, last in summary_rows(outcomes):
+    lines = [head or counts_line(outcomes, unit)]
+    for mark, who, code, dur, last in summary_rows(outcomes, unit):
         cols = [c for c in (code, dur) if c]
         tail = f"  | {last}" if last else ""
         lines.append(f"  {mark} {who} · {' · '.join(cols)}{tail}")
     return "\n".join(lines)
 
 
-def summary_html(outcomes: Sequence[PodOutcome], head: str = "") -> str:
+def summary_html(outcomes: Sequence[PodOutcome], head: str = "", unit: str = "pod") -> str:
     """The summary as compact HTML rows that fit a narrow window (the last line is cut with …);
     ``head`` in place of the counts."""
     e = html.escape
     rows = []
-    for mark, who, code, dur, last in summary_rows(outcomes):
+    for mark, who, code, dur, last in summary_rows(outcomes, unit):
         failed = mark == FAILED
         style = POD_ROW_STYLE + (POD_FAILED_ROW_STYLE if failed else "")
         mark_style = FAIL_MARK_STYLE if failed else OK_STYLE if mark == OK else MUTED_STYLE
@@ -202,6 +205,6 @@ def summary_html(outcomes: Sequence[PodOutcome], head: str = "") -> str:
     return (
         f'<div class="tjm-pod-summary" style="{POD_SUMMARY_STYLE}">'
         f'<div class="tjm-pod-counts" style="font-weight:bold">'
-        f"{e(head or counts_line(outcomes))}</div>"
+        f"{e(head or counts_line(outcomes, unit))}</div>"
         f"{''.join(rows)}</div>"
     )

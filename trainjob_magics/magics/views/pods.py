@@ -141,6 +141,7 @@ class MultiPodWidgetView:
 
     TAB_LIMIT = 8
     STATIC_GROUPS = 8  # outputs kept in the frozen HTML (failed ones always), bounding its size
+    UNIT = "pod"  # what an entry is, in the rows and notes ("31 pods: identical output")
 
     def __init__(
         self,
@@ -189,11 +190,16 @@ class MultiPodWidgetView:
             self.picker: Any = self.tabs
         else:
             self.selector = w.Dropdown(
-                options=self._options(), description="Pod output:", layout=w.Layout(width="auto")
+                options=self._options(),
+                description=f"{self.UNIT.capitalize()} output:",
+                layout=w.Layout(width="auto"),
             )
             self.selector.style.description_width = "initial"
-            self.shown = w.Box(children=[self.views[self.selector.value].widget])
-            self.shown.layout.display = "block"
+            # every entry's output in a Stack, in the options' order, whose shown child follows
+            # the dropdown in the page (jslink): a choice made while the cell runs shows at
+            # once, though the busy kernel reads it only after the cell
+            self.shown = w.Stack(layout=w.Layout(display="block"))
+            self._link = w.jslink((self.selector, "index"), (self.shown, "selected_index"))
             self.selector.observe(self._on_select, names="value")
             self.picker = w.VBox([self.selector, self.shown])
         self._set_titles()
@@ -228,7 +234,7 @@ class MultiPodWidgetView:
 
     def counts(self, outcomes: list[PodOutcome]) -> str:
         """The summary's head line before the cell's own: ``3 pods · 2 ✓ · 1 ✗``."""
-        return counts_line(outcomes)
+        return counts_line(outcomes, self.UNIT)
 
     def _title(self, pod: str) -> str:
         """``node-0 ✓``, ``node-1 ✗``, ``node-2 · running`` (a command's) or ``node-2`` (logs)."""
@@ -253,9 +259,14 @@ class MultiPodWidgetView:
             self.tabs.titles = tuple(self._title(p) for p in self.views)
         else:
             current = self.selector.value
-            with self.selector.hold_trait_notifications():
-                self.selector.options = self._options()
-                self.selector.value = current
+            options = self._options()
+            with self.selector.hold_sync(), self.shown.hold_sync():
+                # entries are only added: the children first, so that any index is in range
+                self.shown.children = [self.views[pod].widget for _label, pod in options]
+                with self.selector.hold_trait_notifications():
+                    self.selector.options = options
+                    self.selector.value = current
+                self.shown.selected_index = self.selector.index
 
     def _select(self, pod: str) -> None:
         if self.tabs is not None:
@@ -264,9 +275,8 @@ class MultiPodWidgetView:
             self.selector.value = pod
 
     def _on_select(self, change: dict[str, Any]) -> None:
-        pod = change.get("new")
-        if pod in self.views:
-            self.shown.children = [self.views[pod].widget]
+        if change.get("new") in self.views:
+            self.shown.selected_index = self.selector.index
 
     @property
     def has_outcomes(self) -> bool:
@@ -281,7 +291,7 @@ class MultiPodWidgetView:
     def _render_overview(self) -> None:
         shown = self.shows_summary
         self.overview.value = (
-            summary_html(self.outcomes(), self._head or self.counts(self.outcomes()))
+            summary_html(self.outcomes(), self._head or self.counts(self.outcomes()), self.UNIT)
             if shown
             else ""
         )
@@ -349,7 +359,7 @@ class MultiPodWidgetView:
 
     def _fold_title(self, g: PodGroup, alone: bool) -> str:
         """The head of a group's output: short under a summary that names the pods already."""
-        return g.fold_title(alone) if self.has_outcomes else g.title()
+        return g.fold_title(alone, self.UNIT) if self.has_outcomes else g.title(self.UNIT)
 
     def _footer_of(self, g: PodGroup) -> str:
         """The footer kept under a group's output: only a pod's error, which the summary row
@@ -372,7 +382,7 @@ class MultiPodWidgetView:
         if ok and summary and self.has_outcomes:
             self._head, summary = summary, ""
         parts = (
-            [summary_html(outcomes, self._head or self.counts(outcomes))]
+            [summary_html(outcomes, self._head or self.counts(outcomes), self.UNIT)]
             if self.has_outcomes
             else []
         )
@@ -409,7 +419,7 @@ class MultiPodWidgetView:
         return f'<div class="trainjob-multipod-output tjm-static">{"".join(parts)}</div>'
 
     def _left_note(self, left: int) -> str:
-        return f"[… the output of {left} more pods is not kept here; it is in {self.where}]"
+        return f"[… the output of {left} more {self.UNIT}s is not kept here; it is in {self.where}]"
 
     def _kept(self, groups: list[PodGroup]) -> list[PodGroup]:
         """The groups the frozen output keeps: failed ones always, then the largest."""
@@ -425,7 +435,7 @@ class MultiPodWidgetView:
         if summary and self._head == summary:
             summary = ""  # it heads the summary
         lines = (
-            [summary_text(outcomes, self._head or self.counts(outcomes))]
+            [summary_text(outcomes, self._head or self.counts(outcomes), self.UNIT)]
             if self.has_outcomes
             else []
         )
@@ -443,9 +453,7 @@ class MultiPodWidgetView:
             lines += [prefix + line for line in self.views[pod].text().splitlines()]
         left = sum(len(g.members) for g in groups if g not in kept)
         if left:
-            lines.append(
-                f"[… the output of {left} more pods is not kept here; it is in {self.where}]"
-            )
+            lines.append(self._left_note(left))
         if summary:
             lines.append(summary)
         return "\n".join(lines)

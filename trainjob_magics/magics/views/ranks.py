@@ -35,6 +35,7 @@ class RanksWidgetView(MultiPodWidgetView):
     when it first prints (or when the job map names it)."""
 
     TAB_LIMIT = -1  # always the dropdown: ranks come and go in number
+    UNIT = "rank"
 
     def __init__(self, launcher: str = "mpirun", **kwargs: Any) -> None:
         kwargs.setdefault("where", "_trainjob.by_rank[rank].stdout")
@@ -64,10 +65,12 @@ class RanksWidgetView(MultiPodWidgetView):
         """The launcher's outcome, then the ranks' in rank order (not in the order they
         first printed)."""
 
-        def order(o: Any) -> tuple[int, int]:
-            return (-1, 0) if o.pod == LAUNCHER_KEY else (0, int(o.pod.split()[1]))
+        return sorted(super().outcomes(), key=lambda o: _order(o.pod))
 
-        return sorted(super().outcomes(), key=order)
+    def _options(self) -> list[tuple[str, str]]:
+        """The dropdown's entries: the failed rank first, then the launcher, then the ranks in
+        rank order (not in the order they first printed: 9, 10, 8, ...)."""
+        return sorted(super()._options(), key=lambda o: (self.state[o[1]] != FAILED, _order(o[1])))
 
     def counts(self, outcomes: list[Any]) -> str:
         """``4 ranks · 3 ✓ · 1 ✗ · mpirun ok``: the ranks counted apart from the launcher."""
@@ -75,7 +78,7 @@ class RanksWidgetView(MultiPodWidgetView):
 
         ranks = [o for o in outcomes if o.pod != LAUNCHER_KEY]
         launcher = next((o for o in outcomes if o.pod == LAUNCHER_KEY), None)
-        line = counts_line(ranks).replace(" pods", " ranks").replace(" pod", " rank")
+        line = counts_line(ranks, self.UNIT)
         return line + (f" · {launcher.label.split(' ')[0]} {launcher.code}" if launcher else "")
 
     def event(self, event: Any) -> None:
@@ -145,8 +148,12 @@ def ranks_summary_text(mpi: Any, interrupted: bool = False) -> str:
     n = len(outcomes)
     failed = sum(o.mark == FAILED for o in outcomes)
     head = f"{n} rank{'s' if n != 1 else ''}" + (f" · {failed} ✗" if failed else "")
-    text = summary_text(outcomes, head)
-    return text.replace(" pods: identical output (", " ranks: identical output (")
+    return summary_text(outcomes, head, unit="rank")
+
+
+def _order(key: str) -> tuple[int, int]:
+    """The launcher's entry first, then the ranks by number (2 before 10)."""
+    return (-1, 0) if key == LAUNCHER_KEY else (0, int(key.split()[1]))
 
 
 def _how(failure: Any) -> str:

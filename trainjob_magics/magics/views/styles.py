@@ -101,8 +101,12 @@ WARN_STYLE = (
 COMPACT_STYLE = "line-height:1.35;font-size:12px"
 
 
+# contain:inline-size: the rows' one-line width is not the summary's own (an ipywidgets HTML
+# widget's content is a flex item as wide as its widest line): it takes its container's width
+# and each row's last line is cut with … instead of the panel running past the cell.
 POD_SUMMARY_STYLE = (
-    "line-height:1.35;font-size:12px;margin:2px 0 4px 0;max-height:22em;overflow:auto"
+    "line-height:1.35;font-size:12px;margin:2px 0 4px 0;max-height:22em;overflow:auto;"
+    "contain:inline-size"
 )
 
 
