@@ -7,6 +7,7 @@ version that does not build here is one row saying why, in one line."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -190,9 +191,15 @@ def build_kubernetes(parent: Path, kubernetes: str) -> dict:
 
 
 def run_name(kubernetes: str, trainer: str, kueue: str | None) -> str:
-    """A row's run folder name, short: the node's unix sockets live under it
-    (stack.check_run_path)."""
+    """A row's name (its logs): ``m-1.33.13-2.1.0-0.14.8``."""
     return "m-" + "-".join(v.lstrip("v") for v in (kubernetes, trainer, kueue or "none"))
+
+
+def run_folder(parent: Path, kubernetes: str, trainer: str, kueue: str | None) -> Path:
+    """A row's run folder: ``m-`` and 8 hex digits of its name. The kubelet's unix sockets live
+    under it and must fit in 108 bytes (stack.check_run_path): a name of the versions did not."""
+    digest = hashlib.sha256(run_name(kubernetes, trainer, kueue).encode()).hexdigest()[:8]
+    return parent / f"m-{digest}"
 
 
 def run_pair(
@@ -212,7 +219,7 @@ def run_pair(
         "node": "real",
     }
     name = run_name(kubernetes, trainer, kueue)
-    run = parent / name
+    run = run_folder(parent, kubernetes, trainer, kueue)
     t0 = time.monotonic()
     try:
         row["build_s"] = round(sum(stack.build_all(versions, run / "build.log").values()), 1)

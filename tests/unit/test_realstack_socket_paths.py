@@ -44,4 +44,4 @@ def test_every_matrix_run_folder_fits_under_roots_home() -> None:
     parent = home / ".cache" / "trainjob-magics" / "realstack" / "run"
     for kubernetes in MATRIX_KUBERNETES:
         for trainer, kueue, _ in MATRIX:
-            stack.check_run_path(parent / matrix.run_name(kubernetes, trainer, kueue))
+            stack.check_run_path(matrix.run_folder(parent, kubernetes, trainer, kueue))
