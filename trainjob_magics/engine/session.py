@@ -48,11 +48,10 @@ from .exec.ranks import (
     job_pods,
     new_token,
     pod_matcher,
-    ranked_argv,
-    wants_ranks,
     world_warning,
 )
 from .exec.runs import CommandRun
+from .exec.torchrun_prelude import launcher_argv, wants_launchers
 from .files.logs import OnLog, PodLogs, read_log, read_logs
 from .files.resume import DEFAULT_RETRIES
 from .files.transfer import (
@@ -422,14 +421,14 @@ class TrainJobSession:
                     self._check_preempted(result)
                 self._record_pods_gone(result)
                 return result
-            token = new_token() if ranks and ranks.enabled and wants_ranks(argv) else None
+            token = new_token() if ranks and ranks.enabled and wants_launchers(argv) else None
             try:
                 if token is None:
                     single = run_one(refs[0], functools.partial(_bound, on_output))
                 else:  # under the per-rank prelude (exec/ranks.py)
                     single = self._run_one(
                         refs[0],
-                        ranked_argv(argv, token),
+                        launcher_argv(argv, token),
                         container=container,
                         stdin=data,
                         timeout=timeout,

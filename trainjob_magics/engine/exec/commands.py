@@ -34,6 +34,7 @@ from .pool import PodPool
 from .ranks import OnRankEvent, RankedStreams
 from .scripts import new_exec_id, wants_wrapper, wrap
 from .stop import stop_command, stop_summary
+from .torchrun_demux import chain
 
 STOP_WAIT = 30.0  # seconds to wait for the stoppers before reporting "did not answer"
 # A real kubelet writes an evicted pod's status (Failed, Evicted, DisruptionTarget) after it
@@ -310,6 +311,7 @@ class CommandRunner:
                 spill_dir=self.client.spill_dir,
                 on_output=on_output,
                 on_ranks=on_ranks,
+                chain=chain(ranks_token, pod),  # torchrun's runs (exec/torchrun_demux.py)
             )
             streams = ranked
             run_kwargs = {

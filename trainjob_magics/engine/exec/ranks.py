@@ -1352,6 +1352,7 @@ class RankedStreams:
         spill_dir: SpillDir | None,
         on_output: Callable[[str, str], None] | None = None,
         on_ranks: OnRankEvent | None = None,
+        chain: Callable[[RankDemux], Any] | None = None,
     ) -> None:
         from .output import OutputBuffer
 
@@ -1361,6 +1362,8 @@ class RankedStreams:
         self.demux = RankDemux(
             token, limit=limit, spill_dir=spill_dir, on_event=on_ranks, label=pod or "exec"
         )
+        if chain is not None:  # other launchers' runs taken out first (exec/torchrun_demux.py)
+            self.demux = chain(self.demux)
         self.buffers = {
             ch: OutputBuffer(limit, spill_dir, f"{pod or 'exec'}-{name}-")
             for ch, name in ((STDOUT, "stdout"), (STDERR, "stderr"))
