@@ -1,5 +1,5 @@
-"""``python -m devtools.realstack up|status|logs|down|env|build|matrix|bench|openmpi5``: the
-real stack."""
+"""``python -m devtools.realstack up|gates|status|logs|down|env|build|matrix|bench|openmpi5``:
+the real stack."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from devtools.realstack import stack
+from devtools.realstack import gates, stack
 from devtools.realstack.context import NodeShape, StackContext
 from devtools.realstack.paths import run_dir
 from devtools.realstack.procs import StackError, log_path
@@ -25,6 +25,18 @@ def _versions(args: argparse.Namespace) -> Versions:
         jobset=normalise(args.jobset) if args.jobset else "",
         kueue=None if kueue in ("none", "") else normalise(kueue),
     ).resolved()
+
+
+def _gate_options(p: argparse.ArgumentParser, apiserver: str, kubelet: str) -> None:
+    p.add_argument(apiserver, dest="apiserver_gates", default="", help="e.g. A=false,B=true")
+    p.add_argument(kubelet, dest="kubelet_gates", default="", help="e.g. A=false,B=true")
+
+
+def _gates(args: argparse.Namespace) -> dict[str, dict[str, bool]]:
+    return {
+        gates.APISERVER: gates.parse(args.apiserver_gates),
+        gates.KUBELET: gates.parse(args.kubelet_gates),
+    }
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,6 +61,19 @@ def _parser() -> argparse.ArgumentParser:
                 action="store_true",
                 help="also JupyterHub spawning each user's server as a pod (docs/jupyterhub.md)",
             )
+            _gate_options(s, "--apiserver-feature-gates", "--kubelet-feature-gates")
+    g = sub.add_parser(
+        "gates",
+        help="restart the running stack's kube-apiserver and kubelet with these feature gates "
+        "(none given: the version's defaults), waiting until they serve again",
+    )
+    _gate_options(g, "--apiserver", "--kubelet")
+    g.add_argument(
+        "--websocket-fallbacks",
+        action="store_true",
+        help="the gates that turn WebSocket streaming off on this version (exec then speaks "
+        "v4.channel.k8s.io, port-forward a v4 WebSocket per connection; docs/real-cluster.md)",
+    )
     sub.add_parser(
         "openmpi5",
         help="add the Open MPI 5 image (Debian trixie) and its runtime deepspeed-openmpi5 to the "
@@ -117,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "up":
             shape = NodeShape(gpus=args.gpus)
-            ctx = stack.up(run, _versions(args), shape, jupyterhub=args.jupyterhub)
+            ctx = stack.up(
+                run, _versions(args), shape, jupyterhub=args.jupyterhub, feature_gates=_gates(args)
+            )
             print(ctx.admin_kubeconfig)
             line = stack.hub_line(ctx)
             if line:
@@ -129,6 +156,15 @@ def main(argv: list[str] | None = None) -> int:
             from devtools.realstack import openmpi5
 
             print(json.dumps(openmpi5.add(StackContext.load(run)), indent=2))
+        elif args.command == "gates":
+            ctx = StackContext.load(run)
+            wanted = _gates(args)
+            if args.websocket_fallbacks:
+                for component, off in gates.websocket_fallback_gates(ctx).items():
+                    wanted[component] = {**off, **wanted[component]}
+            gates.apply(ctx, wanted)
+            now = {c: gates.render(gates.running_gates(ctx, c)) for c in gates.COMPONENTS}
+            print(json.dumps(now, indent=2))
         elif args.command == "status":
             info = stack.status(run)
             print(json.dumps(info, indent=2))

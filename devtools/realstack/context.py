@@ -33,6 +33,9 @@ class StackContext:
     versions: Versions
     nodes: NodeShape = field(default_factory=NodeShape)
     ports: dict[str, int] = field(default_factory=dict)
+    # component (kube-apiserver, kubelet) -> the feature gates it runs with beyond its
+    # version's defaults (gates.py)
+    feature_gates: dict[str, dict[str, bool]] = field(default_factory=dict)
 
     @property
     def pki(self) -> Pki:
@@ -71,7 +74,12 @@ class StackContext:
 
     def save(self) -> None:
         self.run.mkdir(parents=True, exist_ok=True)
-        data = {"versions": asdict(self.versions), "nodes": asdict(self.nodes), "ports": self.ports}
+        data = {
+            "versions": asdict(self.versions),
+            "nodes": asdict(self.nodes),
+            "ports": self.ports,
+            "feature_gates": self.feature_gates,
+        }
         (self.run / "state.json").write_text(json.dumps(data, indent=2))
 
     @classmethod
@@ -84,4 +92,5 @@ class StackContext:
             ),
             nodes=NodeShape(**{k: v for k, v in data["nodes"].items() if k in _SHAPE_FIELDS}),
             ports=data["ports"],
+            feature_gates=data.get("feature_gates", {}),
         )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from devtools.realstack import procs
+from devtools.realstack import gates, procs
 from devtools.realstack.context import StackContext
 from devtools.realstack.gobuild import build
 from devtools.realstack.pki import KeyPair, Pki
@@ -177,6 +177,7 @@ def start(ctx: StackContext) -> None:
             f"--proxy-client-key-file={certs['front-proxy-client'].key}",
             "--profiling=false",
             "--v=1",
+            *gates.flags(ctx.feature_gates.get(gates.APISERVER, {})),
         ],
     )
     ca, admin = pki.ca.cert, certs["admin"]

@@ -68,15 +68,21 @@ def spec_path(run: Path, name: str) -> Path:
     return run / "pids" / f"{name}.json"
 
 
-def restart(run: Path, name: str) -> int:
-    """Stop ``name`` and start it again with the argv, env and cwd it was started with."""
+def spec(run: Path, name: str) -> dict:
+    """How ``name`` was last started: ``argv``, ``env`` and ``cwd``."""
     try:
-        spec = json.loads(spec_path(run, name).read_text())
+        return dict(json.loads(spec_path(run, name).read_text()))
     except (OSError, ValueError) as exc:
         raise StackError(f"{name} was never started in {run}") from exc
+
+
+def restart(run: Path, name: str, argv: Sequence[str | os.PathLike] | None = None) -> int:
+    """Stop ``name`` and start it again with the argv (or ``argv``: other flags), env and cwd
+    it was started with. A new ``argv`` is what the next plain restart uses too."""
+    started = spec(run, name)
     stop(run, name)
-    cwd = Path(spec["cwd"]) if spec.get("cwd") else None
-    return start(run, name, spec["argv"], env=spec.get("env"), cwd=cwd)
+    cwd = Path(started["cwd"]) if started.get("cwd") else None
+    return start(run, name, argv or started["argv"], env=started.get("env"), cwd=cwd)
 
 
 def _default_signals() -> None:

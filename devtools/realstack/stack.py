@@ -10,7 +10,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from devtools.realstack import (
     control_plane,
     controllers,
     fixtures,
+    gates,
     gobuild,
     images,
     procs,
@@ -67,12 +68,20 @@ def build_all(versions: Versions, log: Path) -> dict[str, float]:
 
 
 def up(
-    run: Path, versions: Versions, shape: NodeShape, *, jupyterhub: bool = False
+    run: Path,
+    versions: Versions,
+    shape: NodeShape,
+    *,
+    jupyterhub: bool = False,
+    feature_gates: Mapping[str, Mapping[str, bool]] | None = None,
 ) -> StackContext:
     """Start a stack in ``run`` (a running one with the same versions is reused), with
-    JupyterHub when asked (added to a running stack that lacks it)."""
+    JupyterHub when asked (added to a running stack that lacks it). ``feature_gates``:
+    component (kube-apiserver, kubelet) -> gates beyond the version's defaults; a reused stack
+    is restarted into them (``gates.apply``)."""
     versions = versions.resolved()
     check_run_path(run)
+    wanted = {c: dict(g) for c, g in (feature_gates or {}).items() if g}
     if (run / "state.json").exists():
         old = StackContext.load(run)
         # the node's shape is what its kubelet measured: only the GPU stand-in is asked for
@@ -81,11 +90,13 @@ def up(
             with contextlib.suppress(Exception):
                 reuse = _ready(old)
             if reuse:
+                if old.feature_gates != wanted:
+                    _step(old, "feature gates", lambda c: gates.apply(c, _every(wanted)))
                 if jupyterhub:
                     _step(old, "jupyterhub", hub.start)
                 return old
         down(run)
-    ctx = StackContext(run=run, versions=versions, nodes=shape)
+    ctx = StackContext(run=run, versions=versions, nodes=shape, feature_gates=wanted)
     ctx.save()
     realnode.prepare(ctx)  # the node's slot: the API server's certificate names its relay
     timings: dict[str, float] = {}
@@ -134,6 +145,11 @@ def check_run_path(run: Path) -> None:
             f"the run folder {run} is {over} characters too long for the kubelet's sockets "
             f"({longest} must fit in {SUN_PATH}): give a shorter --run"
         )
+
+
+def _every(wanted: Mapping[str, Mapping[str, bool]]) -> dict[str, Mapping[str, bool]]:
+    """``wanted`` for every component whose gates can be set ({}: the version's defaults)."""
+    return {c: wanted.get(c, {}) for c in gates.COMPONENTS}
 
 
 def _step(ctx: StackContext, name: str, step: Callable[[StackContext], object]) -> None:
@@ -218,6 +234,7 @@ def status(run: Path) -> dict:
         "run": str(run),
         "versions": asdict(ctx.versions),
         "nodes": asdict(ctx.nodes),
+        "feature_gates": {c: gates.render(g) for c, g in ctx.feature_gates.items()},
         "apiserver": ctx.apiserver_url if "apiserver" in ctx.ports else None,
         "admin_kubeconfig": str(ctx.admin_kubeconfig),
         "restricted_kubeconfig": str(ctx.restricted_kubeconfig),

@@ -229,3 +229,42 @@ def test_an_unanswered_connection_moves_to_the_next_tunnel(local_cluster, tmp_pa
     finally:
         s.close(timeout=30)
         proxy.close()
+
+
+def test_a_server_that_stops_serving_the_tunnel_moves_the_forward_to_websockets(
+    cluster, tmp_path
+) -> None:
+    """The tunnel drops and the server no longer serves one (an API server restarted with
+    PortForwardWebsockets off; the pod replaced onto a node that does not serve it): the next
+    upgrade offers both subprotocols again, the server answers v4, and that connection and
+    every later one go a WebSocket each, said in one line (the tunnel-only upgrade it made
+    before failed every connection: a real node answers it with a bare 403)."""
+    proxy = FaultProxy(cluster.port)
+    config = proxy.kubeconfig(Path(cluster.kubeconfig_path), tmp_path / "kubeconfig")
+    s = connect("torch-distributed", config_file=str(config))
+    reported: list[str] = []
+    try:
+        port = free_port()
+        assert s.execute("printf 'moved page' > moved.html").ok
+        serve_http(s, port)
+        fwd = s.forward(port, on_error=reported.append)
+        wait_until(lambda: serving(fwd.url + "moved.html"), timeout=30)
+        assert fwd.mode == "tunnel" and s.protocols.forwards == (
+            (port, "tunnel", "SPDY/3.1+portforward.k8s.io"),
+        )
+        cluster.faults.portforward_tunnel = False
+        proxy.drop_established()  # the tunnel too
+        before = upgrades(cluster, s.pod)
+        for _ in range(3):
+            assert fetch(fwd.url + "moved.html", timeout=30) == b"moved page"
+        assert fwd.mode == "websocket" and fwd.protocol == "v4.channel.k8s.io"
+        assert s.protocols.forwards == ((port, "websocket", "v4.channel.k8s.io"),)
+        assert upgrades(cluster, s.pod) - before == 3  # one WebSocket per connection
+        assert [r for r in reported if "no longer serves" in r] == [
+            f"the API server no longer serves SPDY/3.1+portforward.k8s.io for pod {s.pod} (it "
+            "answered v4.channel.k8s.io): the forward goes via websocket from now on"
+        ], reported
+        wait_until(lambda: fwd.active == 0, timeout=30)
+    finally:
+        s.close(timeout=30)
+        proxy.close()

@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -207,9 +207,11 @@ def test_the_fallback_dialer_takes_the_second_when_the_server_refuses_the_first(
 
     def make(way: Way) -> FallbackDialer:
         way.open = server_without_first
-        made["first"] = StandInDialer(way, echo_port, "first")
-        made["second"] = StandInDialer(way, echo_port, "second")
-        return FallbackDialer(made["first"], made["second"], way)
+
+        def dialer(name: str) -> Callable[[Way], StandInDialer]:
+            return lambda w: made.setdefault(name, StandInDialer(w, echo_port, name))
+
+        return FallbackDialer(dialer("first"), dialer("second"), way)
 
     fwd = forward_with(make).start()
     try:
@@ -224,8 +226,13 @@ def test_the_fallback_dialer_takes_the_second_when_the_server_refuses_the_first(
 
 def test_the_fallback_dialer_takes_the_first_when_the_server_serves_it(echo_port: int) -> None:
     way = Way(8080, stand_in_upgrade, lambda: POD, threading.Thread, print)
-    first, second = StandInDialer(way, echo_port, "first"), StandInDialer(way, echo_port, "second")
-    dialer = FallbackDialer(first, second, way)
+    dialer = FallbackDialer(
+        lambda w: StandInDialer(w, echo_port, "first"),
+        lambda w: StandInDialer(w, echo_port, "second"),
+        way,
+    )
+    first, second = dialer.primary, dialer.secondary
+    assert isinstance(first, StandInDialer) and isinstance(second, StandInDialer)
     assert dialer.name == "" and dialer.active == 0  # nothing picked before the start
     assert dialer.start() == POD
     assert dialer.name == "first" and len(first.taken) == 1 and second.taken == []

@@ -59,6 +59,7 @@ from .result import (
     PodInfo,
     PodRef,
     PodShape,
+    Protocols,
     QueueStatus,
     StopReport,
 )
@@ -107,6 +108,7 @@ __all__ = [
     "PodRef",
     "PodShape",
     "PodStartError",
+    "Protocols",
     "PythonNotFoundError",
     "PythonResult",
     "PythonRun",

@@ -217,6 +217,32 @@ class PodShape:
     image_pull_secrets: tuple[str, ...] = ()
 
 
+EXEC_V4 = "v4.channel.k8s.io"  # exec without the v5 stdin close: the server's fallback
+FORWARD_PER_CONNECTION = "websocket"  # Forward.mode of one v4 WebSocket per connection
+
+
+@dataclass(frozen=True)
+class Protocols:
+    """What a session's streams negotiated with the API server: the WebSocket subprotocol of
+    its latest exec (``v5.channel.k8s.io``, or ``v4.channel.k8s.io`` where the server serves
+    no v5) and, per open forward, its pod port, mode (``tunnel``, or ``websocket``: one
+    WebSocket per connection) and subprotocol. Empty before any exec or forward."""
+
+    exec: str = ""
+    forwards: tuple[tuple[int, str, str], ...] = ()  # (pod port, mode, subprotocol)
+
+    @property
+    def fallback(self) -> bool:
+        """A stream took the server's fallback: exec on v4, or a forward without the tunnel."""
+        return self.exec == EXEC_V4 or any(m == FORWARD_PER_CONNECTION for _, m, _ in self.forwards)
+
+    def summary(self) -> str:
+        """``exec v4.channel.k8s.io · forward 8080 websocket (v4.channel.k8s.io)``."""
+        parts = [f"exec {self.exec}"] if self.exec else []
+        parts += [f"forward {port} {mode} ({sub})" for port, mode, sub in self.forwards]
+        return " · ".join(parts)
+
+
 @dataclass
 class JobStatus:
     """A snapshot of a TrainJob and its pods."""
@@ -235,6 +261,7 @@ class JobStatus:
     shape: PodShape | None = None  # the trainer pod's volumes, service account and placement
     uid: str = ""  # the TrainJob's uid once it exists (a newer job of the same name has another)
     pods_expected: int = 0  # how many pods the job runs, created or not (0: not known)
+    protocols: Protocols = field(default_factory=Protocols)  # what the session's streams speak
 
 
 def _unlink(path: str) -> None:

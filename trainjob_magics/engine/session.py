@@ -75,7 +75,15 @@ from .kueue.api import Visibility, queue_status
 from .python.calls import MAX_VALUE_BYTES, PythonCalls
 from .python.results import MultiPythonResult, PythonResult
 from .python.runs import OnPythonDone, PythonRun
-from .result import ExecResult, JobStatus, MultiExecResult, PodGpus, PodRef, StopReport
+from .result import (
+    ExecResult,
+    JobStatus,
+    MultiExecResult,
+    PodGpus,
+    PodRef,
+    Protocols,
+    StopReport,
+)
 from .trainjob.idle import Heartbeat, idle_released_error
 from .trainjob.idle_stop import IdleClock, idle_stopped_error, validate_idle_stop
 from .trainjob.lifecycle import (
@@ -1039,7 +1047,14 @@ class TrainJobSession:
             status = with_queue(status, qs)
         if self._disruption:
             status = dataclasses.replace(status, disruption=self._disruption)
-        return status
+        return dataclasses.replace(status, protocols=self.protocols)
+
+    @property
+    def protocols(self) -> Protocols:
+        """What this session's streams negotiated: its latest exec's WebSocket subprotocol and
+        each open forward's mode and subprotocol (the server's fallbacks included)."""
+        forwards = tuple((f.port, f.mode, f.protocol) for f in self.forwards)
+        return Protocols(exec=self._exec.protocol, forwards=forwards)
 
     def gpus(self) -> list[PodGpus]:
         """Each GPU's utilisation and memory (``nvidia-smi``) in the job's running pods that

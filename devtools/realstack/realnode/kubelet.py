@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from devtools.realstack import procs
+from devtools.realstack import gates, procs
 from devtools.realstack.context import StackContext
 from devtools.realstack.control_plane import kubeconfig
 from devtools.realstack.realnode import host
@@ -125,6 +125,7 @@ def start(ctx: StackContext, kube: Path, runtime: Path) -> None:
                 "--node-labels=node.kubernetes.io/instance-type=realstack,"
                 "trainjob-magics.local/node=real",
                 "--v=1",
+                *gates.flags(ctx.feature_gates.get(gates.KUBELET, {})),
             ],
         ),
         cwd=base,

@@ -206,6 +206,9 @@ class ExecClient:
         self.configuration = api_client.configuration
         self.spill_dir = spill_dir  # None: the process-wide default directory
         self.max_memory_output = max_memory_output  # bytes per stream kept in memory
+        # the subprotocol the server chose for the latest exec ("" before any): v4 where
+        # neither the API server nor the kubelet translates to v5 (docs/real-cluster.md)
+        self.protocol = ""
         self._ssl_context: ssl.SSLContext | None = None
         self._lock = threading.Lock()
 
@@ -281,9 +284,11 @@ class ExecClient:
                 bio=bio,
             )
         except websocket.WebSocketBadStatusException as exc:
-            raise self._handshake_error(exc, namespace, pod, resource) from None
+            raise self._handshake_error(exc, namespace, pod, resource, protocols) from None
         except (websocket.WebSocketException, OSError) as exc:
             raise connection_failure(exc, cfg.host) from None
+        if resource == EXEC_RESOURCE:
+            self.protocol = ws.subprotocol or ""
         return ws
 
     def upgrade(
@@ -316,10 +321,23 @@ class ExecClient:
         namespace: str,
         pod: str,
         resource: str = EXEC_RESOURCE,
+        protocols: Sequence[str] = PROTOCOLS,
     ) -> TrainJobError:
         status = int(exc.status_code or 0)
         body = exc.resp_body
         message, _reason, _details = parse_status_body(body)
+        if status == 403 and not (body or b"").strip():
+            # no Status: not the API server's authorization (its 403 always carries one) but
+            # the node's stream server refusing every subprotocol offered (x/net/websocket
+            # answers a failed handshake with a bare 403: server.go; apimachinery wsstream
+            # ``handshake``), reached when neither the API server nor the kubelet serves them
+            return ApiServerError(
+                f"the server refused {resource} of pod {pod} with a bare 403: the node's "
+                f"stream server speaks none of the WebSocket subprotocols offered "
+                f"({', '.join(protocols)}); see docs/real-cluster.md, streaming protocols",
+                status=403,
+                reason="SubprotocolRefused",
+            )
         node = _NODE_GONE.fullmatch(message or "")
         if status == 404 and node and node[1] != pod:
             # kube-apiserver looks the pod's node up to reach its kubelet; a deleted node

@@ -384,6 +384,7 @@ class Reactor:
 
     def _upgraded(self, job: ExecJob, subprotocol: str | None, rest: bytes) -> None:
         job.phase = "frames"
+        self.client.protocol = subprotocol or ""
         if self.target.tls is not None and self._session is None:
             self._session = getattr(job.sock, "session", None)  # the ticket came by now
         job.head = b""

@@ -12,11 +12,16 @@ permission, pod not running), ``probe()`` carries the forward's first stream on 
   ``v4.channel.k8s.io`` WebSocket and thread (``tunnel.py``).
 
 :class:`FallbackDialer` offers both subprotocols in its one upgrade and takes the one the server
-picked: the first when the server serves it, else the second.
+picked: the first when the server serves it, else the second. The first's later upgrades offer
+both again: a server that stopped serving the tunnel (restarted with its gates off; a replaced
+pod on a node that does not serve it) answers with the second's, and that connection and every
+later one go over the second (a refused tunnel-only upgrade is a bare 403 from the node's stream
+server, which read as a missing permission).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import socket
 import threading
@@ -34,6 +39,9 @@ V4 = "v4.channel.k8s.io"  # the kubelet's WebSocket port-forward protocol
 
 OnEnd = Callable[[str, str], None]  # (what the pod's side said or "", the pod): a stream ended
 Cut = Callable[[], None]  # ends one stream now (its client sees it end)
+# a connection whose upgrade failed with this error, and the bytes it sent into a tunnel that
+# dropped: True when another dialer took it (else it is reset and the problem reported)
+Handoff = Callable[[socket.socket, OnEnd, bytes, Exception], bool]
 
 
 @dataclass
@@ -46,6 +54,7 @@ class Way:
     spawn: Callable[..., threading.Thread]  # a thread the forward joins when it closes
     report: Callable[[str], None]  # a problem, in one line (said once)
     silent_after: float = SILENT_AFTER  # no byte (pongs included) this long: the stream is dead
+    handoff: Handoff | None = None  # who takes a connection this dialer could not carry
 
 
 class Dialer(Protocol):
@@ -128,6 +137,14 @@ class WebSocketDialer:
         tunnel = self._add(Tunnel(local, first[0], self.way.silent_after), probe=True)
         self.way.spawn(self._relay, tunnel, first[1], on_end)
         return tunnel.stop
+
+    def carry(
+        self, local: socket.socket, ws: ExecSocket, pod: str, on_end: OnEnd, sent: bytes = b""
+    ) -> None:
+        """Carry ``local`` on ``ws``, an upgrade to ``pod`` already made, sending ``sent``
+        (what it sent into a tunnel that dropped) first."""
+        tunnel = self._add(Tunnel(local, ws, self.way.silent_after, first=sent))
+        self.way.spawn(self._relay, tunnel, pod, on_end)
 
     def _open_and_relay(self, local: socket.socket, on_end: OnEnd) -> None:
         try:
@@ -266,6 +283,8 @@ class TunnelDialer:
             try:
                 tunnel = self._tunnel()
             except Exception as exc:
+                if self.way.handoff is not None and self.way.handoff(local, on_end, first, exc):
+                    return
                 self.way.report(_problem(exc))
                 reset(local)
                 return
@@ -318,16 +337,34 @@ def _ignore(error: str, pod: str) -> None:
     pass
 
 
-class FallbackDialer:
-    """``primary`` when the server serves it, else ``secondary``: one upgrade offers both
-    dialers' subprotocols, and the one the server picked chooses (client-go's
-    ``FallbackDialer``, with the server's answer as the probe)."""
+class ServerFellBack(TrainJobError):
+    """A primary's upgrade that the server answered with the secondary's subprotocol."""
 
-    def __init__(self, primary: Dialer, secondary: Dialer, way: Way) -> None:
-        self.primary = primary
-        self.secondary = secondary
+    def __init__(self, message: str, ws: ExecSocket, pod: str) -> None:
+        super().__init__(message)
+        self.ws = ws
+        self.pod = pod
+
+
+class FallbackDialer:
+    """``primary`` while the server serves it, else ``secondary``: every upgrade of the
+    primary offers both dialers' subprotocols, and the one the server picked chooses
+    (client-go's ``FallbackDialer``, with the server's answer as the probe). One the server
+    answers with the secondary's later on goes to the secondary, and so does every later
+    connection. ``primary`` and ``secondary`` make the dialers from the way they get."""
+
+    def __init__(
+        self,
+        primary: Callable[[Way], Dialer],
+        secondary: Callable[[Way], Dialer],
+        way: Way,
+    ) -> None:
         self.way = way
-        self.protocols = [*primary.protocols, *secondary.protocols]
+        self.secondary = secondary(way)
+        self.primary = primary(
+            dataclasses.replace(way, open=self._open_primary, handoff=self._handoff)
+        )
+        self.protocols = [*self.primary.protocols, *self.secondary.protocols]
         self.chosen: Dialer | None = None
 
     @property
@@ -344,6 +381,34 @@ class FallbackDialer:
         self.chosen = self.primary if served else self.secondary
         self.chosen.take(ws, pod)
 
+    def _open_primary(self, protocols: list[str]) -> tuple[ExecSocket, str]:
+        """The primary's upgrade, offering the secondary's subprotocols too."""
+        ws, pod = self.way.open([*protocols, *self.secondary.protocols])
+        if ws.subprotocol in self.secondary.protocols and ws.subprotocol not in protocols:
+            self.chosen = self.secondary
+            raise ServerFellBack(
+                f"the API server no longer serves {'/'.join(protocols)} for pod {pod} (it "
+                f"answered {ws.subprotocol}): the forward goes via {self.secondary.name} "
+                "from now on",
+                ws,
+                pod,
+            )
+        return ws, pod
+
+    def _handoff(self, local: socket.socket, on_end: OnEnd, sent: bytes, exc: Exception) -> bool:
+        """A connection whose upgrade the server answered with the secondary's subprotocol:
+        the secondary carries it on that upgrade (said once)."""
+        if not isinstance(exc, ServerFellBack):
+            return False
+        self.way.report(str(exc))
+        carry = getattr(self.secondary, "carry", None)
+        if carry is None:  # a secondary that cannot take an upgrade made: it dials anew
+            exc.ws.shutdown()
+            self.secondary.dial(local, on_end)
+        else:
+            carry(local, exc.ws, exc.pod, on_end, sent)
+        return True
+
     def _picked(self) -> Dialer:
         if self.chosen is None:
             raise TrainJobError("the forward has not started")
@@ -357,11 +422,14 @@ class FallbackDialer:
 
     @property
     def active(self) -> int:
-        return self.chosen.active if self.chosen is not None else 0
+        if self.chosen is None:
+            return 0
+        return self.primary.active + self.secondary.active  # both after a fall back
 
     def stop(self) -> None:
         if self.chosen is not None:
-            self.chosen.stop()
+            self.primary.stop()
+            self.secondary.stop()
 
 
 __all__ = [
@@ -369,7 +437,9 @@ __all__ = [
     "Cut",
     "Dialer",
     "FallbackDialer",
+    "Handoff",
     "OnEnd",
+    "ServerFellBack",
     "TunnelDialer",
     "Way",
     "WebSocketDialer",

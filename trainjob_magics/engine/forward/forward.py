@@ -25,13 +25,14 @@ from ..errors import InvalidInputError, PodNotRunningError
 from ..exec.client import ExecClient
 from ..exec.handshake import ExecSocket
 from ..exec.liveness import SILENT_AFTER
-from .dialers import Dialer, FallbackDialer, TunnelDialer, Way, WebSocketDialer
+from .dialers import V4, Dialer, FallbackDialer, TunnelDialer, Way, WebSocketDialer
 from .spdy_tunnel import SUBPROTOCOL
 from .tunnel import portforward_url
 
 log = logging.getLogger(__name__)
 
 TUNNEL, WEBSOCKET = TunnelDialer.name, WebSocketDialer.name  # Forward.mode
+SUBPROTOCOL_OF = {TUNNEL: SUBPROTOCOL, WEBSOCKET: V4}  # Forward.protocol
 AUTO = "auto"  # Forward(via=...): the server picks; WEBSOCKET: one v4 WebSocket per connection
 VIAS = (AUTO, WEBSOCKET)
 
@@ -49,7 +50,7 @@ def dialer_for(via: str) -> DialerFor:
     """``auto``: the tunnel when the server serves it, else one WebSocket per connection."""
     if via == WEBSOCKET:
         return WebSocketDialer
-    return lambda way: FallbackDialer(TunnelDialer(way), WebSocketDialer(way), way)
+    return lambda way: FallbackDialer(TunnelDialer, WebSocketDialer, way)
 
 
 @dataclass
@@ -161,6 +162,11 @@ class Forward:
     def mode(self) -> str:
         """How connections go (TUNNEL or WEBSOCKET), once started: the dialer's name."""
         return self._dialer.name
+
+    @property
+    def protocol(self) -> str:
+        """The WebSocket subprotocol its connections go over ("" before start)."""
+        return SUBPROTOCOL_OF.get(self.mode, "")
 
     @property
     def active(self) -> int:

@@ -91,8 +91,13 @@ class Tunnel:
     """Relays one local connection to one pod port until either side ends or :meth:`stop`."""
 
     def __init__(
-        self, local: socket.socket, remote: ExecSocket, silent_after: float = SILENT_AFTER
+        self,
+        local: socket.socket,
+        remote: ExecSocket,
+        silent_after: float = SILENT_AFTER,
+        first: bytes = b"",
     ) -> None:
+        """``first``: the local client's bytes already read (sent to the pod before any)."""
         self.local = local
         # pings while the pod's side sends nothing; silent past the bound: the client gets a
         # reset (an SSH session or a dashboard's idle keep-alive answers the pings meanwhile)
@@ -116,6 +121,9 @@ class Tunnel:
         self._closing_at: float | None = None  # when we sent our close frame
         self._stopped = False
         self._dropped = False
+        if first:
+            self.received += len(first)
+            self._queue(client_frame(b"\x00" + first))
 
     def stop(self) -> None:
         """End the relay soon (the local socket's shutdown wakes the loop)."""

@@ -28,6 +28,7 @@ from .status_text import (
     format_status,
     pod_rows,
     pods_summary,
+    protocols_line,
     queue_line,
     runtime_limit,
     shape_lines,
@@ -177,6 +178,9 @@ def render_status_html(
         )
     for line in shape_lines(getattr(status, "shape", None)):
         msg += f'<div class="tjm-shape" style="{MUTED_STYLE}">{e(line)}</div>'
+    protocols = protocols_line(status)
+    if protocols:
+        msg += f'<div class="tjm-protocols" style="{MUTED_STYLE}">{e(protocols)}</div>'
     if note:
         msg += f'<div class="tjm-note{when_live}" style="{MUTED_STYLE}">{e(note)}</div>'
     pods = list(status.pods or [])

@@ -189,6 +189,16 @@ def shape_lines(shape: Any) -> list[str]:
     return lines
 
 
+def protocols_line(status: Any) -> str:
+    """``Protocols (server fallback): exec v4.channel.k8s.io · forward 8080 websocket
+    (v4.channel.k8s.io)`` when a stream of the session took the API server's fallback (no v5
+    exec, no port-forward tunnel); "" otherwise (nothing to say on a current server)."""
+    protocols = getattr(status, "protocols", None)
+    if protocols is None or not protocols.fallback:
+        return ""
+    return f"Protocols (server fallback): {protocols.summary()}"
+
+
 def format_status(
     status: Any,
     now: datetime | None = None,
@@ -211,6 +221,9 @@ def format_status(
     if getattr(status, "disruption", ""):
         out.append(f"  Last disruption: {status.disruption}")
     out += [f"  {line}" for line in shape_lines(getattr(status, "shape", None))]
+    protocols = protocols_line(status)
+    if protocols:
+        out.append(f"  {protocols}")
     if note:
         out.append(f"  {note}")
     pods = list(status.pods or [])
