@@ -115,11 +115,19 @@ def apply(ctx: StackContext, wanted: Mapping[str, Mapping[str, bool]]) -> dict[s
         aggregated = available_apiservices(ctx) if component == APISERVER else set()
         procs.restart(ctx.run, component, argv)  # returns once the old one is gone
         _wait_serving(ctx, component, since=time.time(), aggregated=aggregated)
-        ctx.feature_gates[component] = gates
-        if not gates:
-            del ctx.feature_gates[component]
-        ctx.save()
+        _record(ctx, component, gates)
     return before
+
+
+def _record(ctx: StackContext, component: str, gates: Gates) -> None:
+    """Write ``component``'s gates into the stack's state, as it is on disk now (``ctx`` may
+    be older than ports another step added since), and into ``ctx``."""
+    current = StackContext.load(ctx.run)
+    for state in (current, ctx):
+        state.feature_gates.pop(component, None)
+        if gates:
+            state.feature_gates[component] = dict(gates)
+    current.save()
 
 
 @contextlib.contextmanager

@@ -69,6 +69,8 @@ def test_apply_restarts_with_the_gates_and_back(
     monkeypatch.setattr(gates, "available_apiservices", lambda ctx: set())
     monkeypatch.setattr(gates, "_wait_serving", lambda ctx, c, **kw: waited.append(c))
     ctx = sleeper
+    ctx.save()
+    StackContext.load(ctx.run).port("added-since")  # another step's port, not in ctx
     first = procs.pid_of(ctx.run, gates.APISERVER)
     before = gates.apply(ctx, {gates.APISERVER: {"PortForwardWebsockets": False}})
     assert before == {gates.APISERVER: {}}
@@ -78,6 +80,8 @@ def test_apply_restarts_with_the_gates_and_back(
     assert StackContext.load(ctx.run).feature_gates == {
         gates.APISERVER: {"PortForwardWebsockets": False}
     }
+    assert "added-since" in StackContext.load(ctx.run).ports  # kept
+    assert ctx.feature_gates == {gates.APISERVER: {"PortForwardWebsockets": False}}
     assert waited == [gates.APISERVER]
     gates.apply(ctx, {gates.APISERVER: {"PortForwardWebsockets": False}})  # as it runs
     assert procs.pid_of(ctx.run, gates.APISERVER) == second and len(waited) == 1
