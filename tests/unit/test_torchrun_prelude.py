@@ -20,6 +20,7 @@ from trainjob_magics.engine.exec.torchrun_prelude import (
     launcher_argv,
     prelude,
     wants_launchers,
+    wants_torchrun,
 )
 
 TOKEN = "tjm0123456789abcdef"
@@ -219,3 +220,11 @@ def test_which_commands_get_which_prelude() -> None:
     assert both.endswith('eval "$__Tc"\n') and both.count('eval "$__Tc"') == 1
     argv = launcher_argv(["/bin/sh", "-c", "torchrun x"], TOKEN)
     assert argv == ["/bin/sh", "-c", torch_only, "sh", TOKEN, "torchrun x"]
+
+
+def test_several_pods_get_torchruns_prelude_only() -> None:
+    text = "mpirun -np 2 hostname; torchrun t.py"
+    assert wants_torchrun(["sh", "-c", text])
+    assert not wants_torchrun(["sh", "-c", "mpirun -np 2 hostname"])
+    argv = launcher_argv(["sh", "-c", text], TOKEN, mpi=False)
+    assert "torchrun()" in argv[2] and "mpirun()" not in argv[2]

@@ -51,7 +51,7 @@ from .exec.ranks import (
     world_warning,
 )
 from .exec.runs import CommandRun
-from .exec.torchrun_prelude import launcher_argv, wants_launchers
+from .exec.torchrun_prelude import launcher_argv, wants_launchers, wants_torchrun
 from .files.logs import OnLog, PodLogs, read_log, read_logs
 from .files.resume import DEFAULT_RETRIES
 from .files.transfer import (
@@ -407,16 +407,33 @@ class TrainJobSession:
                     group=group,
                 )
 
+            def run_tagged(ref: PodRef, callback: Any) -> ExecResult:
+                token = new_token()  # torchrun's prelude in each pod (exec/torchrun_prelude.py)
+                return self._run_one(
+                    ref,
+                    launcher_argv(argv, token, mpi=False),
+                    container=container,
+                    stdin=data,
+                    timeout=timeout,
+                    bind=lambda _pod: callback,
+                    max_memory_output=limit,
+                    group=group,
+                    ranks_token=token,
+                )
+
             if multi:
                 labels = {r.name: r.label for r in refs if r.role != TRAINER}
+                tagged = bool(ranks and ranks.enabled and wants_torchrun(argv))
                 result = run_on_pods(
-                    lambda ref, callback: run_one(ref, lambda _pod: callback),
+                    run_tagged if tagged else lambda ref, cb: run_one(ref, lambda _pod: cb),
                     refs,
                     group=group,
                     on_output=on_output,
                     on_done=on_done,
                     labels=labels,
-                    multiplexed=Multiplexed(
+                    multiplexed=None
+                    if tagged  # each pod's streams through its RankedStreams: the usual path
+                    else Multiplexed(
                         self._commands,
                         argv,
                         lambda ref: container or self._default_container(ref),

@@ -87,6 +87,8 @@ class TorchDemux:
         self._ended: dict[int, set[int]] = {}
         self._report: dict[int, list[str]] = {}  # run -> its launcher lines (for the report)
         self._patterns: dict[int, re.Pattern[bytes]] = {}
+        self._record_patterns: dict[int, tuple[re.Pattern[bytes], re.Pattern[bytes]]] = {}
+        self._lines_of: dict[bytes, re.Pattern[bytes]] = {}  # tag -> its lines' regex
         self._ranks: dict[tuple[str, int], TorchRankOutput] = {}
         self._pending: dict[tuple[tuple[str, int], int], tuple[TorchRun, list[bytes]]] = {}
         self._plain: list[Piece] = []
@@ -159,9 +161,16 @@ class TorchDemux:
         run = st.run
         assert run is not None
         pattern = self._pattern(run)
+        records, _ = self._records_patterns(run)
         tags = st.tags
         n = len(buf)
         while pos < n:
+            if st.owner is None:  # at a line's start: the whole tagged lines there, at once
+                whole = records.match(buf, pos)
+                if whole is not None:
+                    self._records(st, run, buf[pos : whole.end()])
+                    pos = whole.end()
+                    continue
             m = pattern.search(buf, pos)
             start = m.start() if m is not None else self._cut_tag(st, buf, pos)
             if start > pos:
@@ -171,6 +180,12 @@ class TorchDemux:
                 return -1
             if m.lastgroup == "marker":
                 return self._marker(st, buf, start)
+            if st.owner is None:  # the tag starts a line: it and the whole lines after it
+                whole = records.match(buf, start)
+                if whole is not None:
+                    self._records(st, run, buf[start : whole.end()])
+                    pos = whole.end()
+                    continue
             self._end_line(st)  # a line of torchrun's cut by a tag: kept as it came
             tag = m.group()
             key = tags.get(tag)
@@ -179,6 +194,40 @@ class TorchDemux:
             st.owner = key
             pos = m.end()
         return pos
+
+    def _records_patterns(self, run: TorchRun) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+        """(a run of whole tagged lines, a tag) of the run's form."""
+        patterns = self._record_patterns.get(run.index)
+        if patterns is None:
+            whole, tag, _line = run.records()
+            patterns = self._record_patterns[run.index] = (re.compile(whole), re.compile(tag))
+        return patterns
+
+    def _records(self, st: _Stream, run: TorchRun, lines: bytes) -> None:
+        """Whole tagged lines (most of a big output), in C loops: the tags there (one scan),
+        each tag's lines joined (one scan per rank), the untagged text (one substitution)."""
+        _, tag_re = self._records_patterns(run)
+        found = set(tag_re.findall(lines))
+        for tag in found:
+            one = self._lines_of.get(tag)
+            if one is None:
+                _, _, line = run.records()
+                one = self._lines_of[tag] = re.compile(re.escape(tag) + line)
+            text = b"".join(one.findall(lines))
+            if len(found) == 1:
+                self._plain.append(text)
+            key = st.tags.get(tag)
+            if key is None:
+                m = self._pattern(run).match(tag)
+                assert m is not None
+                key = st.tags[tag] = self._new_rank(run, m)
+            slot = self._pending.get((key, st.channel))
+            if slot is None:
+                self._pending[(key, st.channel)] = (run, [text])
+            else:
+                slot[1].append(text)
+        if len(found) > 1:
+            self._plain.append(tag_re.sub(b"", lines))
 
     def _pattern(self, run: TorchRun) -> re.Pattern[bytes]:
         pattern = self._patterns.get(run.index)
@@ -392,6 +441,8 @@ class LaunchersDemux:
         return self.ranks.output
 
     def feed_pieces(self, channel: int, data: Piece) -> list[Piece]:
+        if not isinstance(data, bytes):  # copied once here, not by each demux
+            data = bytes(data)
         pieces = self.torch.feed_pieces(channel, data)
         if len(pieces) == 1:
             return self.ranks.feed_pieces(channel, pieces[0])

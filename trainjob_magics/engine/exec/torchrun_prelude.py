@@ -132,15 +132,16 @@ def calls_torchrun(text: str) -> bool:
     return any(r.search(text) is not None for r in (CALLS_TORCHRUN, CALLS_TORCH_RUN_MODULE))
 
 
-def prelude(text: str) -> str:
-    """The prelude for the shell text: mpirun's functions when it calls mpirun/mpiexec,
-    torchrun's when it calls torchrun (python's when it names ``torch.distributed.run``)."""
+def prelude(text: str, mpi: bool = True) -> str:
+    """The prelude for the shell text: mpirun's functions when it calls mpirun/mpiexec (and
+    ``mpi``), torchrun's when it calls torchrun (python's when it names
+    ``torch.distributed.run``)."""
     torch = ""
     if calls_torchrun(text):
         torch = TORCHRUN_FUNCTIONS
         if CALLS_TORCH_RUN_MODULE.search(text):
             torch += PYTHON_FUNCTIONS
-    if CALLS_LAUNCHER.search(text) is None:
+    if not mpi or CALLS_LAUNCHER.search(text) is None:
         return HEAD + torch + TAIL
     return RANKS_SCRIPT[: -len(TAIL)] + torch + TAIL
 
@@ -155,14 +156,25 @@ def wants_launchers(argv: Sequence[str]) -> bool:
     )
 
 
-def launcher_argv(argv: Sequence[str], token: str) -> list[str]:
+def wants_torchrun(argv: Sequence[str]) -> bool:
+    """``[sh, -c, TEXT]`` (any shell) whose text calls torchrun: what a command on several pods
+    gets the prelude for (mpirun's runs there as written)."""
+    return (
+        len(argv) == 3
+        and argv[0].rsplit("/", 1)[-1] in SHELLS
+        and argv[1] == "-c"
+        and calls_torchrun(argv[2])
+    )
+
+
+def launcher_argv(argv: Sequence[str], token: str, mpi: bool = True) -> list[str]:
     """``[sh, -c, TEXT]`` -> ``[sh, -c, PRELUDE, sh, TOKEN, TEXT]`` (``$0`` stays the shell's
-    name, as ``sh -c TEXT`` has it)."""
+    name, as ``sh -c TEXT`` has it); ``mpi=False``: torchrun's functions only."""
     shell = argv[0]
-    return [shell, "-c", prelude(argv[2]), shell.rsplit("/", 1)[-1], token, argv[2]]
+    return [shell, "-c", prelude(argv[2], mpi), shell.rsplit("/", 1)[-1], token, argv[2]]
 
 
 if not (RANKS_SCRIPT.startswith(HEAD) and RANKS_SCRIPT.endswith(TAIL)):  # pragma: no cover
     raise ImportError("exec/ranks.py's RANKS_SCRIPT no longer starts and ends as HEAD and TAIL")
 
-__all__ = ["calls_torchrun", "launcher_argv", "prelude", "wants_launchers"]
+__all__ = ["calls_torchrun", "launcher_argv", "prelude", "wants_launchers", "wants_torchrun"]

@@ -74,6 +74,17 @@ class TorchRun(MpiRun):
             return rb"\x1e(?P<rank>\d+):(?P<local>\d+)\x1f"
         return rb"\[" + re.escape(self.role.encode()) + rb"(?P<local>\d+)\]:"
 
+    def records(self) -> tuple[bytes, bytes, bytes]:
+        """Regexes of whole tagged lines: a run of them, the tag alone, and a line after a tag
+        (its group). A line holds no tag start, nor anything a marker starts with."""
+        if self.form == TEMPLATE:
+            tag, line = rb"\x1e\d+:\d+\x1f", rb"[^\n\x1e]*+\n"
+        else:
+            tag = rb"\[" + re.escape(self.role.encode()) + rb"\d+\]:"
+            plain = rb"[^\n\[\x1e]*+"
+            line = plain + rb"(?:\[(?!" + tag[2:] + b")" + plain + rb")*+\n"
+        return b"(?:" + tag + line + b")++", tag, b"(" + line + b")"
+
     def is_tag_prefix(self, tail: bytes) -> bool:
         """``tail`` (the end of a chunk) may be the start of a tag cut there."""
         if self.form == TEMPLATE:

@@ -1,4 +1,5 @@
 """Worker of the recorded torchrun runs (tests/unit/data/torchrun/README.md)."""
+
 import os
 import sys
 import time
@@ -39,10 +40,15 @@ elif scenario == "raise":  # rank 3 raises under @record: its error file gives t
     main()
 elif scenario == "partial":  # lines cut by the tail's reads, \r, long lines, no final newline
     stream = out if rank == 0 else err
-    stream.write(f"abc{rank}"); stream.flush(); time.sleep(0.35)
-    stream.write(f"def{rank}\nghi{rank}"); stream.flush(); time.sleep(0.35)
-    stream.write("\rcr\r\nend\n"); stream.flush()
-    stream.write("x" * 9000 + "\n"); stream.flush()
-    stream.write("y" * 70000 + "\n"); stream.flush()
-    stream.write("é ü\n"); stream.flush()
-    stream.write(f"tail{rank}"); stream.flush()
+    for piece, pause in [
+        (f"abc{rank}", 0.35),
+        (f"def{rank}\nghi{rank}", 0.35),
+        ("\rcr\r\nend\n", 0),
+        ("x" * 9000 + "\n", 0),
+        ("y" * 70000 + "\n", 0),
+        ("é ü\n", 0),
+        (f"tail{rank}", 0),
+    ]:
+        stream.write(piece)
+        stream.flush()
+        time.sleep(pause)
