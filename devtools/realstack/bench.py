@@ -195,6 +195,6 @@ def run(
         failed += any(r.kubectl == "-" for r in rows)
         notes = {p.kubernetes: note} if note else {}
         section = versions_table.write(output, rows, notes)
-        _say(f"{p.label()}: wrote {output}")
+        _say(f"{p.kubernetes}: wrote {output}")
     print(section if plans else "")
     return 1 if failed else 0

@@ -2,7 +2,9 @@
 download whose exec stream through the API server ended early): a TCP proxy in front of the
 API server (tests/helpers/faultproxy.py) resets the connection three times during a 1 GB
 download and a 1 GB upload; each resumes by file and byte and is checked by sha256, each retry
-said in one line. Out of retries: one line, nothing half-written here or in the pod.
+said in one line. Out of retries: one line, nothing half-written here or in the pod. An upload
+killed mid-stream (SIGKILL) or stopped by Ctrl-C (issue 37): the killed one's staging directory
+is swept by the next upload there, the stopped one leaves nothing.
 
 ``TRAINJOB_MAGICS_E2E_TRANSFER_MB`` sets the size (default 1024). The trainer image needs
 python3 (resume by byte) and ``head``/``sha256sum``; ``tests/integration/test_realcluster_suite.py``
@@ -14,15 +16,20 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.faultproxy import FaultProxy
+from tests.helpers.polling import wait_until
 from tests.realcluster.settings import KUBECONFIG, NAMESPACE, NEEDS_CLUSTER, RUNTIMES, WAIT
 from trainjob_magics import TrainJobSession, connect
-from trainjob_magics.engine.errors import TransferError
+from trainjob_magics.engine.errors import TransferError, TransferInterruptedError
+from trainjob_magics.engine.files import staging
 from trainjob_magics.engine.files.resume import CHECKPOINT
 
 RUNTIME = RUNTIMES[0]
@@ -169,3 +176,61 @@ def test_out_of_retries_fails_in_one_line_leaving_nothing(
         session.upload(str(local), "resume/kept/x.bin", progress=every(proxy, 0.1), retries=1)
     assert "\n" not in str(up.value) and "nothing was left in the pod" in str(up.value), up.value
     assert session.execute("ls -A resume/kept").stdout == ""  # no copy, no staging directory
+
+
+HELD = """
+import sys, time
+from trainjob_magics import attach
+name, namespace, kubeconfig, src, dst = sys.argv[1:6]
+s = attach(name, namespace=namespace or None, config_file=kubeconfig, timeout=120)
+said = []
+def progress(done, total):
+    if total and done >= total // 4 and not said:
+        said.append(1)
+        print("held", flush=True)
+        while True:  # until killed
+            time.sleep(1)
+s.upload(src, dst, progress=progress)
+"""
+
+
+def test_a_killed_upload_is_swept_and_a_stopped_one_leaves_nothing(
+    session: TrainJobSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local = tmp_path / "x.bin"
+    with open(local, "wb") as fh:
+        fh.truncate(256 * MIB)
+    argv = [sys.executable, "-c", HELD, session.name, session.namespace, KUBECONFIG, str(local)]
+    proc = subprocess.Popen([*argv, "resume/killed/x.bin"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+    finally:
+        proc.send_signal(signal.SIGKILL)  # a kernel killed mid-upload: no cleanup at all
+        proc.wait()
+    listed = session.execute("ls -A resume/killed").stdout.split()
+    assert len(listed) == 1 and listed[0].startswith(".trainjob-upload-"), listed
+    small = tmp_path / "small.txt"
+    small.write_text("small")
+    monkeypatch.setattr(staging, "STALE_AFTER", 2.0)  # (an hour otherwise)
+
+    def swept() -> bool:
+        session.upload(str(small), "resume/killed/small.txt")
+        return session.execute("ls -A resume/killed").stdout.split() == ["small.txt"]
+
+    wait_until(swept, timeout=120)
+    fired: list[bool] = []
+
+    def ctrl_c(done: int, total: int) -> None:
+        if not fired and total and done >= total // 4:
+            fired.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+        if fired:  # the stream goes no further until the Ctrl-C was handled
+            wait_until(lambda: any(t.is_set() for t in list(session._transfers)))
+
+    with pytest.raises(TransferInterruptedError) as info:
+        session.upload(str(local), "resume/stopped/x.bin", progress=ctrl_c)
+    message = str(info.value)
+    assert "\n" not in message and message.endswith(
+        "nothing was left in the pod; run it again to copy it"
+    )
+    assert session.execute("mkdir -p resume/stopped && ls -A resume/stopped").stdout == ""

@@ -18,6 +18,7 @@ from trainjob_magics.engine.files.archive import ChunkStream, TarStream, unpack
 from trainjob_magics.engine.files.manifest import (
     compare,
     download_argv,
+    handover_argv,
     parse_files,
     upload_argv,
     upload_tar_argv,
@@ -84,6 +85,10 @@ def test_upload_script_unpacks_and_lists_every_file(
         assert not (pod / "p" / ".trainjob-upload-0").exists()
         argv = upload_tar_argv(str(pod / "p"), "dst", "0")
         done = subprocess.run(argv, input=archive, capture_output=True, check=False)
+        assert done.returncode == 0, done.stderr
+        assert not (pod / "p" / "dst" / "empty").exists()  # staged: moved once checked
+        moved = subprocess.run(handover_argv(str(pod / "p"), "0", "dst"), capture_output=True)
+        assert moved.returncode == 0, moved.stderr
     assert done.returncode == 0, done.stderr
     assert os.listdir(pod / "p") == ["dst"]  # the staging directory went
     tool = done.stdout.decode().splitlines()[0]

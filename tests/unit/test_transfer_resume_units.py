@@ -6,9 +6,11 @@ API connection does (the pod's process sees its stdin end, its output goes nowhe
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import subprocess
+import tarfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -425,6 +427,78 @@ def test_an_upload_the_pod_cannot_store_fails_at_once_leaving_nothing(tmp_path: 
     scripts = [argv[2] for argv in client.calls]
     assert scripts == [manifest.UPLOAD_SH, manifest.CLEAN_SH]  # one attempt, then the cleanup
     assert os.listdir(pod) == []
+
+
+def test_a_tar_upload_cut_between_two_members_places_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tar xf -`` ends without an error when its stream stops between two members: tar's way
+    (no python3 in the pod, or verify=False) moves the copy into place only once the client
+    saw the whole stream land (and checked it), so a cut leaves nothing half-written."""
+    monkeypatch.setattr(manifest, "PYTHONS", ("/nonexistent/python3",))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.bin").write_bytes(os.urandom(3000))
+    (src / "b.bin").write_bytes(os.urandom(5000))
+    with tarfile.open(fileobj=io.BytesIO(TarStream(src, "src").read())) as tar:
+        boundary = tar.getmembers()[-1].offset  # the last member's header: a shorter archive
+    pod = tmp_path / "pod"
+    pod.mkdir()
+    for verify in (False, True):
+        client = LocalExec(pod, cuts=[boundary])
+        with pytest.raises(TransferError) as info:
+            transfer.upload(client, "ns", [TARGET], src, "dst", verify=verify, retries=0)  # type: ignore[arg-type]
+        assert os.listdir(pod) == []  # nothing in place, no staging directory
+        message = str(info.value)
+        assert "\n" not in message and "the connection was lost, 1 time" in message, message
+        assert "nothing was left in the pod; run it again" in message
+
+
+def test_an_upload_to_pods_sharing_a_volume_lands_whole_on_each(tmp_path: Path) -> None:
+    """Pods of one job often share a volume (here: one directory): each pod's copy stages in a
+    directory of its own, so none removes another's."""
+    data = random_file(tmp_path / "f.bin", 2 * CHECKPOINT + 3)
+    pod = tmp_path / "shared"
+    pod.mkdir()
+    targets = [PodCommand(f"pod-{i}", "node") for i in range(4)]
+    res = transfer.upload(LocalExec(pod), "ns", targets, tmp_path / "f.bin", "f.bin")  # type: ignore[arg-type]
+    assert res.ok and res.verified == "sha256"
+    assert os.listdir(pod) == ["f.bin"] and (pod / "f.bin").read_bytes() == data
+
+
+class ShortStdin:
+    """A stand-in exec client whose stdin stream ends after ``keep`` bytes (a dropped stream)."""
+
+    def __init__(self, pod: Path, keep: int) -> None:
+        self.pod, self.keep = pod, keep
+
+    def run(self, namespace: str, pod: str, argv: list[str], **kw: Any) -> ExecResult:
+        done = subprocess.run(
+            argv, cwd=self.pod, input=kw["stdin"][: self.keep], capture_output=True, check=False
+        )
+        return ExecResult(
+            stdout_bytes=done.stdout, stderr_bytes=done.stderr, returncode=done.returncode
+        )
+
+
+def test_a_write_cut_short_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    """write_file (``%%trainjob_writefile``) writes beside the file and renames it onto it only
+    once every byte arrived; a short stream fails in one line and changes nothing."""
+    pod = tmp_path / "pod"
+    pod.mkdir()
+    (pod / "train.py").write_text("the old script\n")
+    os.chmod(pod / "train.py", 0o750)
+    data = b"print('the new one')\n" * 100
+    with pytest.raises(TransferError) as info:
+        transfer.write_file(ShortStdin(pod, 1000), "ns", [TARGET], "train.py", data)  # type: ignore[arg-type]
+    assert (pod / "train.py").read_text() == "the old script\n"
+    assert os.listdir(pod) == ["train.py"]  # no temporary file left
+    message = str(info.value)
+    assert "\n" not in message and f"1000 of {len(data)} bytes of train.py arrived" in message
+    assert message.endswith("train.py was left as it was; run it again")
+    transfer.write_file(ShortStdin(pod, len(data)), "ns", [TARGET], "train.py", data)  # type: ignore[arg-type]
+    assert (pod / "train.py").read_bytes() == data
+    assert (pod / "train.py").stat().st_mode & 0o777 == 0o750 and os.listdir(pod) == ["train.py"]
 
 
 # ------------------------------------------------------------------ the ledgers by hand

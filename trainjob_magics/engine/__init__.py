@@ -36,6 +36,7 @@ from .errors import (
     TrainJobFailedError,
     TrainJobGoneError,
     TransferError,
+    TransferInterruptedError,
     UnsafeArchiveError,
 )
 from .exec.output import MAX_MEMORY_OUTPUT
@@ -126,6 +127,7 @@ __all__ = [
     "TrainJobGoneError",
     "TrainJobSession",
     "TransferError",
+    "TransferInterruptedError",
     "TransferResult",
     "UnsafeArchiveError",
     "abandon_trainjob",

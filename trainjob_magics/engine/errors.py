@@ -184,6 +184,11 @@ class TransferError(TrainJobError):
         self.result = result
 
 
+class TransferInterruptedError(TransferError):
+    """A copy was stopped before it ended (Ctrl-C, its ``cancel`` event, the session closed):
+    its stream ended, and what it had staged was removed on both sides."""
+
+
 class UnsafeArchiveError(TransferError):
     """A downloaded archive holds a member that would land outside the target; nothing written."""
 

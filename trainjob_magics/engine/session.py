@@ -55,7 +55,9 @@ from .exec.torchrun_prelude import launcher_argv, wants_launchers, wants_torchru
 from .files.logs import OnLog, PodLogs, read_log, read_logs
 from .files.resume import DEFAULT_RETRIES
 from .files.transfer import (
+    STOP_WAIT,
     OnRetry,
+    Stop,
     TransferProgress,
     TransferResult,
     download,
@@ -185,6 +187,7 @@ class TrainJobSession:
         self._lock = threading.Lock()
         self._close_lock = threading.Lock()
         self._closed = False
+        self._transfers: set[Stop] = set()  # uploads and downloads running (close stops them)
         self._preempted: SessionPreemptedError | None = None
         self._disruption = ""  # the last pod deletion/eviction/preemption a command saw
         self._evictions = 0
@@ -929,12 +932,15 @@ class TrainJobSession:
         timeout: float | None = None,
         retries: int = DEFAULT_RETRIES,
         on_retry: OnRetry | None = None,
+        cancel: threading.Event | None = None,
     ) -> TransferResult:
         """Copy a local file or directory to ``remote`` on the target pods (tar over exec).
         A stream that ends early goes on from where it ended, up to ``retries`` times per pod
-        (``on_retry(line)`` hears each, else the log); nothing half-written is left in place."""
+        (``on_retry(line)`` hears each, else the log); nothing half-written is left in place.
+        Ctrl-C, ``cancel.set()`` from another thread or ``close()`` stops it, removing what it
+        staged: :class:`TransferInterruptedError`."""
         targets = pod_commands(self.pods(pods), container, self.container)
-        with self._in_use():
+        with self._in_use(), self._transfer(cancel) as stop:
             return upload(
                 self._exec,
                 self.namespace,
@@ -946,6 +952,7 @@ class TrainJobSession:
                 timeout=timeout,
                 retries=retries,
                 on_retry=on_retry,
+                stop=stop,
             )
 
     def download(
@@ -960,11 +967,13 @@ class TrainJobSession:
         timeout: float | None = None,
         retries: int = DEFAULT_RETRIES,
         on_retry: OnRetry | None = None,
+        cancel: threading.Event | None = None,
     ) -> TransferResult:
         """Copy ``remote`` (file or directory) from one pod to ``local``, unpacked safely. A
         stream that ends early goes on from where it ended, up to ``retries`` times
         (``on_retry(line)`` hears each, else the log); nothing is written to ``local`` until the
-        whole copy is verified."""
+        whole copy is verified. Ctrl-C, ``cancel.set()`` or ``close()`` stops it:
+        :class:`TransferInterruptedError`, nothing written."""
         refs = self.pods(pod)
         if len(refs) != 1:
             names = ", ".join(r.name for r in refs)
@@ -973,7 +982,7 @@ class TrainJobSession:
                 "pick one, e.g. node-0"
             )
         (target,) = pod_commands(refs, container, self.container)
-        with self._in_use():
+        with self._in_use(), self._transfer(cancel) as stop:
             return download(
                 self._exec,
                 self.namespace,
@@ -985,7 +994,34 @@ class TrainJobSession:
                 timeout=timeout,
                 retries=retries,
                 on_retry=on_retry,
+                stop=stop,
             )
+
+    @contextlib.contextmanager
+    def _transfer(self, cancel: threading.Event | None) -> Iterator[Stop]:
+        """A running upload or download, which :meth:`close` stops (and waits for)."""
+        stop = Stop(cancel)
+        with self._lock:
+            self._transfers.add(stop)
+        try:
+            yield stop
+        finally:
+            with self._lock:
+                self._transfers.discard(stop)
+            stop.ended.set()
+
+    def _stop_transfers(self, why: str, wait: float = STOP_WAIT) -> None:
+        """Stop the running transfers and wait (at most ``wait`` s) until each has removed
+        what it staged, in the pods too (before they go)."""
+        with self._lock:
+            stops = list(self._transfers)
+        for stop in stops:
+            stop.set(why, "connect a new session to copy it")
+        deadline = time.monotonic() + wait
+        for stop in stops:
+            if not stop.ended.wait(max(0.0, deadline - time.monotonic())):
+                log.warning("a transfer of TrainJob %s did not stop within %gs", self.name, wait)
+                return
 
     def write_file(
         self,
@@ -1321,6 +1357,7 @@ class TrainJobSession:
                     f"{self.name} and the run, or leave it: it ends the job when it ends",
                     run=live,
                 )
+            self._stop_transfers(f"TrainJob session {self.name} was closed")
             self._close_forwards()
             self._stop_heartbeat()
             self._stop_idle_clock()

@@ -6,11 +6,13 @@ per-pod output and progress.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from ..engine import TransferInterruptedError
 from .detach import show_after_follow
 from .failures import TrainJobMagicError, TrainJobUsageError
 from .host import MagicsHost
@@ -19,18 +21,28 @@ from .views.progress import transfer_line
 from .worker import Pump
 
 NOTE = "note"  # an event of the worker that is a line of its own (a retry), not progress
+STOP_WAIT = 45.0  # seconds a stopped transfer gets to clean up (its pods' cleanup: 30 s at most)
+
+
+class _Interrupt(threading.Event):
+    """The ``cancel`` event of a magic's copy, set by Ctrl-C (the engine says why from it)."""
+
+    why = "interrupted"
 
 
 def _run_with_progress(
     host: MagicsHost, label: str, fn: Callable[..., Any], copies: int = 1
 ) -> Any:
-    """Run ``fn(progress, note)`` in a worker; show its progress here once the transfer is
-    large (``copies``: how many pods receive the same bytes), and each ``note(line)`` (a
-    retry) as a line of its own."""
+    """Run ``fn(progress, note, cancel)`` in a worker; show its progress here once the
+    transfer is large (``copies``: how many pods receive the same bytes), and each
+    ``note(line)`` (a retry) as a line of its own. Ctrl-C sets ``cancel`` and waits (up to
+    ``STOP_WAIT``; a second Ctrl-C stops waiting) until the transfer has stopped and removed
+    what it staged, then says so in one line (one that had ended already: that it had)."""
     bar = host.views.progress(label, host.use_widgets(), copies=copies)
+    cancel = _Interrupt()
 
     def work(emit: Callable[..., None]) -> Any:
-        return fn(lambda done, total: emit(done, total), lambda line: emit(NOTE, line))
+        return fn(lambda done, total: emit(done, total), lambda line: emit(NOTE, line), cancel)
 
     def show(*event: Any) -> None:
         if event[0] == NOTE:
@@ -42,9 +54,23 @@ def _run_with_progress(
     try:
         result = pump.run(work, show)
     except KeyboardInterrupt:
-        pump.cancel()
+        cancel.set()
+        with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: stop waiting
+            pump.done.wait(STOP_WAIT)  # (not a join: see engine files/transfer._Countdown)
+        if pump.done.is_set() and pump.error is None:
+            bar.finish(ok=True)  # it had ended before the stop reached it: said, and in place
+            raise TrainJobMagicError(
+                f"interrupted after it had ended: {transfer_line(pump.value, copies)}"
+            ) from None
         bar.finish(ok=False)
-        raise TrainJobMagicError(f"interrupted: {label.lower()} abandoned") from None
+        if isinstance(pump.error, TransferInterruptedError):
+            raise TrainJobMagicError(str(pump.error)) from None
+        if pump.error is not None:
+            raise pump.error from None
+        raise TrainJobMagicError(
+            f"interrupted: {label.lower()} is still being stopped; what it staged is removed "
+            "when it stops, or swept by the next transfer into the same directory"
+        ) from None
     except Exception:
         bar.finish(ok=False)
         raise
@@ -53,9 +79,10 @@ def _run_with_progress(
 
 
 def _transfer(
-    host: MagicsHost, label: str, args: Any, call: Callable[[Any, Any, Any, Any], Any]
+    host: MagicsHost, label: str, args: Any, call: Callable[[Any, Any, Any, Any, Any], Any]
 ) -> None:
-    """``call(session, pods, progress, on_retry)`` with a progress bar and a line per retry;
+    """``call(session, pods, progress, on_retry, cancel)`` with a progress bar and a line per
+    retry;
     prints the transfer's summary (the size per pod x pods and the rate). An upload's pods
     are resolved here, once."""
     if args.retries < 0:
@@ -68,7 +95,7 @@ def _transfer(
     result = _run_with_progress(
         host,
         label,
-        lambda progress, note: call(session, refs, progress, note),
+        lambda progress, note, cancel: call(session, refs, progress, note, cancel),
         copies=copies,
     )
     print(transfer_line(result, copies))
@@ -88,7 +115,7 @@ def upload(host: MagicsHost, args: Any) -> None:
         host,
         "Uploading",
         args,
-        lambda session, refs, progress, note: session.upload(
+        lambda session, refs, progress, note, cancel: session.upload(
             args.local,
             args.remote,
             pods=refs,
@@ -96,6 +123,7 @@ def upload(host: MagicsHost, args: Any) -> None:
             verify=not args.no_verify,
             retries=args.retries,
             on_retry=note,
+            cancel=cancel,
         ),
     )
 
@@ -106,7 +134,7 @@ def download(host: MagicsHost, args: Any) -> None:
         host,
         "Downloading",
         args,
-        lambda session, refs, progress, note: session.download(
+        lambda session, refs, progress, note, cancel: session.download(
             args.remote,
             args.local,
             pod=refs,
@@ -114,6 +142,7 @@ def download(host: MagicsHost, args: Any) -> None:
             verify=not args.no_verify,
             retries=args.retries,
             on_retry=note,
+            cancel=cancel,
         ),
     )
 

@@ -257,10 +257,20 @@ class TarStream:
                 continue
         return False
 
+    def _get(self) -> Any:
+        """The reader's next item; once :meth:`close` stopped it, what it queued and then
+        :class:`TransferError` (a reader never waits forever)."""
+        while True:
+            try:
+                return self._queue.get(timeout=0.2)
+            except queue.Empty:
+                if self._closed.is_set():
+                    raise TransferError("the upload was stopped") from None
+
     def _next(self) -> memoryview | None:
         if self._done:
             return None
-        item = self._queue.get()
+        item = self._get()
         if item is None:
             self._done = True
             return None
@@ -285,7 +295,7 @@ class TarStream:
         self._start(framed=True)
         if self._done:
             return b"", 0
-        item = self._queue.get()
+        item = self._get()
         if item is None:
             self._done = True
             return b"", 0

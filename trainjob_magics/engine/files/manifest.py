@@ -9,7 +9,9 @@ files hashed with the first of ``openssl dgst -sha256``, ``sha256sum`` the image
 neither, ``wc -c`` gives their sizes); upload: after ``tar xf -``, the files that landed;
 download: next to ``tar cf -``. Here each file is hashed as it is read (upload) or written
 (download), and the two lists must match. An upload lands in a staging directory beside its
-destination and is moved into place from there.
+destination and is moved into place from there: by the pod's Python once the trailer matched,
+or, on tar's way, by a second exec once the client checked the list (``tar xf -`` ends without
+an error when its stream was cut between two members).
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from __future__ import annotations
 import ast
 import base64
 import functools
+import math
 import re
 import threading
 import zlib
 
 from ..errors import TransferError
-from .pod_python import PACK_PY, PROBE_PY, UNTAR_PY
+from .pod_python import CLEAN_PY, PACK_PY, PROBE_PY, untar_code
 from .resume import FileInfo, parse_marks
+from .staging import STALE_AFTER
 
 # Where the pod's python3 is looked for, in order: a system interpreter first (a version
 # manager's shim on PATH, such as pyenv's, adds ~0.1 s to every start), then PATH's.
@@ -113,16 +117,42 @@ UPLOAD_SH = (
     + 'case $rc in 0|2) rm -rf -- "$s";; esac; exit $rc'
 )
 
-# Upload with tar ("$1 $2 $3 $4" = parent, name, token, 1 to hash): "tar xf -" into the staging
-# directory, the files that landed hashed, then moved into place; no resume (a retry starts
-# again). verify=False (plain tar, as kubectl cp does) takes this way too, without the hashing.
+# The staging directories of uploads that never ended ("$5" minutes: STALE_AFTER; sh's sweep,
+# pod_python's SWEEP without python3): renamed to .trainjob-upload-gone-*, then removed, when
+# nothing under them changed (ctime) for that long and, where flock(1) is, nobody holds the lock.
+_SWEEP_SH = (
+    "sweep() { for e in .trainjob-upload-*; do "
+    '[ -d "$e" ] && [ ! -L "$e" ] && [ "$e" != "$s" ] || continue; t=${e#.trainjob-upload-}; '
+    'case $t in gone-*) rm -rf -- "$e"; continue;; ""|*[!0-9a-f]*) continue;; esac; '
+    'if [ -e "$e/lock" ] && command -v flock >/dev/null 2>&1 && ! flock -n "$e/lock" true; '
+    "then continue; fi; "
+    '[ -z "$(find "$e" -cmin -"${1:-60}" 2>/dev/null | head -n 1)" ] || continue; '
+    'g=.trainjob-upload-gone-$$-$t; mv -- "$e" "$g" 2>/dev/null || continue; rm -rf -- "$g"; '
+    'echo "#trainjob-swept $e" >&2; done; }; '
+)
+
+# Upload with tar ("$1 $2 $3 $4 $5" = parent, name, token, 1 to hash, sweep minutes): "tar xf -"
+# into the staging directory, the files that landed hashed, and nothing more: the client checks
+# them and moves them into place with HANDOVER_SH (a stream cut between two members ends tar
+# without an error). No resume (a retry starts again). verify=False (plain tar, as kubectl cp
+# does) takes this way too, without the hashing.
 UPLOAD_TAR_SH = (
     _NEEDS_TAR
     + 'mkdir -p -- "$1" && cd -- "$1" || exit; n=$2 s=.trainjob-upload-$3; '
+    + _SWEEP_SH
+    + 'sweep "${5:-60}"; '
     + _HASH_FILES
-    + _HANDOVER
     + _STAGED_TAR
-    + 'if [ "$4" = 1 ]; then (cd -- "$s/data" && hash_files "./$n"); fi; '
+    + 'if [ "$4" = 1 ]; then (cd -- "$s/data" && hash_files "./$n"); fi; exit 0'
+)
+
+# Tar's way, once the client checked what landed ("$1 $2 $3" = parent, token, name): the staged
+# entry moved into place, the staging directory removed ("#trainjob-nostage", exit 4: gone).
+HANDOVER_SH = (
+    'cd -- "$1" || exit; s=.trainjob-upload-$2 n=$3; '
+    'if [ ! -e "$s/data/$n" ] && [ ! -L "$s/data/$n" ]; then '
+    'echo "#trainjob-nostage" >&2; exit 4; fi; : > "$s/handover" || exit; '
+    + _HANDOVER
     + 'handover "$s/data/$n" "$n"; rc=$?; rm -rf -- "$s"; exit $rc'
 )
 
@@ -154,40 +184,58 @@ DOWNLOAD_SH = (
 
 # verify=False: plain tar, as kubectl cp does.
 PACK_SH = (
-    _NEEDS_TAR
-    + 'mkdir -p -- "$1" && cd -- "$1" || exit; n=$2 s=.trainjob-upload-$3; '
-    + _HANDOVER
-    + _STAGED_TAR
-    + 'handover "$s/data/$n" "$n"; rc=$?; rm -rf -- "$s"; exit $rc'
-)
-PACK_SH = (
     _NEEDS_TAR + 'cd -- "$1" 2>/dev/null || { echo "#trainjob-missing" >&2; exit 2; }; '
     'if [ ! -e "$2" ] && [ ! -L "$2" ]; then echo "#trainjob-missing" >&2; exit 2; fi; '
     'if [ -d "$2" ]; then k=dir; else k=file; fi; echo "#trainjob-kind $k 0" >&2; '
     'exec tar cf - -- "$2"'
 )
 
-# What an upload that failed for good leaves in the pod: its staging directory, removed.
-CLEAN_SH = 'cd -- "$1" 2>/dev/null || exit 0; rm -rf -- ".trainjob-upload-$2"'
+# What an upload that failed for good or was stopped leaves in the pod: its attempts stopped
+# (CLEAN_PY; a hand-over in progress is waited for) and its staging directory removed.
+CLEAN_SH = (
+    _ARGS + 'cd -- "$d" 2>/dev/null || exit 0; '
+    'if [ -n "$py" ]; then exec "$py" -I -S -c "$boot" "$code" "$n" "$m"; fi; '
+    "s=.trainjob-upload-${m#*:} i=0; "
+    'while [ -e "$s/handover" ] && [ $i -lt 20 ]; do sleep 1; i=$((i + 1)); done; '
+    'if [ $i -gt 0 ] && [ ! -e "$s/handover" ]; then echo "#trainjob-handedover"; fi; '
+    'rm -rf -- "$s"'
+)
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def upload_argv(
-    parent: str, name: str, verify: bool, token: str = "0", mode: str = "new"
+    parent: str,
+    name: str,
+    verify: bool,
+    token: str = "0",
+    mode: str = "new",
+    stale: float = STALE_AFTER,
 ) -> list[str]:
     """The pod-side command that unpacks a tar stream from stdin into ``parent`` (through the
-    staging directory ``.trainjob-upload-TOKEN``); ``mode``: ``new`` or ``resume``
+    staging directory ``.trainjob-upload-TOKEN``); ``mode``: ``new`` (which first sweeps the
+    staging directories nothing holds nor changed in for ``stale`` seconds) or ``resume``
     (``pod_python.py``). ``verify=False``: :func:`upload_tar_argv` without the hashing."""
     if not verify:
-        return upload_tar_argv(parent, name, token, verify=False)
-    code = _packed(UNTAR_PY)
+        return upload_tar_argv(parent, name, token, verify=False, stale=stale)
+    code = _packed(untar_code(stale))
     return ["sh", "-c", UPLOAD_SH, "sh", parent, name, code, f"{mode}:{token}", *PYTHONS]
 
 
-def upload_tar_argv(parent: str, name: str, token: str, verify: bool = True) -> list[str]:
-    """The upload with ``tar`` (a pod without python3; ``verify=False``)."""
-    return ["sh", "-c", UPLOAD_TAR_SH, "sh", parent, name, token, "1" if verify else "0"]
+def upload_tar_argv(
+    parent: str, name: str, token: str, verify: bool = True, stale: float = STALE_AFTER
+) -> list[str]:
+    """The upload with ``tar`` (a pod without python3; ``verify=False``): into the staging
+    directory only (:func:`handover_argv` moves it into place); the sweep's bound in whole
+    minutes (``find -cmin``), at least 1 unless ``stale`` is 0."""
+    minutes = str(max(1, math.ceil(stale / 60)) if stale > 0 else 0)
+    flag = "1" if verify else "0"
+    return ["sh", "-c", UPLOAD_TAR_SH, "sh", parent, name, token, flag, minutes]
+
+
+def handover_argv(parent: str, token: str, name: str) -> list[str]:
+    """The pod-side command that moves a tar upload's staged entry into place."""
+    return ["sh", "-c", HANDOVER_SH, "sh", parent, token, name]
 
 
 def download_argv(
@@ -206,9 +254,11 @@ def probe_argv(parent: str, name: str, token: str) -> list[str]:
     return ["sh", "-c", PROBE_SH, "sh", parent, name, _packed(PROBE_PY), f"probe:{token}", *PYTHONS]
 
 
-def clean_argv(parent: str, token: str) -> list[str]:
-    """The pod-side command that removes an upload's staging directory."""
-    return ["sh", "-c", CLEAN_SH, "sh", parent, token]
+def clean_argv(parent: str, name: str, token: str) -> list[str]:
+    """The pod-side command that stops an upload's attempts and removes its staging
+    directory."""
+    code = _packed(CLEAN_PY)
+    return ["sh", "-c", CLEAN_SH, "sh", parent, name, code, f"clean:{token}", *PYTHONS]
 
 
 def _unescape(line: str) -> tuple[str, str]:

@@ -17,9 +17,19 @@ failure (a file that cannot be written, a bad stream, a mismatch) exits 2 at onc
 one-line message. The ``sh`` around it removes the staging directory after exit 0 or 2.
 ``resume``: as ``new``, into the staging directory that is there; a member may start inside a
 file (PAX ``TRAINJOB.offset``): the staged copy is cut to that byte and appended to.
+Each attempt holds a shared ``flock`` on ``.trainjob-upload-TOKEN/lock`` while it runs. A
+``new`` upload first *sweeps* its directory (:data:`SWEEP`): the staging directories of uploads
+that never ended (the client killed, its kernel restarted) are removed when no process holds
+their lock and nothing in them changed (ctime) for ``STALE`` seconds (set by the client, far
+above the gap between two attempts of a live upload: :func:`untar_code`); each is renamed to
+``.trainjob-upload-gone-*`` first (no attempt can start in it any more) and then removed, and
+named on stderr (``#trainjob-swept HEXNAME``).
 ``PROBE_PY NAME probe:TOKEN``: stops an earlier attempt of TOKEN that still runs (its argv ends
 in ``new:TOKEN`` or ``resume:TOKEN``; a hand-over in progress is waited for), then prints the
-journal (``#trainjob-nostage``: nothing to go on from).
+journal (``#trainjob-nostage``: nothing to go on from). ``CLEAN_PY NAME clean:TOKEN``: stops
+them the same way, waits for a hand-over under way (tar's too: ``handover`` in the stage, up to
+20 s; ``#trainjob-handedover`` on stdout once it ended), then removes the staging directory (an
+upload that failed or was stopped).
 
 ``PACK_PY NAME MODE:TOKEN`` (download, run in the source's parent): writes ``NAME`` as a tar
 stream (ustar, PAX records where needed; links kept as links, hard links once) to stdout like
@@ -112,9 +122,92 @@ def stop_others(token, patient=lambda: False):
             return
 """
 
+# The staging directories of uploads that never ended (run in the destination's parent).
+SWEEP = r"""
+import time
+PREFIX = b".trainjob-upload-"
+def fresh(path, since):  # something under path changed (ctime) after since; True if unsure
+    try:
+        if os.lstat(path).st_ctime > since:
+            return True
+        for root, dirs, files in os.walk(path):
+            for name in dirs + files:
+                try:
+                    if os.lstat(os.path.join(root, name)).st_ctime > since:
+                        return True
+                except OSError:
+                    pass
+    except OSError:
+        return True
+    return False
+def remove_tree(path):
+    for root, dirs, files in os.walk(path, topdown=False):
+        for name in files + dirs:
+            child = os.path.join(root, name)
+            try:
+                if name in dirs and not os.path.islink(child):
+                    os.rmdir(child)
+                else:
+                    os.unlink(child)
+            except OSError:
+                pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+def unlocked(stage):  # no process holds the stage's lock: the fd, locked (None: no lock)
+    try:
+        fd = os.open(stage + b"/lock", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        import fcntl
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except (BlockingIOError, PermissionError):
+        os.close(fd)
+        return False  # held
+    except (ImportError, OSError):
+        os.close(fd)
+        return None  # no flock here: the age alone decides
+    return fd
+def trash(stage):  # rename it where no attempt can start in it, then remove it
+    gone = PREFIX + b"gone-" + binascii.hexlify(os.urandom(6))
+    os.rename(stage, gone)
+    remove_tree(gone)
+def sweep(stale, own):
+    since = time.time() - stale
+    try:
+        entries = [e.name for e in os.scandir(b".") if e.name.startswith(PREFIX)]
+    except OSError:
+        return
+    for name in entries:
+        rest = name[len(PREFIX):]
+        if name == own or os.path.islink(name) or not os.path.isdir(name):
+            continue
+        if rest.startswith(b"gone-"):  # a sweep that stopped halfway (or runs now)
+            remove_tree(name)
+            continue
+        if not rest or rest.strip(b"0123456789abcdef"):
+            continue
+        fd = unlocked(name)
+        if fd is False:
+            continue  # an attempt of that upload runs
+        try:
+            if not fresh(name, since):
+                trash(name)
+                sys.stderr.write("#trainjob-swept " + hexname(name) + "\n")
+        except OSError:
+            pass
+        finally:
+            if fd is not None:
+                os.close(fd)
+"""
+
 UNTAR_PY = (
     _COMMON
+    + SWEEP
     + r"""
+STALE = @STALE@
 class TarError(Exception):
     pass
 class Cut(Exception):  # the stream ended before its end: the staging directory stays
@@ -352,6 +445,17 @@ def handover(src, dest):  # one rename per file; directories merge into existing
     except OSError as exc:
         say(dest, why(exc))
         FAILED.append(dest)
+def hold(stage):  # a shared lock on the stage while this attempt runs (a sweep keeps off)
+    try:
+        fd = os.open(stage + b"/lock", os.O_RDONLY | os.O_CREAT, 0o600)
+    except OSError:
+        return False  # the stage went away
+    try:
+        import fcntl
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except (ImportError, OSError):
+        pass  # no flock here: the sweep goes by age alone
+    return True
 def placed(name):
     return not any(name == f or name.startswith(f + b"/") for f in FAILED)
 def main():
@@ -361,9 +465,11 @@ def main():
     data, journal_path, handing = stage + b"/data", stage + b"/journal", stage + b"/handover"
     if mode == "new":
         os.makedirs(data)
-    elif not os.path.isdir(data) or os.path.exists(handing):
-        sys.stderr.write("#trainjob-nostage\n")
+    if not hold(stage) or not os.path.isdir(data) or os.path.exists(handing):
+        sys.stderr.write("#trainjob-nostage\n")  # swept, or handed over: start again
         return 4
+    if mode == "new" and STALE >= 0:
+        sweep(STALE, stage)
     big_pipe(0)
     umask = os.umask(0)
     os.umask(umask)
@@ -450,6 +556,30 @@ def main():
     with open(stage + b"/journal", "ab+") as fh:
         fh.seek(0)
         put(1, b"#trainjob-python\n" + fh.read())
+    return 0
+sys.exit(main())
+"""
+)
+
+CLEAN_PY = (
+    _COMMON
+    + _STOP
+    + SWEEP
+    + r"""
+def main():
+    token = sys.argv[2].partition(":")[2]
+    stage = (".trainjob-upload-" + token).encode("ascii")
+    handing = stage + b"/handover"
+    seen = os.path.exists(handing)
+    stop_others(token, lambda: os.path.exists(handing))
+    deadline = time.time() + 20  # tar's hand-over (a shell, no attempt of ours) ends first
+    while os.path.exists(handing) and time.time() < deadline:
+        seen = True
+        time.sleep(0.05)
+    if seen and not os.path.exists(handing):
+        put(1, b"#trainjob-handedover\n")  # the checked copy is in place
+    if os.path.isdir(stage) and not os.path.islink(stage):
+        trash(stage)
     return 0
 sys.exit(main())
 """
@@ -638,3 +768,9 @@ except OSError as exc:  # stdout gone: the client stopped reading
     sys.exit(2)
 """
 )
+
+
+def untar_code(stale: float) -> str:
+    """:data:`UNTAR_PY` sweeping what no process holds and nothing changed in for ``stale``
+    seconds (negative: no sweep)."""
+    return UNTAR_PY.replace("@STALE@", repr(float(stale)))

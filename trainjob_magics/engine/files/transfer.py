@@ -15,9 +15,13 @@ sha256 equals the pod's. A mismatch names the file.
 A stream that ends early (a dropped connection, an API server's 5xx) is retried up to
 ``retries`` times, each retry said in one line (``on_retry``), going on from where it ended by
 file and byte (``resume.py``): an upload lands in a staging directory in the pod
-(``.trainjob-upload-TOKEN`` beside the destination) that is moved into place only once every
-segment's sha256 matched; a download's staging directory here is kept between attempts. A
-transfer that cannot finish fails in one line and leaves nothing half-written on either side.
+(``.trainjob-upload-TOKEN`` beside the destination, one per pod) that is moved into place only
+once every segment's sha256 matched; a download's staging directory here is kept between
+attempts. A transfer that cannot finish fails in one line and leaves nothing half-written on
+either side. So does one that is stopped (:class:`Stop`: Ctrl-C, a ``cancel`` event, the
+session closed): its stream ends, the pod's attempt is stopped, the staging directories are
+removed, and it raises :class:`TransferInterruptedError`. What a killed process leaves behind
+is swept by the next transfer into the same directory (``staging.py``).
 
 Destinations: ``dest`` is the path of the copy; a ``dest`` ending in ``/`` (or, on download, an
 existing local directory when the source is a file) means "inside it, under the source's name".
@@ -33,22 +37,28 @@ import os
 import posixpath
 import queue
 import secrets
-import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidInputError, TransferError, UnsafeArchiveError
+from ..errors import (
+    ExecTimeoutError,
+    InvalidInputError,
+    TransferError,
+    TransferInterruptedError,
+    UnsafeArchiveError,
+)
 from ..exec.client import ExecClient
 from ..exec.fanout import PodCommand
 from ..exec.frames import client_frame
-from ..exec.pool import run_each
+from ..exec.pool import PodPool, run_each
 from ..exec.stop import INTERRUPT_WAIT
 from ..result import ExecResult
+from . import staging
 from .archive import STREAM_CHUNK, UNPACK_CHUNK, ChunkStream, TarStream, place, unpack
 from .manifest import (
     NO_TOOLS,
@@ -56,6 +66,7 @@ from .manifest import (
     clean_argv,
     compare,
     download_argv,
+    handover_argv,
     no_tools_message,
     parse_files,
     probe_argv,
@@ -75,6 +86,7 @@ from .resume import (
     retry_line,
     transport_failure,
 )
+from .staging import LocalStage, no_interrupt, sweep_local
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +94,69 @@ TransferProgress = Callable[[int, int], None]  # (bytes done, bytes total)
 OnRetry = Callable[[str], object]  # hears the one line of each retry
 
 
-WRITE_SH = 'd=$(dirname -- "$1") && mkdir -p -- "$d" && cat > "$1" && wc -c < "$1"'
+# write_file ("$1" path, "$2" bytes expected): into a file beside PATH (a copy of it first, for
+# its mode), renamed onto it only once all of it arrived: a cut stream leaves PATH as it was
+# ("#trainjob-short N", exit 3). A link is written through, as "cat > PATH" does.
+WRITE_SH = (
+    'f=$1; if [ -L "$f" ]; then f=$(readlink -f -- "$f") || exit; fi; '
+    'if [ -d "$f" ]; then echo "$1: Is a directory" >&2; exit 1; fi; '
+    'd=$(dirname -- "$f") && mkdir -p -- "$d" || exit; t="$d/.trainjob-write-$$"; '
+    'if [ -e "$f" ]; then cp -p -- "$f" "$t" 2>/dev/null; fi; '
+    'if ! cat > "$t"; then rm -f -- "$t"; exit 1; fi; n=$(( $(wc -c < "$t") )); '
+    'if [ "$n" != "$2" ]; then rm -f -- "$t"; echo "#trainjob-short $n" >&2; exit 3; fi; '
+    'mv -f -- "$t" "$f" || { rm -f -- "$t"; exit 1; }; echo "$n"'
+)
+CLEAN_TIMEOUT = 30.0  # seconds the removal of an upload's staging directory may take
+STOP_WAIT = CLEAN_TIMEOUT + 10  # seconds a stopped upload's pods get to clean up
+AGAIN = "run it again to copy it"
+
+
+class _Stopped(Exception):
+    """Raised inside a transfer that was stopped (:class:`Stop`)."""
+
+
+class _PodStopped(Exception):
+    """One pod's upload was stopped; ``left``: what it may have left there (empty: nothing)."""
+
+    def __init__(self, why: str, left: str) -> None:
+        super().__init__(f"stopped ({why})")
+        self.left = left
+
+
+class Stop:
+    """Stops a transfer from another thread: :meth:`set` (or the ``cancel`` event it watches)
+    ends its stream at the next piece and makes it clean up and raise
+    :class:`TransferInterruptedError`. A transfer whose last bytes were sent already ends as
+    it would have (an upload being moved into place is never cut short)."""
+
+    def __init__(self, cancel: threading.Event | None = None) -> None:
+        self.event = threading.Event()
+        self.cancel = cancel
+        self.why = ""
+        self.hint = ""
+        self.ended = threading.Event()  # the transfer returned or raised
+
+    def set(self, why: str, hint: str = AGAIN) -> None:
+        """Stop the transfer (``why``: a few words, ``hint``: what to do next)."""
+        if not self.event.is_set():
+            self.why, self.hint = why, hint
+        self.event.set()
+
+    def is_set(self) -> bool:
+        if not self.event.is_set() and self.cancel is not None and self.cancel.is_set():
+            self.set(str(getattr(self.cancel, "why", "cancelled")))  # the magics: interrupted
+        return self.event.is_set()
+
+    def check(self) -> None:
+        """Raise :class:`_Stopped` once stopped."""
+        if self.is_set():
+            raise _Stopped(self.why)
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds``, or until stopped."""
+        end = time.monotonic() + seconds
+        while not self.is_set() and (left := end - time.monotonic()) > 0:
+            self.event.wait(min(left, 0.05))
 
 
 @dataclass
@@ -245,6 +319,7 @@ def upload(
     timeout: float | None = None,
     retries: int = DEFAULT_RETRIES,
     on_retry: OnRetry | None = None,
+    stop: Stop | None = None,
 ) -> TransferResult:
     """Copy a local file or directory to ``remote`` on every target pod (concurrently, through
     the bounded pod pool), in one exec per pod.
@@ -254,8 +329,9 @@ def upload(
     into its staging directory, and moves the files into place once they all match. A stream
     that ends early is resumed, up to ``retries`` times per pod (``on_retry`` hears a line
     for each). Raises :class:`TransferError` naming the pods that failed (``.result`` has the
-    details)."""
+    details); :class:`TransferInterruptedError` after a Ctrl-C or ``stop``."""
     retries = check_retries(retries)
+    stop = stop if stop is not None else Stop()
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     src = Path(local).expanduser()
@@ -275,25 +351,59 @@ def upload(
             first: Callable[[], Any] = lambda: stream  # noqa: E731
         else:
             tmp = stack.enter_context(tempfile.TemporaryFile(prefix="trainjob-upload-"))
-            shutil.copyfileobj(stream, tmp, STREAM_CHUNK)
+            try:
+                packed = _Trailed(stream, None, stop)
+                while chunk := packed.read(STREAM_CHUNK):
+                    tmp.write(chunk)
+            except (KeyboardInterrupt, _Stopped):  # nothing sent yet; the file goes with it
+                stop.set("interrupted")
+                raise TransferInterruptedError(
+                    f"{stop.why}: upload of {local} to {remote} stopped before anything was "
+                    f"sent; {stop.hint}",
+                    result,
+                ) from None
             tmp.flush()
             first = lambda: _RangeReader(tmp.fileno(), stream.size)  # noqa: E731
 
-        def one(target: PodCommand) -> None:
+        ended = _Countdown(len(targets))
+
+        def one(item: tuple[int, PodCommand]) -> None:
+            index, target = item
             job = _PodUpload(client, namespace, target, stream, first, parent, name)
-            job.verify, job.token, job.deadline = verify, token, deadline
-            job.retries, job.on_retry = retries, on_retry
+            job.verify, job.deadline, job.timeout = verify, deadline, timeout
+            job.token = token if len(targets) == 1 else f"{token}{index:x}"  # a shared volume
+            job.retries, job.on_retry, job.stop = retries, on_retry, stop
             job.progress = _PodProgress(total, stream.size)
             job.label = "upload" if len(targets) == 1 else f"upload to {target.pod}"
             try:
                 methods[target.pod] = job.run()
             except Exception as exc:
                 result.errors[target.pod] = exc
+            finally:
+                ended.count()
 
-        run_each(one, targets, name="trainjob-upload")
+        PodPool(one, list(enumerate(targets)), name="trainjob-upload").start()
+        interrupted = False
+        try:
+            ended.wait()
+        except KeyboardInterrupt:
+            interrupted = True
+            stop.set("interrupted")
+            with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: stop waiting
+                ended.wait(STOP_WAIT)
     total.finish()
     result.verified = _weakest(methods.values()) if verify and methods else "none"
     result.duration = time.monotonic() - started
+    stopped = [p for p, e in result.errors.items() if isinstance(e, _PodStopped)]
+    if stop.is_set() and (stopped or len(result.errors) + len(methods) < len(targets)):
+        message = _stopped_upload(stop, local, remote, result, methods)
+        raise TransferInterruptedError(message, result)
+    if interrupted and not result.errors:  # too late to stop it: said, not swallowed
+        raise TransferInterruptedError(
+            f"interrupted after the upload of {local} to {remote} had ended: it is in place "
+            f"on {', '.join(result.pods)}",
+            result,
+        )
     if result.errors:
         first_error = next(iter(result.errors.values()))
         raise TransferError(
@@ -304,13 +414,57 @@ def upload(
     return result
 
 
+class _Countdown:
+    """Set once ``n`` workers have ended. Waited for instead of joining their threads: before
+    Python 3.12, a Ctrl-C inside ``Thread.join`` marks a running thread as ended."""
+
+    def __init__(self, n: int) -> None:
+        self.left = n
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        if n <= 0:
+            self.done.set()
+
+    def count(self) -> None:
+        with self.lock:
+            self.left -= 1
+            if self.left <= 0:
+                self.done.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.done.wait(timeout)
+
+
+def _stopped_upload(
+    stop: Stop, local: Any, remote: str, result: TransferResult, landed: Collection[str]
+) -> str:
+    """The one line of a stopped upload: where it stopped, what it left, what to do."""
+    left = [e.left for e in result.errors.values() if isinstance(e, _PodStopped)]
+    left = [w for w in left if w != NOTHING_LEFT]
+    still = [p for p in result.pods if p not in result.errors and p not in landed]
+    where = "" if len(result.pods) == 1 else f" on {', '.join(result.failed + still)}"
+    stopped = [e for e in result.errors.values() if isinstance(e, _PodStopped)]
+    if still:  # a second Ctrl-C, or pods that did not answer in time
+        what = "its staging directory may be left in the pod until the next upload there"
+    elif left:
+        what = left[0]
+    else:
+        what = NOTHING_LEFT + ("s" if len(stopped) > 1 else "")
+    done = [p for p in result.pods if p in landed]
+    had = f" (it had landed on {', '.join(done)})" if done else ""
+    return f"{stop.why}: upload of {local} to {remote} stopped{where}{had}; {what}; {stop.hint}"
+
+
 class _Trailed:
     """An upload's stdin: the tar stream, then its trailer (made when the stream has been read:
     only then is every file hashed). Frames when the stream makes frames (a TarStream)."""
 
-    def __init__(self, source: Any, trailer: Callable[[], bytes]) -> None:
+    def __init__(
+        self, source: Any, trailer: Callable[[], bytes] | None, stop: Stop | None = None
+    ) -> None:
         self.source = source
         self.trailer: Callable[[], bytes] | None = trailer
+        self.stop = stop
         if hasattr(source, "read_frame"):
             self.read_frame = self._read_frame
 
@@ -319,6 +473,8 @@ class _Trailed:
         return make() if make is not None else b""
 
     def _read_frame(self) -> tuple[bytes | bytearray, int]:
+        if self.stop is not None:
+            self.stop.check()  # the stream ends here: the pod sees its stdin end
         frame, n = self.source.read_frame()
         if n:
             return frame, n
@@ -326,6 +482,8 @@ class _Trailed:
         return (client_frame(b"\x00" + tail), len(tail)) if tail else (b"", 0)
 
     def read(self, n: int = -1) -> bytes:
+        if self.stop is not None:
+            self.stop.check()
         data = self.source.read(n)
         return data if data else self._tail()
 
@@ -337,6 +495,7 @@ class _PodUpload:
     verify = True
     token = "0"
     deadline: float | None = None
+    timeout: float | None = None
     retries = DEFAULT_RETRIES
     on_retry: OnRetry | None = None
     label = "upload"
@@ -359,6 +518,8 @@ class _PodUpload:
         self.tar = False  # tar's way: no python3 in the pod, or verify=False (no resume)
         self.sent: TarStream = stream  # the stream of the last attempt
         self.first_used = False  # the first stream was sent (a later one is made afresh)
+        self.stop = Stop()
+        self.method = "none"  # how the copy a hand-over moved into place was checked
 
     def _run(self, argv: list[str], stdin: Any = None) -> ExecResult:
         t = self.target
@@ -375,10 +536,12 @@ class _PodUpload:
     def run(self) -> str:
         """Until it landed (the verification method) or failed for good (raised)."""
         self.tar = not self.verify
+        self.method = "sha256" if self.verify else "none"
         retry = 0
         while True:
             cut: str | None = None
             try:
+                self.stop.check()
                 stream, mode = self._next(retry)
                 res = self._send(stream, mode)
                 cut = self._cut(res)
@@ -386,10 +549,27 @@ class _PodUpload:
                     self.tar = True  # no python3: tar's way, from the start (not a retry)
                     continue
                 if cut is None:
+                    _swept(res.stderr, self.parent, self.target.pod)
                     if self.verify and res.returncode and "integrity check" in res.stderr:
                         self._verified(res.stdout)  # names the files as sent (raises)
                     _check(res, f"unpacking into {self.parent}", self.target.pod)
-                    return self._verified(res.stdout) if self.verify else "none"
+                    self.method = self._verified(res.stdout) if self.verify else "none"
+                    if self.tar:
+                        self._hand_over()  # tar's way: moved into place once checked
+                    return self.method
+            except _Stopped:
+                left = self._clean()
+                if left == LANDED:  # its hand-over had begun: it ended first, the copy is whole
+                    return self.method
+                raise _PodStopped(self.stop.why, left) from None
+            except ExecTimeoutError:
+                left = self._clean()
+                if left == LANDED:
+                    return self.method
+                raise TransferError(
+                    f"it did not finish within {self.timeout:g}s (the timeout); {left}; run it "
+                    "again with a longer timeout (or none)"
+                ) from None
             except Exception as exc:
                 cut = transport_failure(exc)
                 if cut is None:
@@ -397,15 +577,28 @@ class _PodUpload:
                     raise
             if retry >= self.retries:
                 left = self._clean()
+                if left == LANDED:
+                    return self.method
                 raise TransferError(
                     f"{cut}, {retry + 1} time{'s' if retry else ''} (retries: {self.retries}); "
-                    + ("nothing was left in the pod" if left else _left_in(self))
+                    f"{left}; {AGAIN_LATER}"
                 )
             retry += 1
             how = "starting again (no resume without python3)" if self.tar else "resuming"
             reached, size = self.progress.done, self.stream.size
             _say(self.on_retry, retry_line(self.label, reached, size, retry, self.retries, how))
-            time.sleep(backoff(retry))
+            self.stop.sleep(backoff(retry))
+
+    def _hand_over(self) -> None:
+        """Tar's way: move the checked copy from the staging directory into place."""
+        self.stop.check()
+        res = self._run(handover_argv(self.parent, self.token, self.name))
+        if res.returncode == 4 and NO_STAGE in res.stderr:
+            raise TransferError(
+                f"the copy staged in pod {self.target.pod} went away before it was moved into "
+                f"{self.parent} (removed by hand, or swept); {AGAIN}"
+            )
+        _check(res, f"moving the copy into {self.parent}", self.target.pod)
 
     def _next(self, retry: int) -> tuple[TarStream, str]:
         """The stream of attempt ``retry`` and its mode (``new``: the pod starts afresh)."""
@@ -430,14 +623,15 @@ class _PodUpload:
         inner: Any = stream
         if stream is self.stream:
             inner, self.first_used = self.first(), True
+        stale = staging.STALE_AFTER  # the pod's sweep of uploads that never ended
         if self.tar:
-            argv = upload_tar_argv(self.parent, self.name, self.token, self.verify)
-            source: Any = inner
+            argv = upload_tar_argv(self.parent, self.name, self.token, self.verify, stale)
+            source: Any = _Trailed(inner, None, self.stop)
         else:
-            argv = upload_argv(self.parent, self.name, True, self.token, mode)
+            argv = upload_argv(self.parent, self.name, True, self.token, mode, stale)
             sizes = {n: f.size for n, f in stream.files.items()}
             self.ledger.adopt(stream.starts, sizes, stream.marks)
-            source = _Trailed(inner, self.ledger.trailer)
+            source = _Trailed(inner, self.ledger.trailer, self.stop)
         self.progress.start(stream.size)
         try:
             return self._run(argv, source)
@@ -470,28 +664,55 @@ class _PodUpload:
             )
         return method
 
-    def _clean(self) -> bool:
-        """Remove the pod's staging directory (what attempts left); False when that failed."""
+    def _clean(self) -> str:
+        """Stop the pod's attempts and remove its staging directory (what attempts left); say
+        what is left: nothing, :data:`LANDED` (a hand-over under way ended first: the checked
+        copy is in place), or where a partial copy may be (the removal failed)."""
         try:
             res = self.client.run(
                 self.namespace,
                 self.target.pod,
-                clean_argv(self.parent, self.token),
+                clean_argv(self.parent, self.name, self.token),
                 container=self.target.container,
                 timeout=CLEAN_TIMEOUT,
             )
         except Exception as exc:
             log.warning("could not remove the upload's staging directory: %s", exc)
-            return False
-        return res.returncode == 0
+            return _left_in(self)
+        if res.returncode != 0:
+            return _left_in(self)
+        return LANDED if "#trainjob-handedover" in res.stdout.splitlines() else NOTHING_LEFT
 
 
-CLEAN_TIMEOUT = 30.0
+AGAIN_LATER = "run it again once the connection is steady (or allow more retries)"
+NOTHING_LEFT = "nothing was left in the pod"
+LANDED = "landed"  # _clean(): a hand-over under way ended first
 
 
 def _left_in(job: _PodUpload) -> str:
     where = posixpath.join(job.parent, f".trainjob-upload-{job.token}")
-    return f"its partial copy may be left in {where} (remove it)"
+    return f"its partial copy may be left in {where} until the next upload there (or remove it)"
+
+
+def _swept(stderr: str, parent: str, pod: str) -> None:
+    """Log the staging directories the pod's sweep removed (``#trainjob-swept HEXNAME``)."""
+    names = []
+    for line in stderr.splitlines():
+        if line.startswith("#trainjob-swept "):
+            raw = line.split(" ", 1)[1].strip()
+            try:
+                names.append(bytes.fromhex(raw).decode("utf-8", "replace"))
+            except ValueError:
+                names.append(raw)
+    if names:
+        log.info(
+            "removed %d staging director%s of uploads that never ended in %s in pod %s: %s",
+            len(names),
+            "y" if len(names) == 1 else "ies",
+            parent,
+            pod,
+            ", ".join(names),
+        )
 
 
 def _weakest(methods: Any) -> str:
@@ -520,11 +741,17 @@ def write_file(
             res = client.run(
                 namespace,
                 target.pod,
-                ["sh", "-c", WRITE_SH, "sh", path],
+                ["sh", "-c", WRITE_SH, "sh", path, str(len(data))],
                 container=target.container,
                 stdin=data,
                 timeout=timeout,
             )
+            short = res.stderr.partition("#trainjob-short ")[2].split()
+            if res.returncode == 3 and short:
+                raise TransferError(
+                    f"integrity check failed in pod {target.pod}: {short[0]} of {len(data)} "
+                    f"bytes of {path} arrived; {path} was left as it was; run it again"
+                )
             _check(res, f"writing {path}", target.pod)
             written = res.stdout.strip()
             if written != str(len(data)):
@@ -581,10 +808,10 @@ class _Aborted(Exception):
 
 class _Unpacker:
     """The receiving end of a download: the tar stream is unpacked as it arrives, in one helper
-    thread, into a staging directory (created with the first byte, or the one an earlier
-    attempt made), each file hashed as it is written, off the socket's thread. The received
-    bytes are copied once, into batches of ``UNPACK_CHUNK`` handed over through a bounded queue
-    (memory stays bounded)."""
+    thread, into a staging directory (:class:`~.staging.LocalStage`, created with the first
+    byte, or the one an earlier attempt made), each file hashed as it is written, off the
+    socket's thread. The received bytes are copied once, into batches of ``UNPACK_CHUNK``
+    handed over through a bounded queue (memory stays bounded)."""
 
     DEPTH = 16  # batches queued at most
 
@@ -594,7 +821,8 @@ class _Unpacker:
         staging_parent: Path,
         total: _ProgressTotal,
         ledger: ReceiveLedger | None = None,
-        staging: Path | None = None,
+        stage: LocalStage | None = None,
+        stop: Stop | None = None,
     ) -> None:
         self.root = root
         self.staging_parent = staging_parent
@@ -602,7 +830,9 @@ class _Unpacker:
         self.ledger = ledger
         self.files: dict[str, FileInfo] = {} if ledger is None else ledger.files
         self.links: dict[str, str] = {} if ledger is None else ledger.links
-        self.staging: Path | None = staging
+        self.stage = stage
+        self.staging: Path | None = stage.data if stage is not None else None
+        self.halt = stop
         self.error: BaseException | None = None
         self._queue: queue.Queue[memoryview | None] = queue.Queue(self.DEPTH)
         self._thread: threading.Thread | None = None
@@ -612,19 +842,20 @@ class _Unpacker:
         self._filled = 0
         self._current: memoryview | None = None  # the batch the unpacking thread reads
         self._ended = False
+        self._finished = threading.Event()  # waited for, not joined (see _Countdown)
 
     def write(self, data: memoryview) -> None:
         """The stdout sink: copy the chunk into the current batch (the reader's buffer may be
         reused); a full batch goes to the unpacking thread. Once unpacking failed, the exec is
         stopped (:class:`_Aborted`)."""
+        if self.halt is not None:
+            self.halt.check()  # the exec ends here
         if self.error is not None:
             raise _Aborted
         if self._thread is None:
-            if self.staging is None:
-                self.staging_parent.mkdir(parents=True, exist_ok=True)
-                self.staging = Path(
-                    tempfile.mkdtemp(prefix=".trainjob-download-", dir=self.staging_parent)
-                )
+            if self.stage is None:
+                self.stage = LocalStage(self.staging_parent)
+                self.staging = self.stage.data
             self._thread = threading.Thread(target=self._work, daemon=True, name="trainjob-unpack")
             self._thread.start()
         n = len(data)
@@ -665,8 +896,11 @@ class _Unpacker:
                 self.files = got
         except BaseException as exc:  # reported by finish()
             self.error = exc
-        while self._next_batch() is not None:  # tar's padding, or all of it after an error
-            pass
+        try:
+            while self._next_batch() is not None:  # tar's padding, or all of it after an error
+                pass
+        finally:
+            self._finished.set()
 
     def finish(self, cut: bool = False) -> None:
         """Wait until everything received is unpacked; raise its error. ``cut``: the stream
@@ -675,7 +909,7 @@ class _Unpacker:
             return
         self._hand_over()
         self._queue.put(None)
-        self._thread.join()
+        self._finished.wait()
         error = self.error
         if error is None:
             return
@@ -685,9 +919,9 @@ class _Unpacker:
 
     def stop(self) -> None:
         """Stop the unpacking thread (if running), keeping the staging directory."""
-        if self._thread is not None and self._thread.is_alive():
+        if self._thread is not None and not self._finished.is_set():
             self._queue.put(None)
-            self._thread.join(INTERRUPT_WAIT)
+            self._finished.wait(INTERRUPT_WAIT)
 
 
 def download(
@@ -702,14 +936,18 @@ def download(
     timeout: float | None = None,
     retries: int = DEFAULT_RETRIES,
     on_retry: OnRetry | None = None,
+    stop: Stop | None = None,
 ) -> TransferResult:
     """Copy ``remote`` (file or directory) from one pod to ``local`` in one exec: the pod packs
     and hashes the tar stream, which is unpacked here as it arrives (every member checked
     before it is written), hashed, and compared with the pod's hash before it is moved into
     place. A stream that ends early is resumed from the last byte both sides agree on, up to
     ``retries`` times (``on_retry`` hears a line for each); nothing is moved into place until
-    the whole copy is verified."""
+    the whole copy is verified. A Ctrl-C or ``stop`` raises :class:`TransferInterruptedError`
+    with nothing written. First, the staging directories of downloads into the same directory
+    that never ended are swept (``staging.py``)."""
     retries = check_retries(retries)
+    stop = stop if stop is not None else Stop()
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     parent, name = split_remote(remote.rstrip("/") or remote, "")
@@ -719,22 +957,25 @@ def download(
     total = _ProgressTotal(0, progress)
     token = secrets.token_hex(6)
     ledger = ReceiveLedger()  # verify=False: plain tar, a retry starts again
-    staging: Path | None = None
+    stage: LocalStage | None = None
     sink: _Unpacker | None = None
     retry = 0
+    placed = False
     try:
+        sweep_local(staging_parent)  # what downloads that never ended left there
         while True:
+            stop.check()
             spec: bytes | None = None
             if retry and verify and ledger.resumable:
-                spec = ledger.plan(staging)
+                spec = ledger.plan(stage.data if stage is not None else None)
                 total.set(ledger.kept())
             elif retry:  # nothing to go on from: start again
-                if staging is not None:
-                    shutil.rmtree(staging, ignore_errors=True)
-                staging, ledger = None, ReceiveLedger()
+                if stage is not None:
+                    stage.remove()
+                stage, ledger = None, ReceiveLedger()
                 total.set(0)
             report = _PodReport(total)
-            sink = _Unpacker(name, staging_parent, total, ledger if verify else None, staging)
+            sink = _Unpacker(name, staging_parent, total, ledger if verify else None, stage, stop)
             cut: str | None = None
             try:
                 res = client.run(
@@ -752,12 +993,18 @@ def download(
             except _Aborted:
                 sink.finish()  # raises what stopped the unpacking
                 raise
+            except ExecTimeoutError:
+                raise TransferError(
+                    f"download of {remote} from pod {target.pod} did not finish within "
+                    f"{timeout:g}s (the timeout); nothing was written to {dest}; run it again "
+                    "with a longer timeout (or none)"
+                ) from None
             except Exception as exc:
                 cut = transport_failure(exc)
-                if cut is None:
+                if cut is None or stop.is_set():
                     raise
             finally:
-                staging = sink.staging
+                stage = sink.stage
             ledger.resumable = ledger.resumable or report.marker("python") is not None
             if cut is None:
                 break
@@ -768,17 +1015,17 @@ def download(
                     f"download of {remote} from pod {target.pod} failed: {cut}, {retry + 1} "
                     f"time{'s' if retry else ''} (retries: {retries}; the last at "
                     f"{human(total.done)} of {human(total.total)}); nothing was written to "
-                    f"{dest}"
+                    f"{dest}; {AGAIN_LATER}"
                 )
             retry += 1
             how = "resuming" if verify and ledger.resumable else "starting again"
             _say(on_retry, retry_line("download", total.done, total.total, retry, retries, how))
-            time.sleep(backoff(retry))
+            stop.sleep(backoff(retry))
         sink.finish()
         _check_download(res, report, remote, target.pod)
         received = dict(sink.files)
         if not any(f == name or f.startswith(f"{name}/") for f in received) and (
-            staging is None or not (staging / name).exists()
+            stage is None or not (stage.data / name).exists()
         ):
             raise TransferError(f"the archive from pod {target.pod} does not contain {name!r}")
         method = "none"
@@ -799,13 +1046,28 @@ def download(
                 )
         if into or (report.kind == "file" and dest.is_dir()):
             dest = dest / name
-        assert staging is not None
-        place(staging, name, dest)
+        assert stage is not None
+        with no_interrupt():  # placed whole: a Ctrl-C waits until it is
+            stop.check()
+            place(stage.data, name, dest)
+            placed = True
+    except (KeyboardInterrupt, _Stopped):
+        if placed:  # too late to stop it: said, not swallowed
+            raise TransferInterruptedError(
+                f"interrupted after the download of {remote} from pod {target.pod} had ended: "
+                f"it is in place in {dest}"
+            ) from None
+        stop.set("interrupted")  # (a stop set before keeps its reason)
+        raise TransferInterruptedError(
+            f"{stop.why}: download of {remote} from pod {target.pod} stopped; nothing was "
+            f"written to {dest}; {stop.hint}"
+        ) from None
     finally:
-        if sink is not None:
-            sink.stop()
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
+        with no_interrupt():
+            if sink is not None:
+                sink.stop()
+            if stage is not None:
+                stage.remove()
     files = {n: f for n, f in sink.files.items()}
     nbytes = sum(f.size for f in files.values())
     total.finish(nbytes)
