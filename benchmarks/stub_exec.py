@@ -4,7 +4,8 @@ develop the baselines without the cluster.
 `python -m benchmarks.stub_exec` prints its URL and serves until interrupted. By default it runs
 each exec's argv as a local process and streams stdout/stderr as v5 frames. With `--answer S` it
 spawns nothing: every exec waits S seconds (the command's run time, without a process), then
-answers the pod's name on stdout and a Success status, so a fan-out measures the client alone
+answers the pod's name on stdout (and the end marks the engine's wrapper prints) and a Success
+status, so a fan-out measures the client alone
 (a pod named ``gone-*`` gets the API server's 404 instead, ``badaccept-*`` a 101 with a wrong
 ``Sec-WebSocket-Accept``).
 """
@@ -18,10 +19,29 @@ import contextlib
 import hashlib
 import json
 import threading
+from urllib.parse import quote
 
 from aiohttp import WSMsgType, web
 
+from trainjob_magics.engine.exec.scripts import ARGV0, WRAPPER, end_mark_head
+
 CHUNK = 64 * 1024
+
+
+# A wrapped command's query, up to its exec id: its answer ends with the wrapper's end marks
+_WRAPPED = f"command={quote(WRAPPER, safe='')}&command={ARGV0}&command=".encode()
+
+
+def _end_marks(path: str) -> bytes:
+    """The frames the engine's wrapper ends its streams with (exit code 0), when ``path`` runs
+    a command under it; else nothing."""
+    raw = path.encode()
+    at = raw.find(_WRAPPED)
+    if at < 0:
+        return b""
+    exec_id = raw[at + len(_WRAPPED) :].split(b"&", 1)[0].decode()
+    mark = end_mark_head(exec_id) + b"000\n"
+    return _server_frame(b"\x01" + mark) + _server_frame(b"\x02" + mark)
 
 
 async def _exec(request: web.Request) -> web.WebSocketResponse:
@@ -114,6 +134,7 @@ async def _answer_conn(
             await asyncio.sleep(delay)
         writer.write(
             _server_frame(b"\x01" + pod.encode() + b"\n")
+            + _end_marks(path)
             + _server_frame(SUCCESS)
             + _server_frame(b"\x03\xe8", 8)
         )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.end_marks import unmarked
 from trainjob_magics.engine.exec.output import SpillDir
 from trainjob_magics.engine.exec.ranks import (
     HYDRA,
@@ -423,7 +424,8 @@ def test_which_commands_get_the_prelude() -> None:
 
 def prelude(body: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     argv = ["sh", "-c", WRAPPER, ARGV0, "x-test", *ranked_argv(["sh", "-c", body], TOKEN)]
-    return subprocess.run(argv, capture_output=True, timeout=60, env={**os.environ, **(env or {})})
+    done = subprocess.run(argv, capture_output=True, timeout=60, env={**os.environ, **(env or {})})
+    return unmarked(done, "x-test")
 
 
 needs_ompi = pytest.mark.skipif(

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from tests.helpers.end_marks import unmarked
 from trainjob_magics.engine.errors import InvalidInputError
 from trainjob_magics.engine.exec import scripts as R
 
@@ -27,7 +28,8 @@ def test_wrapper_keeps_argv_exit_code_and_removes_pid_file(env, tmp_path) -> Non
     weird = "a 'b' \"c\" \\d $(e) `f` \n\0g".replace("\0", "")
     r = subprocess.run(R.wrap(eid, ["sh", "-c", 'printf "%s" "$1"; exit 7', "x", weird]), env=env,
                        capture_output=True)  # fmt: skip
-    assert r.returncode == 7 and r.stdout == weird.encode()
+    r = unmarked(r, eid)  # the end marks, each with the exit code, on both streams
+    assert r.returncode == 7 and r.stdout == weird.encode() and r.stderr == b""
     state = tmp_path / "trainjob-magics"
     assert (state / "heartbeat").exists() and not list(state.glob("*.pid"))
 
@@ -85,6 +87,38 @@ def test_stopper_without_proc_kills_the_whole_process_group(env, tmp_path) -> No
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
         reaper.join(5)
+
+
+def test_stopper_stops_what_a_killed_wrapper_left(env, tmp_path) -> None:
+    """containerd SIGKILLs an exec's own process, the wrapper, when its stream is cut (a kubelet
+    restart, seen on the real stack): the command, reparented, runs on in the wrapper's
+    process group, where the stopper finds it. Once that is gone too, nothing is left."""
+    eid = R.new_exec_id()
+    child = tmp_path / "child.pid"
+    cmd = f'echo $$ >"{child}"; while :; do sleep 0.1; done'
+    p = subprocess.Popen(R.wrap(eid, ["sh", "-c", cmd]), env=env,
+                         start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 5
+        while not child.exists() or not child.read_text().strip():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        shell = int(child.read_text())
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(5)
+        assert not _gone(shell)
+        r = subprocess.run(R.stop_argv(eid, 0.3, 0.3), env=env, capture_output=True, text=True)
+        assert r.returncode == 0 and r.stdout.startswith("stopped"), r.stdout
+        deadline = time.monotonic() + 3
+        while not _gone(shell) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone(shell), "the command left by the killed wrapper survived the stopper"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+    (tmp_path / "trainjob-magics" / f"{eid}.pid").write_text(f"{p.pid}\n")  # all of it gone
+    r = subprocess.run(R.stop_argv(eid, 0.3, 0.3), env=env, capture_output=True, text=True)
+    assert r.returncode == 3 and "nothing to stop" in r.stdout, r.stdout
 
 
 def test_watchdog_exits_without_heartbeat_and_stays_with_one(env) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.end_marks import unmarked
 from trainjob_magics.engine.exec.ranks import RANKS_SCRIPT
 from trainjob_magics.engine.exec.scripts import ARGV0, WRAPPER
 from trainjob_magics.engine.exec.torchrun_prelude import (
@@ -70,7 +71,8 @@ def run(
         PATH=f"{home / 'bin'}:{os.environ['PATH']}", TMPDIR=str(home / "tmp"), FAKE_TORCH=torch
     )
     environ.update(env)
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=environ, cwd=home)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=environ, cwd=home)
+    return unmarked(done, "x-test")
 
 
 def begin_words(out: str) -> list[str]:

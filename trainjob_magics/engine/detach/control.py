@@ -124,6 +124,14 @@ def _start_failure(name: str, pod: str, result: ExecResult, started: list[str]) 
             f"pod {pod} of TrainJob {name} has no writable $TMPDIR or /tmp: a detached run "
             f"needs one ({result.stdout.strip()})"
         )
+    if result.returncode == 0:
+        # a "Success" without the start's last line: its stream was cut behind the API server
+        # (a kubelet restart; exec/client.py cut_short), maybe after the run began
+        return DetachedRunError(
+            f"the connection to pod {pod} of TrainJob {name} ended before the detached run's "
+            f"start answered{also}: it may have started; follow it with %trainjob_logs "
+            "--follow (session.logs(follow=True)) before starting it again"
+        )
     why = (result.stderr or result.stdout).strip().splitlines()
     return DetachedRunError(
         f"could not start the detached run in pod {pod} of TrainJob {name} (exit code "

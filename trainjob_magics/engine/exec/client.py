@@ -14,7 +14,8 @@ handshake, when no output came; any other failure (``InternalError``, e.g. the r
 start the process) raises :class:`ApiServerError` with the server's message and the output so far
 in ``.partial``.
 A clean close (1000) without a status gives ``returncode=None``; a drop before the status raises
-:class:`ConnectionLostError`.
+:class:`ConnectionLostError`, as does a ``Success`` of a wrapped command without its end marks
+(scripts.WRAPPER): its stream was cut behind the API server (:func:`cut_short`).
 
 stdin (bytes, str or a binary file object read in chunks): sent on channel 0 as masked client
 frames, then closed with ``[255, 0]`` when v5 was negotiated. On v4 there is no way to signal
@@ -75,6 +76,7 @@ from .frames import (
 )
 from .liveness import SILENT_AFTER, ConnectionSilent, Liveness
 from .output import MAX_MEMORY_OUTPUT, Sink, SpillDir
+from .scripts import end_mark_of
 from .streams import Collector, FrameHandler, OnOutput
 
 PROTOCOLS = ["v5.channel.k8s.io", "v4.channel.k8s.io"]
@@ -436,6 +438,7 @@ class ExecClient:
             ),
         )
         collector = self.collector(on_output, pod, max_memory_output, stdout_sink, stderr_sink)
+        collector.expect_end(end_mark_of(argv))
         if on_start is not None:
             on_start(lambda: collector.snapshot(started, pod))
         sender = StdinSender(ws.sock, stdin, v5=ws.subprotocol == V5, on_stdin=on_stdin)
@@ -630,4 +633,23 @@ def exec_outcome(
             reason="InternalError",
             partial=collector.result(None, started, pod),
         )
+    if collector.marks and returncode in (0, None):
+        # a wrapped command: its end marks prove both streams reached its end (scripts.WRAPPER)
+        ended = collector.ended()
+        if ended is not None:
+            returncode = ended
+        elif got_status:
+            raise cut_short(collector, started, pod)
     return collector.result(returncode, started, pod)
+
+
+def cut_short(collector: Collector, started: float, pod: str) -> ConnectionLostError:
+    """The error for a "Success" that came before the command's end: a stream cut behind the
+    API server (a kubelet restart), which its stream translator reports as success
+    (client-go remotecommand: an error stream that ends empty reads as success)."""
+    return ConnectionLostError(
+        f"the connection to pod {pod} ended before the command did (the server reported "
+        "success, but the command's end never came: its stream from the node was cut, e.g. by "
+        f"a kubelet restart); the command may still be running in the pod: {LOST_HINT}",
+        partial=collector.result(None, started, pod),
+    )

@@ -52,6 +52,7 @@ from .client import (
 )
 from .frames import OP_CLOSE, ConnectionDropped, FrameReader, StdinSender, client_frame
 from .liveness import ConnectionSilent, Liveness
+from .scripts import end_mark_of
 from .streams import Collector, FrameHandler, OnOutput
 
 log = logging.getLogger(__name__)
@@ -389,6 +390,7 @@ class Reactor:
             self._session = getattr(job.sock, "session", None)  # the ticket came by now
         job.head = b""
         collector = self.client.collector(job.on_output, job.pod, job.max_memory_output)
+        collector.expect_end(end_mark_of(job.argv))
         job.collector = collector
         job.sender = StdinSender(job.sock, job.stdin, v5=subprotocol == V5, on_stdin=None)
         job.reader = FrameReader(job.sock)

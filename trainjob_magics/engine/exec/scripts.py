@@ -36,14 +36,24 @@ SLEEP_FOREVER: list[str] = ["sleep", "infinity"]
 
 # Runs "$@" (after the exec id in $1) as a child, recording the wrapper's pid for the stopper.
 # Not `exec`: the wrapper removes the pid file once the command ended and keeps its exit code.
+# Once the command ended it prints its end mark, "\x1e<exec-id> end <code, 3 digits>\n", on
+# stdout and then stderr: the proof that each stream reached the command's end. The engine
+# cuts the marks out of the streams (streams.EndMark) and fails a "Success" that came without
+# both: kube-apiserver's stream translator (and 1.36's kubelet's) reports a stream cut behind
+# it, a kubelet restart, as Success (client-go's errorstream.go reads an empty error stream as
+# success). SIGPIPE is ignored only then, for the marks: the command never inherits it.
 WRAPPER = f"""d={STATE_DIR}
 mkdir -p "$d" 2>/dev/null && : >"$d/heartbeat" 2>/dev/null
+i=$1
 f="$d/$1.pid"
 shift
 echo $$ >"$f" 2>/dev/null || f=
 "$@"
 s=$?
 [ -n "$f" ] && rm -f "$f"
+trap '' PIPE
+printf '\036%s end %03d\n' "$i" $s 2>/dev/null
+printf '\036%s end %03d\n' "$i" $s >&2
 exit $s
 """
 
@@ -51,8 +61,12 @@ exit $s
 # Stops the process tree of the wrapper whose exec id is $1: SIGINT, wait $2 tenths of a second,
 # SIGTERM, wait $3 tenths, SIGKILL, wait 1 s. With /proc: the wrapper, every descendant (found
 # through PPid, remembered across reparenting) and every member of its process group when it is
-# a group leader. Without /proc: `kill -SIG -PGID` then `kill -SIG PID`. $4, when given, is
-# where procfs would be (tests pass a missing directory to run the branch of hosts without it).
+# a group leader, or when it is gone: containerd SIGKILLs an exec's own process (the wrapper)
+# when its stream is cut (a kubelet restart; internal/cri/server/container_execsync.go), and its
+# children, reparented, are then found by their process group only (no pid is reused while a
+# group of that id lives). Without /proc: `kill -SIG -PGID` then `kill -SIG PID`. $4, when
+# given, is where procfs would be (tests pass a missing directory to run the branch of hosts
+# without it).
 # Exit codes: 0 all gone, 3 nothing to stop (no pid file: the command already ended),
 # 4 some processes survived SIGKILL (listed on stdout).
 STOP = f"""d={STATE_DIR}
@@ -71,9 +85,9 @@ if [ ! -r "${{4:-/proc}}/$me/stat" ]; then
   if kill -0 $root 2>/dev/null; then echo "still running: $root (no /proc)"; exit 4; fi
   rm -f "$f"; echo "stopped pid $root without /proc"; exit 0
 fi
-tree=" $root "; lead=
+tree=" $root "; lead=1
 if read -r l 2>/dev/null </proc/$root/stat; then
-  r=${{l##*) }}; set -- $r; [ "$3" = "$root" ] && lead=1
+  r=${{l##*) }}; set -- $r; [ "$3" = "$root" ] || lead=
 fi
 scan() {{
   ch=1
@@ -99,6 +113,8 @@ alive() {{
     case $1 in Z|X) ;; *) a="$a $p";; esac
   done
 }}
+scan; alive
+if [ -z "$a" ]; then rm -f "$f"; echo "nothing to stop: the command already ended"; exit 3; fi
 for sg in INT TERM KILL; do
   scan
   [ -n "$lead" ] && kill -$sg -$root 2>/dev/null
@@ -201,6 +217,18 @@ def wants_wrapper(argv: Sequence[str]) -> bool:
 def wrap(exec_id: str, argv: Sequence[str]) -> list[str]:
     """``argv`` under the wrapper: ``sh -c WRAPPER trainjob-magics EXEC_ID ARGV...``."""
     return ["sh", "-c", WRAPPER, ARGV0, exec_id, *argv]
+
+
+def end_mark_head(exec_id: str) -> bytes:
+    """What the wrapper's end mark for ``exec_id`` starts with (then 3 digits and a newline)."""
+    return b"\x1e" + exec_id.encode() + b" end "
+
+
+def end_mark_of(argv: Sequence[str]) -> bytes | None:
+    """The end mark head ``argv`` prints when it runs under the wrapper, else None."""
+    if len(argv) > 4 and list(argv[:4]) == ["sh", "-c", WRAPPER, ARGV0]:
+        return end_mark_head(argv[4])
+    return None
 
 
 def stop_argv(

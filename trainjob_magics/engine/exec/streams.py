@@ -1,6 +1,7 @@
 """What the frames of one exec mean: output routed to sinks or bounded buffers (with
 incremental UTF-8 decoding for ``on_output``), the channel-3 exit status, fragments reassembled
-and pings answered."""
+and pings answered. A wrapped command's end marks (scripts.WRAPPER) are cut out of its streams
+before anything sees them (:class:`EndMark`)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,83 @@ def parse_exec_status(payload: bytes | bytearray | memoryview) -> tuple[int | No
     return None, message
 
 
+MARK_START = b"\x1e"  # the first byte of an end mark (scripts.end_mark_head)
+
+
+MARK_TAIL = 4  # after the head: the exit code's 3 digits and a newline
+
+
+class EndMark:
+    """The wrapper's end mark in one output stream: found and cut out wherever it comes (a
+    background process may write after it), its exit code kept. A frame's last bytes that
+    could be the start of the mark are held back until the next frame or :meth:`release`
+    tells. A frame without the mark's first byte passes as it is after one ``find`` (memchr),
+    one that has it after a search for the whole head (output tagged with that byte on every
+    line, as torchrun's is, stays a C-speed scan)."""
+
+    def __init__(self, head: bytes) -> None:
+        self.head = head
+        self.size = len(head) + MARK_TAIL
+        self.code: int | None = None  # the command's exit code, once the mark came
+        self.held = b""
+
+    def clear(self, payload: bytes | bytearray | memoryview) -> bool:
+        """Whether a frame (channel byte first) passes untouched: nothing held, and neither
+        the mark nor what may begin it in it."""
+        if self.code is not None:
+            return True
+        if self.held:
+            return False
+        if not isinstance(payload, (bytes, bytearray)):
+            payload = bytes(payload)
+        if payload.find(MARK_START, 1) < 0:
+            return True
+        return payload.find(self.head, 1) < 0 and self._tail(payload, 1) < 0
+
+    def _could_be(self, piece: bytes | bytearray) -> bool:
+        """Whether ``piece`` (at most :attr:`size` bytes) is the mark or its beginning."""
+        n = len(self.head)
+        if not self.head.startswith(piece[:n]):
+            return False
+        code, end = piece[n : n + 3], piece[n + 3 :]
+        return (not code or code.isdigit()) and (not end or end == b"\n")
+
+    def _tail(self, buf: bytes | bytearray, start: int = 0) -> int:
+        """Where, among ``buf``'s last bytes, what may begin the mark starts (-1: nowhere)."""
+        at = buf.find(MARK_START, max(start, len(buf) - self.size + 1))
+        while at >= 0 and not self._could_be(buf[at:]):
+            at = buf.find(MARK_START, at + 1)
+        return at
+
+    def cut(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """The stream's bytes of this frame, without the mark (or what may begin it)."""
+        buf = self.held + bytes(data)
+        self.held = b""
+        out: list[bytes] = []
+        start = at = 0
+        while self.code is None:
+            at = buf.find(self.head, at)
+            if at < 0 or len(buf) - at < self.size:
+                break
+            if self._could_be(buf[at : at + self.size]):
+                out.append(buf[start:at])
+                self.code = int(buf[at + self.size - 4 : at + self.size - 1])
+                start = at + self.size
+            else:
+                at += 1
+        if self.code is None:
+            at = self._tail(buf, start)
+            if at >= 0:
+                self.held, buf = buf[at:], buf[:at]
+        out.append(buf[start:])
+        return [p for p in out if p]
+
+    def release(self) -> bytes:
+        """The held bytes, when the stream ended without completing the mark: the command's."""
+        held, self.held = self.held, b""
+        return held
+
+
 class Collector:
     """Routes each output frame: to the stream's sink when it has one, else into a bounded
     :class:`OutputBuffer`; feeds ``on_output`` with incrementally decoded text (collected
@@ -87,6 +165,27 @@ class Collector:
             else {}
         )
         self.runs: list[list[int]] = []  # [channel, bytes] per run of one stream's frames
+        self.marks: dict[int, EndMark] = {}  # channel -> the wrapper's end mark in it
+
+    def expect_end(self, head: bytes | None) -> None:
+        """The command runs under the wrapper: cut its end mark (``head``...) out of both
+        streams (None: no mark is expected)."""
+        self.marks = {ch: EndMark(head) for ch in (STDOUT, STDERR)} if head else {}
+
+    def add_frame(self, channel: int, payload: bytes | bytearray | memoryview) -> None:
+        """One output frame (the channel byte first), without the end mark."""
+        mark = self.marks.get(channel)
+        if mark is None or mark.clear(payload):
+            self.add(channel, memoryview(payload)[1:])
+            return
+        for piece in mark.cut(memoryview(payload)[1:]):
+            self.add(channel, memoryview(piece))
+
+    def ended(self) -> int | None:
+        """The exit code the end marks carry when both streams reached the command's end, else
+        None (no marks expected, or a stream ended before its mark came)."""
+        codes = [mark.code for mark in self.marks.values()]
+        return codes[0] if codes and None not in codes else None
 
     def add(self, channel: int, data: memoryview) -> None:
         self.received += len(data)
@@ -105,7 +204,12 @@ class Collector:
                 self.on_output(STREAM_NAMES[channel], text)
 
     def flush(self) -> None:
-        """Emit what the decoders still hold (a truncated multi-byte sequence)."""
+        """Take what may have begun an end mark (the stream ended without it), then emit what
+        the decoders still hold (a truncated multi-byte sequence)."""
+        for channel, mark in self.marks.items():
+            held = mark.release()
+            if held:
+                self.add(channel, memoryview(held))
         if self.on_output is None:
             return
         for channel, decoder in self.decoders.items():
@@ -182,7 +286,7 @@ class FrameHandler:
             data = memoryview(payload)[1:]
             if channel in (STDOUT, STDERR):
                 if data:
-                    self.collector.add(channel, data)
+                    self.collector.add_frame(channel, payload)
             elif channel == STATUS:
                 self.returncode, self.message = parse_exec_status(data)
                 self.got_status = True

@@ -125,6 +125,7 @@ class PodEndpoints(Authorizer):
             stderr=query_bool(q.get("stderr")),
             tty=query_bool(q.get("tty")),
             drop_after_bytes=self.ctx.faults.exec_drop_after(t.name or ""),
+            cut_after_bytes=self.ctx.faults.exec_cut_after(t.name or ""),
         )
 
     async def _portforward(self, request: web.Request, t: Target) -> web.StreamResponse:

@@ -41,6 +41,7 @@ class Faults:
         self._holds: list[PodHold] = []
         self._delays: list[tuple[re.Pattern[str], float]] = []
         self._drops: list[tuple[re.Pattern[str], int]] = []
+        self._cuts: list[tuple[re.Pattern[str], int]] = []
         self._denies: list[tuple[str, str, str]] = []  # (token, verb, resource)
         self._pod_failer: Callable[..., None] | None = None
         self._restarter: Callable[[float], threading.Event] | None = None
@@ -167,6 +168,20 @@ class Faults:
         with self._lock:
             return next((k for p, k in self._drops if p.search(pod_name)), None)
 
+    def cut_exec(self, pod_regex: str, after_bytes: int) -> None:
+        """Cut the node's side of exec streams into matching pods after `after_bytes` of
+        output, as a kubelet restart does, and answer as a real API server does then: over v5,
+        which its stream translator serves (1.30+; the kubelet's own on 1.36), a Success status
+        on channel 3 and a close 1000, for the SPDY stream behind it ended with an empty error
+        stream, which client-go's remotecommand reads as success (errorstream.go); over v4,
+        proxied untranslated, the connection drops (as :meth:`drop_exec`). The process runs on."""
+        with self._lock:
+            self._cuts.append((re.compile(pod_regex), after_bytes))
+
+    def exec_cut_after(self, pod_name: str) -> int | None:
+        with self._lock:
+            return next((k for p, k in self._cuts if p.search(pod_name)), None)
+
     # -- RBAC ------------------------------------------------------------------------------
 
     def deny(self, token: str, verb: str, resource: str) -> None:
@@ -189,5 +204,6 @@ class Faults:
             self._holds.clear()
             self._delays.clear()
             self._drops.clear()
+            self._cuts.clear()
             self._denies.clear()
             self.portforward_tunnel = True

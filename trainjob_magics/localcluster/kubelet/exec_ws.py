@@ -182,6 +182,7 @@ async def handle_exec(
     stderr: bool,
     tty: bool,
     drop_after_bytes: int | None = None,
+    cut_after_bytes: int | None = None,
 ) -> web.StreamResponse:
     """Upgrade to the exec WebSocket and run ``argv`` in the pod's sandbox.
 
@@ -205,6 +206,7 @@ async def handle_exec(
         stderr=stderr and not tty,
         tty=tty,
         drop_after_bytes=drop_after_bytes,
+        cut_after_bytes=cut_after_bytes,
     )
     task = asyncio.ensure_future(session.run())
     _background.add(task)
@@ -249,6 +251,7 @@ class _ExecSession:
         stderr: bool,
         tty: bool,
         drop_after_bytes: int | None,
+        cut_after_bytes: int | None = None,
     ) -> None:
         self.request = request
         self.ws = ws
@@ -257,6 +260,7 @@ class _ExecSession:
         self.v5 = v5
         self.want_stdin, self.want_stdout, self.want_stderr, self.tty = stdin, stdout, stderr, tty
         self.drop_after = drop_after_bytes
+        self.cut_after = cut_after_bytes  # Faults.cut_exec: the node's side is cut
         self.sent = 0  # stdout+stderr payload bytes sent
         self.dead = False  # the socket can no longer be written
         self.finishing = False  # we are sending the status / close handshake
@@ -365,13 +369,14 @@ class _ExecSession:
         if self.dead:
             return
         prefix = bytes([channel])
-        if self.drop_after is not None and self.sent + len(data) >= self.drop_after:
-            data = data[: self.drop_after - self.sent]
-            if data:
-                await self._send(prefix + data)
-                self.sent += len(data)
-            await self._drop()
-            return
+        for limit, fault in ((self.drop_after, self._drop), (self.cut_after, self._cut)):
+            if limit is not None and self.sent + len(data) >= limit:
+                data = data[: limit - self.sent]
+                if data:
+                    await self._send(prefix + data)
+                    self.sent += len(data)
+                await fault()
+                return
         self.sent += len(data)
         await self._send(prefix + data)
 
@@ -399,6 +404,16 @@ class _ExecSession:
                 await asyncio.sleep(0.01)
             transport.close()
         self._gone()
+
+    async def _cut(self) -> None:
+        """Fault injection (``Faults.cut_exec``): the stream from the node ends here, the
+        process runs on. A translated (v5) exec gets the Success a stream translator writes
+        when its SPDY stream ended without an error; v4 loses its connection."""
+        if self.v5:
+            await self._finish(success_status())
+            self._gone()
+        else:
+            await self._drop()
 
     async def _finish(self, status: dict[str, Any]) -> None:
         """Send the channel-3 status and close with 1000."""
