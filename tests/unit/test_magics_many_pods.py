@@ -500,3 +500,19 @@ def test_logs_folds_stay_open_when_short(published: list[dict[str, Any]]) -> Non
     view.finish("logs of 4 pods")
     page = last_bundle(published)["text/html"]
     assert len(_opened_folds(page)) == 4
+
+
+def test_a_frozen_panel_leaves_no_live_widget_pointing_at_a_closed_one(
+    published: list[dict[str, Any]],
+) -> None:
+    """The dropdown's jslink to its Stack is closed with the panel: left alive, it pointed at
+    closed models, and reading the state of every live widget (what a saved notebook's widget
+    state is) raised AttributeError: 'NoneType' object has no attribute 'comm_id'."""
+    from ipywidgets.widgets import widget
+
+    view = MultiPodWidgetView(pods(12), interval=0.0)
+    run_pods(view, 12, failing=4)
+    view.finish("", ok=False)
+    assert view.selector.comm is None and view._link.comm is None
+    for live in list(widget._instances.values()):
+        live.get_state()  # raises for a widget that points at a closed one

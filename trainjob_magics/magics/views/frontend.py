@@ -74,11 +74,18 @@ class WidgetDisplay:
         close_tree(self.widget)
 
 
+# a widget's attribute naming widgets that are not its children but go with it (a jslink
+# between two of its children): closed with it, never left alive pointing at closed models
+OWNED = "_trainjob_owned"
+
+
 def close_tree(widget: Any) -> None:
-    """Close ``widget`` and every widget below it (through ``children``)."""
+    """Close ``widget``, every widget below it (through ``children``) and those they own
+    (:data:`OWNED`)."""
     todo = [widget]
     while todo:
         item = todo.pop()
         todo.extend(getattr(item, "children", None) or ())
+        todo.extend(getattr(item, OWNED, None) or ())
         with contextlib.suppress(Exception):
             item.close()

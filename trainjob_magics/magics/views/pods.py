@@ -202,6 +202,9 @@ class MultiPodWidgetView:
             self._link = w.jslink((self.selector, "index"), (self.shown, "selected_index"))
             self.selector.observe(self._on_select, names="value")
             self.picker = w.VBox([self.selector, self.shown])
+            from .frontend import OWNED
+
+            setattr(self.picker, OWNED, (self._link,))  # closed with the panel (close_tree)
         self._set_titles()
         self.summary = w.HTML(value="")
         from .hold import hold_widget
