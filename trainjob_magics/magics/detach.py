@@ -12,6 +12,7 @@ from .host import MagicsHost
 from .options import chosen_session
 
 TAIL_LINES = 10
+ATTACH_READS = 3  # tries to read the detached run at attach (0.5 s, then 1 s apart)
 END_WAIT = 30.0  # seconds a follow that ended waits for the run's exit code to show
 
 
@@ -61,11 +62,18 @@ def show_after_attach(session: Any) -> None:
     read = getattr(session, "detached", None)  # a queued job's stand-in has none
     if read is None:
         return
-    try:
-        state = read(lines=TAIL_LINES)
-    except TrainJobError:
-        return
-    if state is not None:
+    state, error = None, None
+    for attempt in range(ATTACH_READS):  # a pod just attached to may refuse an exec a moment
+        try:
+            state, error = read(lines=TAIL_LINES), None
+            break
+        except TrainJobError as exc:
+            error = exc
+            time.sleep(0.5 * (attempt + 1))
+    if error is not None:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        print(f"Detached run: not read ({first}); follow it with %trainjob_logs --follow")
+    elif state is not None:
         print(run_text(state))
 
 
