@@ -60,7 +60,8 @@ TEMPLATE_PRINTF = r"'\036${rank}:${local_rank}\037'"
 # __Tj N, __Th 'u' for untagged, __Tq role, __Tb rendezvous backend, __Tv nnodes, __Tg node
 # rank, __Tp nproc per node, __Tf nproc given as an option, __Te torch version, __Tu prefix
 # form, __Td log dir, __Ts host, __Tr exit code. __Tz stores an option's value, __T0 prints a
-# word for the marker ('-' unless it is plain).
+# word for the marker ('-' unless it is plain). __Td comes from `mktemp -d` (its XXXXXX is
+# mktemp's template for random characters), empty when mktemp fails: no --log_dir then.
 TORCHRUN_FUNCTIONS = (
     r"""torchrun(){ __Tx torchrun 0 "$@";}
 __Tz(){ case $__Tw in o)__Tq=$1;;b)__Tb=$1;;v)__Tv=$1;;g)__Tg=$1;;p)__Tp=$1 __Tf=1;;esac;__Tw=;}

@@ -1,7 +1,7 @@
 """Staging directories of transfers, and the sweep of those whose transfer never ended.
 
-A download unpacks into ``.trainjob-download-XXXX/data`` beside its destination and holds an
-exclusive ``flock`` on ``.trainjob-download-XXXX/lock`` from the moment the directory exists
+A download unpacks into ``.trainjob-download-<random>/data`` beside its destination and holds
+an exclusive ``flock`` on ``.trainjob-download-<random>/lock`` from the moment the directory exists
 (the lock file is locked before it gets its name) until it is removed. A process that died
 (SIGKILL, a kernel restarted) holds nothing: the next download into the same directory
 (:func:`sweep_local`) removes every such directory at once, whatever its age. A live download
