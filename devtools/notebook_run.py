@@ -62,6 +62,9 @@ _BLOCK_TAGS = {
     "details",
 }
 _CELL_TAGS = {"td", "th"}
+# the fields of a row of the pods' and ranks' summary (magics/views/pod_summary.py): spans that
+# a browser lays out apart, read apart ("✓ rank 0 · POD exit 0 HOST", not "rank 0 · PODexit 0")
+_FIELD_CLASS = re.compile(r"(^|\s)tjm-pod-")
 
 
 _VOID_TAGS = {"br", "hr", "img", "input", "meta", "link", "wbr", "col", "source"}
@@ -87,6 +90,8 @@ class _TextExtractor(HTMLParser):
             self._open.append((tag, hidden))
         if tag in _BLOCK_TAGS and not self._skip:
             self.parts.append("\n")
+        elif tag == "span" and _FIELD_CLASS.search(dict(attrs).get("class") or ""):
+            self.parts.append("\t")  # a field of a pod's or rank's row, apart from the next
 
     def handle_endtag(self, tag: str) -> None:
         skipped = self._skip
