@@ -71,6 +71,11 @@ POD_GONE = re.compile(
     re.IGNORECASE,
 )
 
+# The node writes why a connection failed, then resets the data stream, then the error stream
+# (kubelet/cri-streaming portforward/httpstream.go, httpStreamHandler.portForward); the resets
+# may come in separate reads. A data stream reset before the error stream ended waits this long
+# for the reason, which decides whether the connection may move to the pod in its place.
+ERROR_WAIT = 5.0
 REPLAY_MAX = 64 * 1024  # bytes kept of an unanswered connection, to send again elsewhere
 CLOSE_WAIT = 1.0  # seconds to let our close frame out once stopping
 
@@ -91,6 +96,7 @@ class Connection:
     error_done: bool = False
     error: str = ""  # what the pod's side said on the error stream
     broken: bool = False  # reset, cut, or the tunnel dropped: the client sees a reset
+    reset_at: float | None = None  # when the pod's side reset the data stream
     sent: int = 0  # bytes delivered to the local client
     replay: bytearray | None = field(default_factory=bytearray)  # its bytes, while unanswered
     retried: bool = False  # already moved to another tunnel once
@@ -306,6 +312,7 @@ class SpdyTunnel:
         events = 0
         if (
             not conn.local_eof
+            and not conn.broken
             and self._out_bytes < HIGH_WATER
             and self.session.send_allowance(conn.data_sid) > 0
         ):
@@ -394,6 +401,7 @@ class SpdyTunnel:
                 conn.remote_fin = True
             elif event.kind == "reset":
                 conn.broken = True
+                conn.reset_at = time.monotonic()
             return
         conn = self.by_error.get(sid)
         if conn is None:
@@ -493,14 +501,29 @@ class SpdyTunnel:
 
     def _finish_done(self) -> None:
         for conn in list(self.conns.values()):
-            if conn.error_done and POD_GONE.search(conn.error) and not conn.sent:
+            said = conn.error_done or conn.reset_at is not None
+            if said and POD_GONE.search(conn.error) and not conn.sent:
                 self.retire()  # it leads to a pod that is gone: new connections look again
                 failed, conn.error = conn.error, ""
                 if self._hand_over(conn):
                     continue
                 conn.error = failed
+            if self._awaits_reason(conn):
+                continue
             if conn.broken or (conn.remote_fin and conn.error_done and not conn.pending):
                 self._end(conn)
+
+    @staticmethod
+    def _awaits_reason(conn: Connection) -> bool:
+        """The pod's side reset the data stream of an unanswered connection and has not yet
+        said why on the error stream: wait (ERROR_WAIT at most) for it."""
+        return (
+            conn.reset_at is not None
+            and not conn.error_done
+            and not conn.sent
+            and conn.replay is not None
+            and time.monotonic() - conn.reset_at < ERROR_WAIT
+        )
 
     def _end(self, conn: Connection) -> None:
         """Forget ``conn``: reset its streams and close its socket (with an RST when it broke
