@@ -454,6 +454,19 @@ def test_prelude_tags_open_mpi_4_and_says_so() -> None:
 
 
 @needs_ompi
+def test_prelude_tags_open_mpi_4s_mpiexec() -> None:
+    """Open MPI 4's ``mpiexec --version`` says "mpiexec (OpenRTE) 4.x", not "(Open MPI)"."""
+    assert b"(OpenRTE) 4." in subprocess.run(["mpiexec", "--version"], capture_output=True).stdout
+    done = prelude("mpiexec --allow-run-as-root -np 2 sh -c 'echo r$OMPI_COMM_WORLD_RANK'")
+    assert re.search(rb"\x1e" + TOKEN.encode() + rb" begin 1 openmpi4 1 2 0 ", done.stdout)
+    d = RankDemux(TOKEN)
+    d.feed(1, done.stdout)
+    d.feed(2, done.stderr)
+    d.close()
+    assert {r: o.stdout for r, o in d.result().by_rank.items()} == {0: "r0\n", 1: "r1\n"}
+
+
+@needs_ompi
 @pytest.mark.parametrize(
     "body",
     [
