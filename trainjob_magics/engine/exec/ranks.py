@@ -98,7 +98,8 @@ for __Ta;do case $__Ta in -*tag-output|-*timestamp-output|-*output-filename*|-*x
 -*merge-stderr*|-*output|-*output=*|-*xterm|-*prepend-*|-l|-*file-pattern|-V|-*version|-h|\
 -*help|-info)__Th=u;;
 -*display-map|-*display-devel-map)__Tp=0;;esac;done
-[ -z "$__Th" ]&&case $(command $__Tl --version 2>&1) in *"MPI) "[34].*|*"RTE) "[34].*)__Th=openmpi4;;
+[ -z "$__Th" ]&&case $(command $__Tl --version 2>&1) in
+*"MPI) "[34].*|*"RTE) "[34].*)__Th=openmpi4;;
 *"MPI) 5."*|*"MPI) 6."*|*"(PRRTE)"*)__Th=openmpi5;;*"HYDRA build details"*)__Th=hydra;;esac
 case $__Th in o*|h*);;*)command $__Tl "$@";return;;esac
 __Tv=-;__Tf=0;__Tw=
