@@ -249,6 +249,17 @@ def hierarchies() -> list[Path]:
     return found
 
 
+def mounted_cgroups() -> list[Path]:
+    """Every mounted cgroup hierarchy: v1's, and v2's (in hybrid mode, ``unified``: runc makes
+    each container's cgroup there too, so cleaning up looks there as well)."""
+    found = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        _, mnt, fstype, *_ = line.split()
+        if fstype in ("cgroup", "cgroup2"):
+            found.append(Path(mnt))
+    return found
+
+
 def make_cgroup_root(root: str) -> None:
     """Create ``root`` in every v1 hierarchy (the kubelet refuses a cgroupRoot that is missing),
     cpuset's cpus and mems copied down (a new v1 cpuset is empty)."""
@@ -265,7 +276,7 @@ def make_cgroup_root(root: str) -> None:
 
 def cgroup_pids(root: str) -> set[int]:
     pids: set[int] = set()
-    for h in hierarchies():
+    for h in mounted_cgroups():
         base = h / root.lstrip("/")
         if base.is_dir():
             for procs in base.rglob("cgroup.procs"):
@@ -289,7 +300,7 @@ def remove_cgroup_root(root: str, timeout: float = 15.0) -> list[str]:
     what could not be removed."""
     kill_cgroup(root, timeout)
     left = []
-    for h in hierarchies():
+    for h in mounted_cgroups():
         base = h / root.lstrip("/")
         if not base.is_dir():
             continue
