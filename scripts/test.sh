@@ -12,6 +12,19 @@ mypy
 # the lab extension (packages/labextension): strict types, eslint, its jest tests
 (cd packages/labextension && jlpm install --immutable >/dev/null && jlpm typecheck && jlpm lint \
   && jlpm test --silent)
+# Debian's python3-torch (the real torchrun of the per-rank tests), under .ci/run's
+# TRAINJOB_MAGICS_REQUIRE_TORCH=1 when missing: 164 packages, 83-143 s cold, so in the background;
+# the tests that need it wait for it (tests/helpers/torch.py).
+if [ "${TRAINJOB_MAGICS_REQUIRE_TORCH:-}" = 1 ] && ! /usr/bin/python3 -c 'import torch' 2>/dev/null
+then
+  mkdir -p artifacts
+  export TRAINJOB_MAGICS_TORCH_PENDING="$PWD/artifacts/torch-install.rc"
+  rm -f "$TRAINJOB_MAGICS_TORCH_PENDING"
+  echo "installing python3-torch in the background (output in artifacts/torch-install.log)"
+  (rc=0; { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends python3-torch; } >artifacts/torch-install.log 2>&1 || rc=$?
+    echo "$rc" >"$TRAINJOB_MAGICS_TORCH_PENDING") &
+fi
 # The real stack (docs/real-cluster.md): upstream Kubernetes, JobSet, Trainer and Kueue, built
 # from their Go modules (the first time about 25 minutes on 2 cores, then cached) and started for
 # the suite in artifacts/realstack. It starts in the background: the tests that need it run last

@@ -16,11 +16,16 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 ENV_REQUIRE = "TRAINJOB_MAGICS_REQUIRE_TORCH"
+# scripts/test.sh installs python3-torch in the background under ENV_REQUIRE: the file this
+# names gets apt-get's exit code when it ended (its output beside it, .log)
+ENV_PENDING = "TRAINJOB_MAGICS_TORCH_PENDING"
+INSTALL_WAIT = 20 * 60.0  # seconds: 83-143 s cold here, on a loaded machine longer
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 LAUNCHER = f"""#!{SYSTEM_PYTHON}
@@ -56,7 +61,9 @@ def torch_version() -> str | None:
 
 
 def require_torch() -> str:
-    """The system Python's torch version; skips (or fails under ENV_REQUIRE) without it."""
+    """The system Python's torch version; skips (or fails under ENV_REQUIRE) without it.
+    Waits for scripts/test.sh's background install first, when there is one."""
+    _wait_for_background_install()
     version = torch_version()
     if version is None:
         line = "Debian's python3-torch is not installed: apt-get install python3-torch"
@@ -64,6 +71,23 @@ def require_torch() -> str:
             pytest.fail(f"{line}; {ENV_REQUIRE} is set", pytrace=False)
         pytest.skip(line)
     return version
+
+
+def _wait_for_background_install() -> None:
+    pending = os.environ.get(ENV_PENDING)
+    if not pending:
+        return
+    rc_file = Path(pending)
+    deadline = time.monotonic() + INSTALL_WAIT
+    while not rc_file.exists():
+        if time.monotonic() > deadline:
+            pytest.fail(f"python3-torch still installing after {INSTALL_WAIT / 60:.0f} min")
+        time.sleep(1.0)
+    rc = rc_file.read_text().strip()
+    if rc != "0":
+        log = rc_file.with_suffix(".log")
+        tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
+        pytest.fail(f"installing python3-torch exited {rc}:\n{tail}", pytrace=False)
 
 
 def torchrun_launcher(directory: Path) -> Path:
