@@ -359,3 +359,17 @@ def test_the_check_catches_a_field_too_many_too_few_or_of_another_type() -> None
     record = dict(_session())
     record["pods"] = [{"name": "p", "phase": "Running", "ready": "yes"}]
     assert problems(record, schema.SessionRecord) == ["record.pods[0].ready: 'yes', not a boolean"]
+
+
+def test_pods_ready_counts_the_pods_not_made_yet() -> None:
+    """The denominator is what the JobSet runs when more pods are expected than exist."""
+    from trainjob_magics.engine.inventory.records import session_record
+
+    job = {"metadata": {"name": "j", "namespace": "ns", "uid": "u"}, "spec": {}}
+    pod = {
+        "metadata": {"name": "j-node-0-0-x", "labels": {"jobset.sigs.k8s.io/jobset-name": "j"}},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    assert session_record(job, [pod], expected_pods=2)["podsReady"] == "1/2"
+    assert session_record(job, [pod])["podsReady"] == "1/1"  # the JobSet not read
+    assert session_record(job, [pod, pod], expected_pods=1)["podsReady"] == "2/2"

@@ -86,8 +86,11 @@ def session_record(
     *,
     now: datetime | None = None,
     queue: Queue | None = None,
+    expected_pods: int = 0,
 ) -> SessionRecord:
-    """What one TrainJob is, runs and holds, for the REST API (never any credential)."""
+    """What one TrainJob is, runs and holds, for the REST API (never any credential).
+    ``expected_pods``: how many pods its JobSet runs (0: not known), the denominator of
+    ``podsReady`` when more than the pods that exist (pods not created yet are not ready)."""
     now = now or datetime.now(timezone.utc)
     meta = trainjob.get("metadata") or {}
     notes = meta.get("annotations") or {}
@@ -122,7 +125,7 @@ def session_record(
         "closing": str(notes.get(CLOSED_BY_ANNOTATION, "")),
         "forwards": forwards_of(notes),
         "pods": [{"name": pod_name(p), "phase": pod_phase(p), "ready": is_ready(p)} for p in mine],
-        "podsReady": f"{ready}/{len(mine)}",
+        "podsReady": f"{ready}/{max(expected_pods, len(mine))}",
         "queue": queue.copy() if queue else _queue_only(trainjob),
         "holds": held.as_dict(),
         "gone": None,

@@ -19,6 +19,7 @@ from ..kube.names import CLOSED_BY_ANNOTATION, CREATED_BY_ANNOTATION
 from ..kueue.api import Visibility, queue_status
 from ..kueue.labels import queue_of
 from ..trainjob.orphans import close_trainjob
+from ..trainjob.runtime import fetch_jobset, jobset_pod_count
 from ..validation import validate_name, validate_namespace
 from .gpu_sampler import SAMPLE_EVERY, GpuSampler
 from .namespace_watch import KernelEnded, NamespaceWatch
@@ -27,6 +28,8 @@ from .records import gone_record, pods_of, session_record, unknown_record
 from .schema import AnyJobRecord, GoneRecord, GpuReport, Queue, SessionRecord, Snapshot
 
 QUEUE_CACHE_SECONDS = 5.0
+# a JobSet's pod count changes only when its TrainJob is resized (suspended, under Kueue)
+POD_COUNT_CACHE_SECONDS = 30.0
 STOP_SECONDS = 10.0  # the longest stop() waits for the watch threads (a relist in flight)
 CLOSED_FROM = "the sidebar"
 
@@ -71,6 +74,7 @@ class SessionInventory:
         self._watches: dict[str, NamespaceWatch] = {}
         self._stopped = False
         self._queues: dict[str, tuple[float, Queue | None]] = {}
+        self._pod_counts: dict[str, tuple[float, int]] = {}  # by TrainJob uid
         self._visibility: Visibility | None = None
         self._gpus: GpuSampler | None = None
         self.listeners: list[Callable[[], None]] = []  # called (any thread) on every change
@@ -156,6 +160,31 @@ class SessionInventory:
         self._queues[uid] = (time.monotonic(), found)
         return found
 
+    def _expected_pods(self, namespace: str, job: dict[str, Any]) -> int:
+        """How many pods the job's JobSet runs (0 before it exists or when it cannot be read),
+        read again after POD_COUNT_CACHE_SECONDS."""
+        meta = job.get("metadata") or {}
+        uid, name = str(meta.get("uid") or ""), str(meta.get("name") or "")
+        cached = self._pod_counts.get(uid)
+        if cached and time.monotonic() - cached[0] < POD_COUNT_CACHE_SECONDS:
+            return cached[1]
+        try:
+            count = jobset_pod_count(fetch_jobset(self.api, namespace, name))
+        except TrainJobError:
+            count = cached[1] if cached else 0
+        if len(self._pod_counts) > 1000:  # jobs long gone
+            self._pod_counts.clear()
+        self._pod_counts[uid] = (time.monotonic(), count)
+        return count
+
+    def _record(
+        self, namespace: str, job: dict[str, Any], pods: Iterable[Any], now: datetime
+    ) -> SessionRecord:
+        expected = self._expected_pods(namespace, job)
+        record = session_record(job, pods, now=now, expected_pods=expected)
+        record["queue"] = self._queue(namespace, job, record["state"]) or record["queue"]
+        return record
+
     def snapshot(self) -> Snapshot:
         """``{version, sessions, gone, problems, namespaces, user}`` for the REST API."""
         now = self._clock()
@@ -170,9 +199,7 @@ class SessionInventory:
             for job in watch.jobs.values():
                 if not self._mine(job):
                     continue
-                record = session_record(job, pods, now=now)
-                record["queue"] = self._queue(ns, job, record["state"]) or record["queue"]
-                sessions.append(record)
+                sessions.append(self._record(ns, job, pods, now))
             gone += list(watch.gone.values())
         sessions.sort(key=lambda r: (r["created"] or "", r["name"]))
         return {
@@ -196,9 +223,7 @@ class SessionInventory:
             )
         job = watch.jobs.get(name)
         if job is not None and (not uid or (job.get("metadata") or {}).get("uid") == uid):
-            record = session_record(job, watch.pods.values(), now=self._clock())
-            record["queue"] = self._queue(namespace, job, record["state"]) or record["queue"]
-            return record
+            return self._record(namespace, job, watch.pods.values(), self._clock())
         if uid and uid in watch.gone:
             return watch.gone[uid]
         if not watch.synced:
