@@ -24,6 +24,7 @@ from benchmarks import (
     bench_connect,
     bench_fanout,
     bench_large_output,
+    bench_ranks,
     bench_roundtrip,
     bench_transfer,
     fixtures,
@@ -32,6 +33,9 @@ from benchmarks.common import NOT_AVAILABLE, Context, Row
 
 NAME = "realstack"
 ENV = "TRAINJOB_MAGICS_REALSTACK_DIR"
+# a comma list of the parts to run (default all): e.g. ``ranks``
+PARTS_ENV = "TRAINJOB_MAGICS_BENCH_REALSTACK_PARTS"
+MPI_RUNTIME = "deepspeed-distributed"  # the real stack's Open MPI runtime
 SECTION = "## On the real stack"
 FANOUT_CPU = None  # no request: the one node has 2 cpus, and 32 pods must fit on it
 FANOUT_SIZES = [16, 32]
@@ -155,14 +159,27 @@ def run(ctx: Context) -> list[Row]:
         took = time.monotonic() - t0
         loads.append(f"{label} {l0:.1f} -> {os.getloadavg()[0]:.1f} ({took:.0f} s)")
 
+    chosen = {p.strip() for p in os.environ.get(PARTS_ENV, "").split(",") if p.strip()}
+
+    def wanted(key: str) -> bool:
+        return not chosen or key in chosen
+
     try:
-        part("exec round trip", lambda: _roundtrip(ctx, sub))
-        part("cell overhead", lambda: _cell(ctx, sub))
-        part("large output", lambda: _large(ctx, sub))
-        part("transfer", lambda: _transfer(ctx, sub))
-        fixtures.cleanup(sub)  # free the node for the fan-out
-        part("fan-out", lambda: _fanout(ctx, sub))
-        part("connect", lambda: _connect(ctx, sub))
+        if wanted("roundtrip"):
+            part("exec round trip", lambda: _roundtrip(ctx, sub))
+        if wanted("cell"):
+            part("cell overhead", lambda: _cell(ctx, sub))
+        if wanted("large"):
+            part("large output", lambda: _large(ctx, sub))
+        if wanted("transfer"):
+            part("transfer", lambda: _transfer(ctx, sub))
+        fixtures.cleanup(sub)  # free the node for the fan-out and the 4 MPI pods
+        if wanted("ranks"):
+            part("per-rank tagging", lambda: _ranks(ctx, sub))
+        if wanted("fanout"):
+            part("fan-out", lambda: _fanout(ctx, sub))
+        if wanted("connect"):
+            part("connect", lambda: _connect(ctx, sub))
     finally:
         fixtures.cleanup(sub)
     load1 = os.getloadavg()
@@ -257,6 +274,16 @@ def _fanout(ctx: Context, sub: Context) -> list[Row]:
         floor_goal=f"<= {FANOUT_FLOOR_LIMIT}x the floor at every size (as locally)",
         seq_need=FANOUT_SEQ_NEED,
     )
+
+
+def _ranks(ctx: Context, sub: Context) -> list[Row]:
+    """One mpirun's 64 MB through 4 ranks over 4 pods: tagged, untagged, the launcher's own
+    tagging (the floor), interleaved (bench_ranks)."""
+    samples = bench_ranks.measure(
+        sub.kubeconfig, 1 if ctx.smoke else 15, runtime=MPI_RUNTIME, namespace=sub.namespace
+    )
+    sub.note("Real stack: " + bench_ranks.note(samples, shim=False))
+    return bench_ranks.rows(samples, where="Real stack: ", bench=NAME)
 
 
 def _connect(ctx: Context, sub: Context) -> list[Row]:
