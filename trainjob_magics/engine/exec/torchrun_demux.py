@@ -1,13 +1,13 @@
 """Per-rank output of a tagged ``torchrun``, read from the exec's streams.
 
-:class:`TorchDemux` takes each stdout/stderr chunk before mpirun's :class:`~.ranks.RankDemux`
-does (:class:`LaunchersDemux` chains them, for :class:`~.ranks.RankedStreams`). Outside a
+:class:`TorchDemux` takes each stdout/stderr chunk before mpirun's :class:`~.ranks_demux.RankDemux`
+does (:class:`LaunchersDemux` chains them, for :class:`~.ranks_streams.RankedStreams`). Outside a
 torchrun run it hands every byte on as it came. Between the prelude's ``tbegin`` and ``tend``
 markers (:mod:`.torchrun_prelude`) it removes the markers and the tags torchrun's ``--tee``
 wrote (:mod:`.torchrun_runs`), hands on the bytes torchrun without ``--tee`` would have printed,
 and keeps each rank's own stdout and stderr (the channel the tag came on) and torchrun's own
 lines (its log lines, warnings, the failure report) as the launcher's, all in the command's
-:class:`~.ranks.MpiOutput` beside any mpirun's.
+:class:`~.ranks_model.MpiOutput` beside any mpirun's.
 
 How torch writes (torch/distributed/elastic/multiprocessing/tail_log.py, ``tail_logfile``):
 one thread per worker file, each ``readline()`` written as one ``tag + line`` to the agent's
@@ -21,48 +21,34 @@ tell apart.
 
 from __future__ import annotations
 
-import codecs
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .output import SpillDir, default_spill_dir, release_freed_memory
-from .ranks import (
-    LAUNCHER,
-    LAUNCHER_KEEP,
-    MAX_MARKER,
-    STDERR,
-    STDOUT,
-    MpiOutput,
-    OnRankEvent,
-    RankDemux,
-    RankEvent,
-)
-from .torchrun_report import parse_report
+from .marker_demux import LAUNCHER, ChannelState, MarkerDemux, Piece, RankKey, int_word
+from .output import SpillDir
+from .ranks_demux import RankDemux
+from .ranks_model import STDERR, STDOUT, MpiOutput, OnRankEvent
+from .torchrun_report import TorchFailure, parse_report
 from .torchrun_runs import TEMPLATE, TorchRankOutput, TorchRun, torch_run
 
 MAX_TAG = 256  # a tag is shorter (a role name and a number, or two numbers)
 
-Piece = bytes | memoryview
-
 
 @dataclass
-class _Stream:
+class _Stream(ChannelState[TorchRun]):
     """One channel's parse state."""
 
-    channel: int
-    held: bytes = b""  # the chunk's end: maybe a marker or a tag cut there
-    run: TorchRun | None = None
-    owner: tuple[str, int] | int | None = None  # a rank's key, LAUNCHER, or None: line start
-    line: bytearray = field(default_factory=bytearray)  # the launcher line being collected
-    tags: dict[bytes, tuple[str, int]] = field(default_factory=dict)  # tag -> rank key
+    tags: dict[bytes, RankKey] = field(default_factory=dict)  # tag -> rank key
 
 
-class TorchDemux:
+class TorchDemux(MarkerDemux[TorchRun, _Stream]):
     """The torchrun runs of one exec's streams (see the module's docstring); the ranks go to
-    ``output`` (shared with mpirun's :class:`~.ranks.RankDemux`), ``on_event`` gets
-    :class:`~.ranks.RankEvent` objects as for mpirun."""
+    ``output`` (shared with mpirun's :class:`~.ranks_demux.RankDemux`), ``on_event`` gets
+    :class:`~.ranks_model.RankEvent` objects as for mpirun."""
+
+    spill_name = "torchrank"
 
     def __init__(
         self,
@@ -75,86 +61,28 @@ class TorchDemux:
         on_event: OnRankEvent | None = None,
         label: str = "exec",
     ) -> None:
-        self.marker = b"\x1e" + token.encode() + b" t"
-        self.output = output
+        marker = b"\x1e" + token.encode() + b" t"
+        super().__init__(
+            marker,
+            len(marker) - 1,
+            output,
+            _Stream,
+            limit=limit,
+            spill_dir=spill_dir,
+            on_event=on_event,
+            label=label,
+        )
         self.pod = pod
-        self.limit = limit
-        self.spill_dir = spill_dir
-        self.on_event = on_event
-        self.label = label
-        self._streams = {STDOUT: _Stream(STDOUT), STDERR: _Stream(STDERR)}
-        self._runs: dict[int, TorchRun] = {}
-        self._ended: dict[int, set[int]] = {}
-        self._report: dict[int, list[str]] = {}  # run -> its launcher lines (for the report)
         self._patterns: dict[int, re.Pattern[bytes]] = {}
         self._record_patterns: dict[int, tuple[re.Pattern[bytes], re.Pattern[bytes]]] = {}
         self._lines_of: dict[bytes, re.Pattern[bytes]] = {}  # tag -> its lines' regex
-        self._ranks: dict[tuple[str, int], TorchRankOutput] = {}
-        self._pending: dict[tuple[tuple[str, int], int], tuple[TorchRun, list[bytes]]] = {}
-        self._plain: list[Piece] = []
-        self._memory = 0
-        self._kept = 0
-        self._decoders: dict[tuple[tuple[str, int], int], Any] = {}
+        self._ranks: dict[RankKey, TorchRankOutput] = {}
 
     def inside(self, channel: int) -> bool:
         """The channel is inside a torchrun run."""
         return self._streams[channel].run is not None
 
-    # -- feeding ------------------------------------------------------------------------------
-    def feed_pieces(self, channel: int, data: Piece) -> list[Piece]:
-        """Take a chunk of ``channel``; returns its bytes as torchrun without ``--tee`` would
-        have shown them (a marker or tag cut at its end held back until the next chunk)."""
-        st = self._streams[channel]
-        raw = data if isinstance(data, bytes) else bytes(data)
-        if st.run is None and not st.held and b"\x1e" not in raw:
-            return [data]  # the usual case: no marker in sight
-        buf = st.held + raw if st.held else raw
-        st.held = b""
-        self._plain = []
-        self._parse(st, buf)
-        self._flush()
-        plain, self._plain = self._plain, []
-        return plain
-
-    def close(self) -> dict[int, bytes]:
-        """The streams ended: what was held back is output, a run not ended ends now."""
-        rest = {}
-        for channel, st in self._streams.items():
-            self._plain = []
-            held, st.held = st.held, b""
-            if held and st.run is not None:
-                self._text(st, held)
-            elif held:
-                self._plain.append(held)
-            self._end_line(st)
-            self._flush()
-            st.run = None
-            rest[channel] = b"".join(self._plain)
-            self._plain = []
-        for run in list(self._runs.values()):
-            self._finish(run)
-        return rest
-
     # -- parsing ------------------------------------------------------------------------------
-    def _parse(self, st: _Stream, buf: bytes) -> None:
-        pos, n = 0, len(buf)
-        while pos < n:
-            if st.run is None:
-                at = buf.find(self.marker, pos)
-                if at < 0:
-                    keep = self._cut_marker(buf, pos)
-                    if keep > pos:
-                        self._plain.append(buf[pos:keep])
-                    st.held = buf[keep:]
-                    return
-                if at > pos:
-                    self._plain.append(buf[pos:at])
-                pos = self._marker(st, buf, at)
-            else:
-                pos = self._parse_run(st, buf, pos)
-            if pos < 0:
-                return
-
     def _parse_run(self, st: _Stream, buf: bytes, pos: int) -> int:
         """Inside a run: tags, the text after each, torchrun's lines, up to a marker; returns
         where parsing goes on after the marker (-1: the chunk ended)."""
@@ -221,11 +149,7 @@ class TorchDemux:
                 m = self._pattern(run).match(tag)
                 assert m is not None
                 key = st.tags[tag] = self._new_rank(run, m)
-            slot = self._pending.get((key, st.channel))
-            if slot is None:
-                self._pending[(key, st.channel)] = (run, [text])
-            else:
-                slot[1].append(text)
+            self._to_rank(run, key, st.channel, text)
         if len(found) > 1:
             self._plain.append(tag_re.sub(b"", lines))
 
@@ -236,11 +160,6 @@ class TorchDemux:
             pattern = re.compile(run.pattern() + b"|(?P<marker>" + marker + b")")
             self._patterns[run.index] = pattern
         return pattern
-
-    def _cut_marker(self, buf: bytes, pos: int) -> int:
-        """Where a marker cut at the end of ``buf`` starts (``len(buf)``: none)."""
-        at = buf.rfind(b"\x1e", max(pos, len(buf) - len(self.marker)))
-        return at if at >= 0 and self.marker.startswith(buf[at:]) else len(buf)
 
     def _cut_tag(self, st: _Stream, buf: bytes, pos: int) -> int:
         """Where a tag or marker cut at the end of ``buf`` starts (``len(buf)``: none)."""
@@ -257,43 +176,19 @@ class TorchDemux:
                 i = buf.rfind(char, low, i)
         return at
 
-    def _marker(self, st: _Stream, buf: bytes, at: int) -> int:
-        """The marker line at ``at``; returns where parsing goes on (-1: cut off, held)."""
-        end = buf.find(b"\n", at)
-        if end < 0:
-            if len(buf) - at > MAX_MARKER:  # no marker is that long: it was output
-                self._plain.append(buf[at:])
-            else:
-                st.held = buf[at:]
-            return -1
-        words = buf[at + len(self.marker) - 1 : end].decode("ascii", "replace").split()
+    def _marker_words(self, st: _Stream, words: list[str]) -> None:
         self._end_line(st)
         self._flush()
         st.owner, st.tags = None, {}
         if words[:1] == ["tbegin"]:
             st.run = self._begin(words[1:])
         elif words[:1] == ["tend"] and len(words) >= 3:
-            st.run = None
-            run = self._runs.get(_int(words[1]) or 0)
-            if run is not None:
-                run.returncode = _int(words[2])
-                ended = self._ended.setdefault(run.index, set())
-                ended.add(st.channel)
-                if len(ended) == len(self._streams):
-                    self._finish(run)  # both streams said it ended: its report is whole
-        return end + 1
+            self._run_ended(st, words[1], words[2])
 
     def _begin(self, words: list[str]) -> TorchRun:
-        index = _int(words[0]) if words else None
+        index = int_word(words[0]) if words else None
         run = self._runs.get(index or 0)
-        if run is None:
-            run = torch_run(words, pod=self.pod)
-            self._runs[run.index] = run
-            self._report[run.index] = []
-            self.output.runs.append(run)
-            if self.on_event is not None:
-                self.on_event(RankEvent("begin", run))
-        return run
+        return run if run is not None else self._add_run(torch_run(words, pod=self.pod))
 
     def _new_rank(self, run: TorchRun, m: re.Match[bytes]) -> tuple[str, int]:
         """The rank a tag first seen names (its output made on first sight)."""
@@ -321,21 +216,14 @@ class TorchDemux:
                 self._launcher(st, piece)
             else:
                 assert isinstance(st.owner, tuple) and st.run is not None
-                slot = self._pending.get((st.owner, st.channel))
-                if slot is None:
-                    self._pending[(st.owner, st.channel)] = (st.run, [piece])
-                else:
-                    slot[1].append(piece)
+                self._to_rank(st.run, st.owner, st.channel, piece)
             if nl >= 0:
                 st.owner = None
 
     def _launcher(self, st: _Stream, piece: bytes) -> None:
         """A piece of a line of torchrun's: shown at once, kept whole once it ends."""
         st.line += piece
-        if st.run is not None and self.on_event is not None:
-            stream = "stdout" if st.channel == STDOUT else "stderr"
-            text = piece.decode("utf-8", "replace")
-            self.on_event(RankEvent("launcher", st.run, stream=stream, text=text))
+        self._launcher_event(st, piece)
         if piece.endswith(b"\n"):
             self._end_line(st)
 
@@ -344,84 +232,46 @@ class TorchDemux:
             return
         text = bytes(st.line).decode("utf-8", "replace")
         st.line.clear()
-        stream = "stdout" if st.channel == STDOUT else "stderr"
-        if self._kept < LAUNCHER_KEEP:
-            self._kept += len(text)
-            self.output.launcher_lines.append((stream, text.rstrip("\n")))
-        else:
-            self.output.launcher_dropped += len(text)
-        if st.run is not None:
-            kept = self._report.setdefault(st.run.index, [])
-            if sum(map(len, kept)) < LAUNCHER_KEEP:
-                kept.append(text)
+        self._keep_launcher(st, text, len(text))
 
-    def _flush(self) -> None:
-        """Hand each rank stream's pieces of this chunk to its output and the view."""
-        if not self._pending:
-            return
-        pending, self._pending = self._pending, {}
-        for (key, channel), (run, pieces) in pending.items():
-            out = self._ranks[key]
-            data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-            if out.take(channel, data):
-                self._memory += len(data)
-            if self.on_event is not None:
-                decoder = self._decoders.get((key, channel))
-                if decoder is None:
-                    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-                    self._decoders[(key, channel)] = decoder
-                text = decoder.decode(data)
-                if text:
-                    stream = "stdout" if channel == STDOUT else "stderr"
-                    event = RankEvent(
-                        "output", run, rank=key[1], host=out.host, stream=stream, text=text
-                    )
-                    self.on_event(event)
-        if self.limit is not None and self._memory > self.limit:
-            self._spill()
+    def _take(self, key: RankKey, channel: int, pieces: list[bytes]) -> tuple[str, bytes]:
+        out = self._ranks[key]
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        if out.take(channel, data):
+            self._memory += len(data)
+        return out.host, data
 
-    def _spill(self) -> None:
-        """Over the budget: the largest in-memory streams go to spill files."""
-        assert self.limit is not None
+    def _largest_first(self) -> list[tuple[RankKey, int]]:
         streams = sorted(
             ((size, key, ch) for key, out in self._ranks.items() for ch, size in out.in_memory()),
             reverse=True,
         )
-        spill_dir = self.spill_dir or default_spill_dir()
-        for _size, key, ch in streams:
-            if self._memory <= self.limit // 2:
-                break
-            name = "stdout" if ch == STDOUT else "stderr"
-            prefix = f"{self.label}-torchrank{key[1]}-{name}-"
-            self._memory -= self._ranks[key].spill(ch, spill_dir, prefix)
-        release_freed_memory()
+        return [(key, ch) for _size, key, ch in streams]
 
-    def _finish(self, run: TorchRun) -> None:
-        """The run is over: its failed rank from torchrun's report."""
-        if self._runs.pop(run.index, None) is None:
-            return
-        if run.returncode not in (0, None):
-            failure = parse_report("".join(self._report.get(run.index, [])), run)
-            failure.returncode, failure.pod = run.returncode, run.pod
-            if failure.global_rank is None and failure.local_rank is not None:
-                failure.rank = next(
-                    (r for (_, r), o in self._ranks.items() if o.local_rank == failure.local_rank),
-                    failure.rank,
-                )
-            out = self.output.ranks.get(("", failure.rank)) if failure.rank is not None else None
-            if out is not None:
-                failure.last_lines = out.last_lines()
-                failure.host = out.host or failure.host
-            run.failure = failure
-        if self.on_event is not None:
-            self.on_event(RankEvent("end", run))
+    def _spill_stream(self, key: RankKey, channel: int, spill_dir: SpillDir, prefix: str) -> int:
+        return self._ranks[key].spill(channel, spill_dir, prefix)
+
+    def _failure(self, run: TorchRun, report: str) -> TorchFailure:
+        """Its failed rank from torchrun's report."""
+        failure = parse_report(report, run)
+        failure.returncode, failure.pod = run.returncode, run.pod
+        if failure.global_rank is None and failure.local_rank is not None:
+            failure.rank = next(
+                (r for (_, r), o in self._ranks.items() if o.local_rank == failure.local_rank),
+                failure.rank,
+            )
+        out = self.output.ranks.get(("", failure.rank)) if failure.rank is not None else None
+        if out is not None:
+            failure.last_lines = out.last_lines()
+            failure.host = out.host or failure.host
+        return failure
 
 
 class LaunchersDemux:
-    """A :class:`~.ranks.RankDemux` behind a :class:`TorchDemux`, as
-    :class:`~.ranks.RankedStreams` uses one (``feed_pieces``, ``close``, ``result``,
+    """A :class:`~.ranks_demux.RankDemux` behind a :class:`TorchDemux`, as
+    :class:`~.ranks_streams.RankedStreams` uses one (``feed_pieces``, ``close``, ``result``,
     ``output``, ``_streams[channel].run``): torchrun's runs are taken out first, mpirun's
-    after, into one :class:`~.ranks.MpiOutput`."""
+    after, into one :class:`~.ranks_model.MpiOutput`."""
 
     def __init__(self, ranks: RankDemux, token: str, pod: str = "") -> None:
         self.ranks = ranks
@@ -462,7 +312,7 @@ class LaunchersDemux:
 
 
 class _Inside:
-    """What :class:`~.ranks.RankedStreams` reads of a channel: the run it is inside of."""
+    """What :class:`~.ranks_streams.RankedStreams` reads of a channel: the run it is inside of."""
 
     def __init__(self, demux: LaunchersDemux, channel: int) -> None:
         self.demux = demux
@@ -475,13 +325,9 @@ class _Inside:
 
 
 def chain(token: str, pod: str = "") -> Callable[[RankDemux], LaunchersDemux]:
-    """What :class:`~.ranks.RankedStreams` calls (``chain=``) to take torchrun's runs out of
-    the streams before its :class:`~.ranks.RankDemux` reads mpirun's."""
+    """What :class:`~.ranks_streams.RankedStreams` calls (``chain=``) to take torchrun's runs out of
+    the streams before its :class:`~.ranks_demux.RankDemux` reads mpirun's."""
     return lambda ranks: LaunchersDemux(ranks, token, pod)
-
-
-def _int(text: str) -> int | None:
-    return int(text) if text.isdigit() else None
 
 
 __all__ = ["LaunchersDemux", "TorchDemux", "chain"]

@@ -41,7 +41,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .ranks import CALLS_LAUNCHER, RANKS_SCRIPT
+from .ranks_prelude import CALLS_LAUNCHER, RANKS_SCRIPT
 from .scripts import SHELLS
 
 # Only a command whose text names one of these runs under the prelude (as for mpirun).
@@ -176,6 +176,8 @@ def launcher_argv(argv: Sequence[str], token: str, mpi: bool = True) -> list[str
 
 
 if not (RANKS_SCRIPT.startswith(HEAD) and RANKS_SCRIPT.endswith(TAIL)):  # pragma: no cover
-    raise ImportError("exec/ranks.py's RANKS_SCRIPT no longer starts and ends as HEAD and TAIL")
+    raise ImportError(
+        "exec/ranks_prelude.py's RANKS_SCRIPT no longer starts and ends as HEAD and TAIL"
+    )
 
 __all__ = ["calls_torchrun", "launcher_argv", "prelude", "wants_launchers", "wants_torchrun"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .ranks import RankFailure
+from .ranks_model import RankFailure
 from .torchrun_runs import TorchRun
 
 ROOT_CAUSE = re.compile(

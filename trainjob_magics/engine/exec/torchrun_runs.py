@@ -23,8 +23,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .marker_demux import int_word
 from .output import SpillDir
-from .ranks import TAIL_BYTES, MpiRun, RankOutput
+from .ranks_model import TAIL_BYTES, MpiRun, RankOutput
 
 TORCHRUN = "torchrun"  # MpiRun.impl of a torchrun run
 TEMPLATE, DEFAULT = "template", "default"
@@ -111,7 +112,7 @@ def torch_run(words: list[str], *, pod: str) -> TorchRun:
         :12
     ]
     run = TorchRun(
-        index=_int(n) or 0,
+        index=int_word(n) or 0,
         launcher=launcher if launcher != "-" else TORCHRUN,
         impl=TORCHRUN,
         form=TEMPLATE if form == TEMPLATE else DEFAULT,
@@ -133,10 +134,10 @@ def global_rank_rule(
     """(node rank, workers per node, '') when ``node_rank * nproc + local_rank`` is each
     worker's global rank under the default prefix; else (None, None, why it is not known)."""
     lo, _, hi = nnodes.partition(":")
-    nodes = _int(lo)
-    if hi and _int(hi) != nodes:
+    nodes = int_word(lo)
+    if hi and int_word(hi) != nodes:
         nodes = None
-    rank, count = _int(node_rank), _int(nproc)
+    rank, count = int_word(node_rank), int_word(nproc)
     if backend != "static":
         return None, None, f"{backend} rendezvous"
     if nodes is None or rank is None or rank >= nodes:
@@ -175,10 +176,6 @@ class TorchRankOutput(RankOutput):
     def spill(self, channel: int, spill_dir: SpillDir, prefix: str) -> int:
         """Move the channel's bytes to a spill file; the bytes of memory given up."""
         return self._buffers[channel].spill(spill_dir, prefix)
-
-
-def _int(text: str) -> int | None:
-    return int(text) if text.isdigit() else None
 
 
 __all__ = [
