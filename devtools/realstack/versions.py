@@ -17,10 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-KUBERNETES = "v1.36.3"
-ETCD = "v3.6.16"  # the etcd 3.6 line that Kubernetes 1.36's go.mod uses (client v3.6.8)
-# the real node: containerd 2.2 (kubelet 1.36 warns that 1.x loses support in 1.37), the CoreDNS
-# that kubeadm v1.36.3 installs (cmd/kubeadm/app/constants/constants.go CoreDNSVersion)
+# CI's Kubernetes: the newest patch of the newest minor that builds here (KUBERNETES_NEWEST)
+KUBERNETES = "v1.37.2"
+# etcd 3.6: Kubernetes 1.36's go.mod line (client v3.6.8); 1.37's kubeadm installs 3.7.0 but
+# kube-apiserver 1.37 runs on 3.6 (whole tests/realcluster, 2026-12-07), and the earlier minors
+# of the matrix need 3.6
+ETCD = "v3.6.16"
+# the real node: containerd 2.2 (kubelet 1.36 warned that 1.x loses support in 1.37), the CoreDNS
+# that kubeadm v1.36.3 installs (cmd/kubeadm/app/constants/constants.go CoreDNSVersion; v1.37.2's
+# says v1.14.6: v1.14.2 serves the stack's one zone alike)
 CONTAINERD = "v2.2.10"
 COREDNS = "v1.14.2"
 
@@ -121,12 +126,16 @@ def kubernetes_version(spec: str) -> str:
     return KUBERNETES_NEWEST.get(version[1:], version)
 
 
+# the Kubernetes the pair table was first made on (CI's until 2026-12-07): every pair ran there
+EVERY_PAIR_ON = "v1.36.3"
+
+
 def pairs_on(kubernetes: str) -> tuple[tuple[str, str | None, str], ...]:
-    """The pairs of MATRIX the matrix runs on ``kubernetes``: every pair on CI's version (the
+    """The pairs of MATRIX the matrix runs on ``kubernetes``: every pair on EVERY_PAIR_ON (the
     rows the table had before the Kubernetes axis); elsewhere the pairs whose Kueue release's
     e2e ran that minor; on a minor newer than any served Kueue tested, the newest Kueue's pairs
     (untested upstream, the note says so)."""
-    if kubernetes == KUBERNETES:
+    if kubernetes == EVERY_PAIR_ON:
         return MATRIX
     m = minor(kubernetes)
 
