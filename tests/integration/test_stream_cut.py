@@ -75,6 +75,29 @@ def test_a_cut_stream_fails_in_one_line_keeps_the_output_and_stops_the_command(
     assert wait_dead(marker_processes(f"sleep 1000.{marker}"), 5) == []
 
 
+def test_a_command_that_ended_but_whose_output_tail_was_lost_says_so(
+    cluster: LocalCluster, session: TrainJobSession
+) -> None:
+    """The server dropped the end of the output and reported success while the command ended
+    normally (kubernetes/kubernetes#124571; 64 MB of mpirun output on the real stack under
+    load): the stopper finds nothing to stop, and the line says the command ended and its
+    output's end was lost, not that it may still run or was stopped."""
+    cluster.faults.cut_exec(session.pod, after_bytes=len(TICKS))
+    with pytest.raises(E.ConnectionLostError) as lost:
+        session.execute(
+            "printf 'tick 1\\ntick 2\\nthe rest\\n'",
+            on_output=clear_once_seen(cluster, "tick 1"),
+        )
+    line = str(lost.value)
+    assert "\n" not in line, line
+    assert line.startswith(
+        f"the command in pod {session.pod} ended, but the end of its output never arrived"
+    ), line
+    assert "exit code is unknown" in line and "what arrived is in .partial" in line, line
+    assert lost.value.stopped
+    assert lost.value.partial.stdout == TICKS
+
+
 def test_a_command_that_ends_reads_exactly_what_it_printed(session: TrainJobSession) -> None:
     """The end marks never show: output without a newline at the end, or with the marks'
     first byte, comes as printed, live and in the result."""

@@ -643,11 +643,18 @@ def exec_outcome(
     return collector.result(returncode, started, pod)
 
 
+class StreamCutShortError(ConnectionLostError):
+    """A "Success" without the wrapper's end marks: the stream ended before the command's
+    output did (raised by :func:`cut_short`; Commands.failed words it after the stopper)."""
+
+
 def cut_short(collector: Collector, started: float, pod: str) -> ConnectionLostError:
     """The error for a "Success" that came before the command's end: a stream cut behind the
     API server (a kubelet restart), which its stream translator reports as success
-    (client-go remotecommand: an error stream that ends empty reads as success)."""
-    return ConnectionLostError(
+    (client-go remotecommand: an error stream that ends empty reads as success), or the end of
+    a large output dropped by the server while the command ended normally
+    (kubernetes/kubernetes#124571: seen with 64 MB from mpirun on the real stack under load)."""
+    return StreamCutShortError(
         f"the connection to pod {pod} ended before the command did (the server reported "
         "success, but the command's end never came: its stream from the node was cut, e.g. by "
         f"a kubelet restart); the command may still be running in the pod: {LOST_HINT}",

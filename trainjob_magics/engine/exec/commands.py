@@ -26,7 +26,7 @@ from ..errors import (
     TrainJobError,
 )
 from ..result import ExecResult, StopReport
-from .client import LOST_HINT, ExecClient, OnOutput
+from .client import LOST_HINT, ExecClient, OnOutput, StreamCutShortError
 from .disruption import KILLED_EXIT_CODES, pod_disruption
 from .inflight import InFlight, InFlightCommand
 from .oom import PROBE_ARGV, oom_note, parse_probe
@@ -41,6 +41,10 @@ STOP_WAIT = 30.0  # seconds to wait for the stoppers before reporting "did not a
 # killed the containers: a killed command reads its pod for this long before calling it
 # undisturbed (seen on the real stack's node: an emptyDir over its sizeLimit)
 DISRUPTION_SETTLE = 5.0
+
+
+# what the stopper says when the wrapper had already ended (scripts.STOP)
+ALREADY_ENDED = "nothing to stop: the command already ended"
 
 
 def interrupted_message(pod: str, reports: list[StopReport], *, wrapped: bool = True) -> str:
@@ -62,6 +66,18 @@ def timeout_message(pod: str, timeout: float | None, reports: list[StopReport]) 
 def pod_gone_message(what: str, ended: str) -> str:
     """One line for a command whose pod went away: what happened, then how it ended."""
     return f"{what} while the command ran ({ended}); the output so far is kept"
+
+
+def output_cut_message(pod: str) -> str:
+    """A command that ended while the end of its output was lost on the way (the stopper
+    found nothing left to stop)."""
+    return (
+        f"the command in pod {pod} ended, but the end of its output never arrived: the server "
+        "closed the stream early and still reported success (kubernetes/kubernetes#124571; "
+        "a kubelet restart does the same), so its exit code is unknown and its output may be "
+        "incomplete; what arrived is in .partial: run it again, or have it write its output "
+        "to a file in the pod and read that"
+    )
 
 
 def lost_message(message: str, pod: str, reports: list[StopReport]) -> str:
@@ -264,9 +280,15 @@ class CommandRunner:
                 if gone is not None:
                     return gone
             keep_registered = not all(r.stopped for r in reports)
-            return ConnectionLostError(
-                lost_message(str(exc), pod, reports), partial=exc.partial, reports=reports
-            )
+            if (
+                isinstance(exc, StreamCutShortError)
+                and reports
+                and all(ALREADY_ENDED in r.message for r in reports)
+            ):
+                message = output_cut_message(pod)
+            else:
+                message = lost_message(str(exc), pod, reports)
+            return ConnectionLostError(message, partial=exc.partial, reports=reports)
         finally:
             if not keep_registered:
                 self.release(begun)
