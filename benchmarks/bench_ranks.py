@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -60,10 +61,11 @@ def measure(
     and the 1-minute load average before each repetition (``load``). ``runtime``: an Open MPI
     runtime of the cluster (the real stack's is ``deepspeed-distributed``)."""
     from trainjob_magics.engine import connect
+    from trainjob_magics.engine.errors import ConnectionLostError
 
     session = connect(runtime, num_nodes=RANKS, config_file=kubeconfig, namespace=namespace)
     samples: dict[str, list[float]] = {k: [] for k in KINDS}
-    samples.update({f"cpu-{k}": [] for k in KINDS}, version=[], native=[], load=[])
+    samples.update({f"cpu-{k}": [] for k in KINDS}, version=[], native=[], load=[], lost=[])
     try:
         session.execute(COMMAND, ranks=False)  # warm: page cache, the pods' first mpirun
         for i in range(reps):
@@ -72,7 +74,17 @@ def measure(
                 # the floor's 73 MB stay in memory as the others' 64 MB do (not spilled)
                 extra = {"max_memory_output": 128 * MB} if kind == "floor" else {}
                 command = FLOOR_COMMAND if kind == "floor" else COMMAND
-                wall, cpu, result = _timed(session, command, ranks=kind == "tagged", **extra)
+                for _attempt in range(3):
+                    try:
+                        wall, cpu, result = _timed(
+                            session, command, ranks=kind == "tagged", **extra
+                        )
+                        break
+                    except ConnectionLostError as exc:  # the output's end lost on the way
+                        samples["lost"].append(1.0)
+                        print(f"[bench] ranks: {kind}: {exc}", file=sys.stderr, flush=True)
+                else:
+                    raise RuntimeError(f"3 runs of {kind} in a row lost their output's end")
                 samples[kind].append(wall)
                 samples[f"cpu-{kind}"].append(cpu)
                 assert result.returncode == 0, result.stderr[-500:]
@@ -146,6 +158,11 @@ def note(samples: dict[str, list[float]], shim: bool = True) -> str:
         parts.append(
             f"the prelude's `mpirun --version` in the pod: {ms(med['version'])} more than "
             f"`true`{paren}"
+        )
+    if samples.get("lost"):
+        parts.append(
+            f"{len(samples['lost'])} run(s) lost the end of their output on the way (the server "
+            "ended the stream early with Success: ConnectionLostError), each run again"
         )
     load = samples["load"]
     parts.append(f"load average (1 min) before each repetition: {min(load):.2f}-{max(load):.2f}")
