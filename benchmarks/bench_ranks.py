@@ -38,6 +38,7 @@ COMMAND = f"mpirun -np {RANKS} sh -c 'yes \"$(printf %099d 0)\" | head -c {PER_R
 # the floor: mpirun tags its output itself (the options the engine adds), nothing parses it
 FLOOR_COMMAND = COMMAND.replace("mpirun ", "mpirun --tag-output --display-map ", 1)
 TAG_BYTES = len("[1,0]<stdout>:")  # each line's tag (ranks 0-3, job 1)
+FLOOR_MIN = RANKS * PER_RANK * (100 + TAG_BYTES) // 100  # every line tagged (and the job map)
 # the prelude's launcher check (exec/ranks.py RANKS_SCRIPT), and the native launcher's
 VERSION_COMMAND = "command mpirun --version >/dev/null 2>&1"
 NATIVE_VERSION_COMMAND = "command orterun --version >/dev/null 2>&1"
@@ -65,7 +66,8 @@ def measure(
 
     session = connect(runtime, num_nodes=RANKS, config_file=kubeconfig, namespace=namespace)
     samples: dict[str, list[float]] = {k: [] for k in KINDS}
-    samples.update({f"cpu-{k}": [] for k in KINDS}, version=[], native=[], load=[], lost=[])
+    samples.update({f"cpu-{k}": [] for k in KINDS}, version=[], native=[], load=[])
+    samples.update(lost=[], dropped=[])
     try:
         session.execute(COMMAND, ranks=False)  # warm: page cache, the pods' first mpirun
         for i in range(reps):
@@ -79,17 +81,24 @@ def measure(
                         wall, cpu, result = _timed(
                             session, command, ranks=kind == "tagged", **extra
                         )
-                        break
                     except ConnectionLostError as exc:  # the output's end lost on the way
                         samples["lost"].append(1.0)
                         print(f"[bench] ranks: {kind}: {exc}", file=sys.stderr, flush=True)
+                        continue
+                    # Open MPI 4 drops what its stdout did not take when the ranks end
+                    # (docs/multinode.md): a short run is run again, counted as lost
+                    want = FLOOR_MIN if kind == "floor" else RANKS * PER_RANK
+                    if result.stdout_size >= want:
+                        break
+                    samples["dropped"].append(float(want - result.stdout_size))
+                    print(f"[bench] ranks: {kind}: mpirun dropped output", file=sys.stderr)
                 else:
-                    raise RuntimeError(f"3 runs of {kind} in a row lost their output's end")
+                    raise RuntimeError(f"3 runs of {kind} in a row lost part of their output")
                 samples[kind].append(wall)
                 samples[f"cpu-{kind}"].append(cpu)
                 assert result.returncode == 0, result.stderr[-500:]
                 if kind == "floor":  # every line tagged, the job map printed too
-                    assert result.stdout_size > RANKS * PER_RANK * (100 + TAG_BYTES) // 100
+                    assert result.stdout_size >= FLOOR_MIN
                     continue
                 assert result.stdout_size == RANKS * PER_RANK, result.stdout_size
                 if kind == "tagged":
@@ -163,6 +172,13 @@ def note(samples: dict[str, list[float]], shim: bool = True) -> str:
         parts.append(
             f"{len(samples['lost'])} run(s) lost the end of their output on the way (the server "
             "ended the stream early with Success: ConnectionLostError), each run again"
+        )
+    if samples.get("dropped"):
+        mb = [d / 1e6 for d in samples["dropped"]]
+        parts.append(
+            f"{len(mb)} run(s) got less than the ranks printed, exit code 0 (Open MPI 4 drops "
+            f"what its stdout did not take when the ranks end, docs/multinode.md; "
+            f"{min(mb):.2f}-{max(mb):.2f} MB missing), each run again"
         )
     load = samples["load"]
     parts.append(f"load average (1 min) before each repetition: {min(load):.2f}-{max(load):.2f}")
