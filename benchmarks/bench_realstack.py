@@ -11,6 +11,7 @@ helpers of bench_roundtrip, bench_fanout and bench_connect.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -160,26 +161,24 @@ def run(ctx: Context) -> list[Row]:
         loads.append(f"{label} {l0:.1f} -> {os.getloadavg()[0]:.1f} ({took:.0f} s)")
 
     chosen = {p.strip() for p in os.environ.get(PARTS_ENV, "").split(",") if p.strip()}
-
-    def wanted(key: str) -> bool:
-        return not chosen or key in chosen
-
+    # (key for PARTS_ENV, label, the part); None: free the node for the fan-out and 4 MPI pods
+    parts: list[tuple[str, str, Callable[[Context, Context], list[Row]]] | None] = [
+        ("roundtrip", "exec round trip", _roundtrip),
+        ("cell", "cell overhead", _cell),
+        ("large", "large output", _large),
+        ("transfer", "transfer", _transfer),
+        None,
+        ("ranks", "per-rank tagging", _ranks),
+        ("fanout", "fan-out", _fanout),
+        ("connect", "connect", _connect),
+    ]
     try:
-        if wanted("roundtrip"):
-            part("exec round trip", lambda: _roundtrip(ctx, sub))
-        if wanted("cell"):
-            part("cell overhead", lambda: _cell(ctx, sub))
-        if wanted("large"):
-            part("large output", lambda: _large(ctx, sub))
-        if wanted("transfer"):
-            part("transfer", lambda: _transfer(ctx, sub))
-        fixtures.cleanup(sub)  # free the node for the fan-out and the 4 MPI pods
-        if wanted("ranks"):
-            part("per-rank tagging", lambda: _ranks(ctx, sub))
-        if wanted("fanout"):
-            part("fan-out", lambda: _fanout(ctx, sub))
-        if wanted("connect"):
-            part("connect", lambda: _connect(ctx, sub))
+        for item in parts:
+            if item is None:
+                fixtures.cleanup(sub)
+            elif not chosen or item[0] in chosen:
+                _key, label, fn = item
+                part(label, functools.partial(fn, ctx, sub))
     finally:
         fixtures.cleanup(sub)
     load1 = os.getloadavg()

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.helpers.polling import wait_until
 from trainjob_magics.engine.exec.handshake import ExecSocket
 from trainjob_magics.engine.forward import spdy_frames as F
 from trainjob_magics.engine.forward.spdy_tunnel import Connection, SpdyTunnel
@@ -134,9 +135,7 @@ def test_a_gone_pods_reason_after_the_data_reset_still_moves_the_connection(
     server.synced(2)
     assert not ended and not moved
     server.send(F.data(error_sid, GONE) + F.rst_stream(error_sid))
-    deadline = time.monotonic() + WAIT
-    while not moved and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: moved, timeout=WAIT)
     assert not ended
     assert [bytes(conn.replay or b"") for conn in moved] == [b"GET / HTTP/1.0\r\n\r\n"]
     assert not tun.alive  # retired: the next connection looks for the pod again
@@ -152,9 +151,7 @@ def test_a_gone_pods_reason_with_the_data_reset_moves_the_connection(
     ended: list[str] = []
     client, error_sid, data_sid = _connection(tun, server, ended)
     server.send(F.data(error_sid, GONE) + F.rst_stream(data_sid))
-    deadline = time.monotonic() + WAIT
-    while not moved and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: moved, timeout=WAIT)
     assert not ended
     assert len(moved) == 1
     client.close()
@@ -169,9 +166,7 @@ def test_a_refusal_after_the_data_reset_is_said_and_resets_the_client(
     server.send(F.rst_stream(data_sid))
     server.synced(2)
     server.send(F.data(error_sid, REFUSED) + F.rst_stream(error_sid))
-    deadline = time.monotonic() + WAIT
-    while not ended and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: ended, timeout=WAIT)
     assert not moved
     assert ended and "connection refused" in ended[0]
     with pytest.raises(ConnectionResetError):
