@@ -5,6 +5,7 @@ the real node does."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -167,3 +168,33 @@ def test_a_cgroup_root_is_removed_from_every_hierarchy_v2s_too() -> None:
         sleeper.kill()
         sleeper.wait()
         host.remove_cgroup_root(root)
+
+
+def test_a_fixed_path_made_while_another_stack_ran_is_left_to_the_last_one_down(
+    tmp_path: Path,
+) -> None:
+    """Two stacks overlap; the first made /run/containerd. Taken down first, it leaves the
+    folder to the other, whose marker now says it was not there before: the last one down
+    removes it (overlapping stacks left /run/containerd behind)."""
+    free = [
+        s
+        for s in range(host.SLOTS)
+        if not host.marker(s).exists() and not host.netns_path(s).exists()
+    ]
+    if len(free) < 2:
+        pytest.skip("two free real-node slots are needed on this host")
+    first, second = free[:2]
+    made = str(host.FIXED_PATHS[0])
+    try:
+        state = host.record(first, tmp_path / "first")
+        state["paths"][made] = False  # as when the first stack made it
+        host.marker(first).write_text(json.dumps(state))
+        assert host.record(second, tmp_path / "second")["paths"][made] is True  # another ran
+        host.restore(first)
+        assert json.loads(host.marker(second).read_text())["paths"][made] is False
+    finally:
+        for slot in (first, second):
+            host.marker(slot).unlink(missing_ok=True)
+        if not any(host.marker(s).exists() for s in range(host.SLOTS)):
+            with contextlib.suppress(OSError):
+                host.MARKERS.rmdir()

@@ -163,11 +163,15 @@ def restore(slot: int) -> list[str]:
     node_dir = Path(state.get("node_dir", "/nonexistent-realstack-node"))
     kill_pids(Path(state["run"]) / "pids" if state.get("run") else None)
     kill_under(node_dir)
+    # the shims name only containerd's socket, which lives in the slot's socket folder
+    kill_under(socket_dir(slot))
     left += remove_cgroup_root(state.get("cgroup_root", cgroup_root(slot)))
     left += unmount_under([node_dir])
     delete_netns(slot)
     shutil.rmtree(socket_dir(slot), ignore_errors=True)
     others = [s for s in range(SLOTS) if s != slot and marker(s).exists()]
+    if others:
+        _hand_over_paths(state.get("paths", {}), others)
     if not others:
         left += unmount_under([p for p in FIXED_PATHS if p != Path("/run/netns")])
         for path, existed in state.get("paths", {}).items():
@@ -185,6 +189,17 @@ def restore(slot: int) -> list[str]:
         with contextlib.suppress(OSError):
             MARKERS.rmdir()
     return left
+
+
+def _hand_over_paths(paths: dict[str, bool], others: list[int]) -> None:
+    """A fixed path this stack made while others ran stays theirs to remove: the last one down
+    removes it (stacks that overlapped left /run/containerd behind)."""
+    made = [path for path, existed in paths.items() if not existed]
+    for other in others:
+        with contextlib.suppress(OSError, ValueError):
+            state = json.loads(marker(other).read_text())
+            state["paths"] = {**state.get("paths", {}), **dict.fromkeys(made, False)}
+            marker(other).write_text(json.dumps(state, indent=2))
 
 
 # --- network -----------------------------------------------------------------------------------
